@@ -1,0 +1,6 @@
+"""A scriptable fake OpenAI-compatible provider: a real HTTP server on loopback."""
+
+from fake_provider.scenario import Answer, Scenario, ScenarioError
+from fake_provider.server import FakeProvider, RecordedRequest
+
+__all__ = ["Answer", "FakeProvider", "RecordedRequest", "Scenario", "ScenarioError"]

@@ -1,0 +1,109 @@
+"""Scenario files: what the fake provider answers, one chat request at a time.
+
+A scenario is a JSON document (see ``fixtures/scenarios/``)::
+
+    {"name": "...", "models": ["m"], "loading_health_checks": 0,
+     "when_exhausted": "error" | "repeat_last",
+     "answers": [ANSWER, ...]}
+
+Each chat completion request consumes the next ANSWER, an object with any of:
+``content`` (the assistant text), ``reasoning`` (exposed as
+``reasoning_content``), ``delay`` (seconds before the headers), ``status``,
+``headers`` (extra headers such as ``Set-Cookie`` or ``Location``),
+``raw_body`` (sent verbatim instead of a completion), ``chunk_chars`` and
+``chunk_delay`` (streaming granularity), ``truncate_after_chunks`` (the stream
+ends cleanly without ``[DONE]``), ``drop_after_chunks`` (the connection is cut
+mid-stream), ``drop`` (the connection is cut before any byte),
+``oversize_bytes`` (the reply is padded to at least that size), and
+``finish_reason``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+_ANSWER_FIELDS = {
+    "content", "reasoning", "delay", "status", "headers", "raw_body", "chunk_chars",
+    "chunk_delay", "truncate_after_chunks", "drop_after_chunks", "drop", "oversize_bytes",
+    "finish_reason",
+}
+_SCENARIO_FIELDS = {"name", "description", "models", "loading_health_checks", "when_exhausted",
+                    "answers"}
+
+
+class ScenarioError(ValueError):
+    """A scenario document does not have the documented shape."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Answer:
+    """One scripted answer to one chat completion request."""
+
+    content: str = ""
+    reasoning: str | None = None
+    delay: float = 0.0
+    status: int = 200
+    headers: tuple[tuple[str, str], ...] = ()
+    raw_body: str | None = None
+    chunk_chars: int = 8
+    chunk_delay: float = 0.0
+    truncate_after_chunks: int | None = None
+    drop_after_chunks: int | None = None
+    drop: bool = False
+    oversize_bytes: int | None = None
+    finish_reason: str = "stop"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Answer:
+        """Build an answer from its JSON object, refusing unknown fields."""
+        unknown = set(data) - _ANSWER_FIELDS
+        if unknown:
+            raise ScenarioError(f"unknown answer fields: {sorted(unknown)}")
+        values = dict(data)
+        if "headers" in values:
+            values["headers"] = tuple((str(k), str(v)) for k, v in values["headers"].items())
+        if int(values.get("chunk_chars", 8)) < 1:
+            raise ScenarioError("chunk_chars must be >= 1")
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Scenario:
+    """A named, ordered script of answers."""
+
+    name: str
+    answers: tuple[Answer, ...]
+    models: tuple[str, ...] = ("fake-model",)
+    loading_health_checks: int = 0
+    when_exhausted: str = "error"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Scenario:
+        """Build a scenario from its JSON document, refusing unknown fields."""
+        unknown = set(data) - _SCENARIO_FIELDS
+        if unknown:
+            raise ScenarioError(f"unknown scenario fields: {sorted(unknown)}")
+        when = data.get("when_exhausted", "error")
+        if when not in ("error", "repeat_last"):
+            raise ScenarioError("when_exhausted must be 'error' or 'repeat_last'")
+        return cls(
+            name=str(data.get("name", "unnamed")),
+            answers=tuple(Answer.from_json(a) for a in data.get("answers", [])),
+            models=tuple(data.get("models", ["fake-model"])),
+            loading_health_checks=int(data.get("loading_health_checks", 0)),
+            when_exhausted=when,
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> Scenario:
+        """Read a scenario file."""
+        return cls.from_json(json.loads(Path(path).read_text("utf-8")))
+
+    @classmethod
+    def replies(cls, *contents: str, name: str = "inline", **answer: Any) -> Scenario:
+        """A scenario whose answers are ``contents``, each with the same extra fields."""
+        return cls(name=name, answers=tuple(Answer(content=c, **answer) for c in contents))

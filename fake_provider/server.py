@@ -1,0 +1,340 @@
+"""A real HTTP server speaking the OpenAI chat-completions wire format, scripted.
+
+It listens on ``127.0.0.1`` or ``::1`` only, answers like llama-server
+(``/health`` with a 503 loading phase, ``/v1/models``, plain and SSE chat
+completions ending in ``data: [DONE]``) and records every request with its
+headers, body, the peer address and the local address the peer reached.
+
+Control API (never recorded): ``GET /_fake/requests``, ``POST /_fake/scenario``
+(body: a scenario document), ``POST /_fake/reset``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+
+from fake_provider.scenario import Answer, Scenario, ScenarioError
+
+_LOOPBACK = ("127.0.0.1", "::1")
+_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """One request as the provider saw it."""
+
+    method: str
+    path: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    peer: tuple[str, int]
+    local: tuple[str, int]
+    at: float
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (case-insensitive), or None."""
+        lowered = name.lower()
+        return next((v for k, v in self.headers if k.lower() == lowered), None)
+
+    def json(self) -> Any:
+        """The body decoded as JSON."""
+        return json.loads(self.body)
+
+    def as_json(self) -> dict[str, Any]:
+        """A JSON-serialisable view (used by the control API)."""
+        return {
+            "method": self.method,
+            "path": self.path,
+            "headers": [list(pair) for pair in self.headers],
+            "body": self.body.decode("utf-8", "replace"),
+            "peer": list(self.peer),
+            "local": list(self.local),
+            "at": self.at,
+        }
+
+
+class _State:
+    """The scenario cursor and the request log, shared by handler threads."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.lock = threading.Lock()
+        self.scenario = scenario
+        self.cursor = 0
+        self.health_checks = 0
+        self.requests: list[RecordedRequest] = []
+
+    def next_answer(self) -> Answer | None:
+        with self.lock:
+            answers = self.scenario.answers
+            if self.cursor < len(answers):
+                self.cursor += 1
+                return answers[self.cursor - 1]
+            if self.scenario.when_exhausted == "repeat_last" and answers:
+                return answers[-1]
+            return None
+
+    def health_loading(self) -> bool:
+        with self.lock:
+            self.health_checks += 1
+            return self.health_checks <= self.scenario.loading_health_checks
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = False
+
+    def __init__(self, host: str, port: int, state: _State) -> None:
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.state = state
+        super().__init__((host, port), _Handler)
+
+
+def _completion_id() -> str:
+    return f"chatcmpl-{time.monotonic_ns()}"
+
+
+def _chunks(text: str, size: int) -> Iterator[str]:
+    for start in range(0, len(text), size):
+        yield text[start : start + size]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+    server_version = "fake-llama-server/1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Keep test output quiet; everything is recorded instead."""
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(min(length, _MAX_REQUEST_BYTES)) if length > 0 else b""
+
+    def _record(self, body: bytes) -> None:
+        local = self.connection.getsockname()
+        self.server.state.requests.append(
+            RecordedRequest(
+                method=self.command,
+                path=self.path,
+                headers=tuple((k, v) for k, v in self.headers.items()),
+                body=body,
+                peer=(str(self.client_address[0]), int(self.client_address[1])),
+                local=(str(local[0]), int(local[1])),
+                at=time.time(),
+            )
+        )
+
+    def _send_json(self, status: int, document: Any, extra: tuple[tuple[str, str], ...] = (),
+                   raw: bytes | None = None) -> None:
+        payload = raw if raw is not None else json.dumps(document).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in extra:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode("ascii") + data + b"\r\n")
+        self.wfile.flush()
+
+    # -- routes -----------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        if self.path == "/_fake/requests":
+            with self.server.state.lock:
+                log = [r.as_json() for r in self.server.state.requests]
+            self._send_json(200, {"requests": log})
+            return
+        self._record(b"")
+        if self.path == "/health":
+            if self.server.state.health_loading():
+                self._send_json(503, {"error": {"code": 503, "message": "Loading model",
+                                                "type": "unavailable_error"}})
+            else:
+                self._send_json(200, {"status": "ok"})
+        elif self.path == "/v1/models":
+            data = [{"id": m, "object": "model", "created": 0, "owned_by": "llamacpp"}
+                    for m in self.server.state.scenario.models]
+            self._send_json(200, {"object": "list", "data": data})
+        else:
+            self._send_json(404, {"error": {"code": 404, "message": "File Not Found"}})
+
+    def do_POST(self) -> None:
+        body = self._read_body()
+        state = self.server.state
+        if self.path == "/_fake/reset":
+            with state.lock:
+                state.requests.clear()
+            self._send_json(200, {"ok": True})
+            return
+        if self.path == "/_fake/scenario":
+            try:
+                scenario = Scenario.from_json(json.loads(body))
+            except (ValueError, TypeError, ScenarioError) as exc:
+                self._send_json(400, {"error": {"message": str(exc)}})
+                return
+            with state.lock:
+                state.scenario, state.cursor, state.health_checks = scenario, 0, 0
+            self._send_json(200, {"ok": True})
+            return
+        self._record(body)
+        if self.path != "/v1/chat/completions":
+            self._send_json(404, {"error": {"code": 404, "message": "File Not Found"}})
+            return
+        try:
+            request = json.loads(body)
+            stream = bool(request.get("stream", False))
+            model = str(request.get("model", ""))
+        except (ValueError, AttributeError):
+            self._send_json(400, {"error": {"code": 400, "message": "invalid JSON body"}})
+            return
+        answer = state.next_answer()
+        if answer is None:
+            self._send_json(500, {"error": {"code": 500, "message": "scenario exhausted"}})
+            return
+        self._answer(answer, model=model, stream=stream)
+
+    def _answer(self, answer: Answer, *, model: str, stream: bool) -> None:
+        if answer.delay:
+            time.sleep(answer.delay)
+        if answer.drop:
+            self._drop()
+            return
+        if answer.raw_body is not None or answer.status != 200:
+            raw = (answer.raw_body or "").encode("utf-8")
+            self._send_json(answer.status, None, answer.headers, raw=raw)
+            return
+        if stream:
+            self._stream(answer, model)
+            return
+        message: dict[str, Any] = {"role": "assistant", "content": answer.content}
+        if answer.reasoning is not None:
+            message["reasoning_content"] = answer.reasoning
+        document: dict[str, Any] = {
+            "id": _completion_id(), "object": "chat.completion", "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": answer.finish_reason}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": len(answer.content.split()),
+                      "total_tokens": 10 + len(answer.content.split())},
+        }
+        if answer.oversize_bytes:
+            document["padding"] = "x" * answer.oversize_bytes
+        self._send_json(200, document, answer.headers)
+
+    def _stream(self, answer: Answer, model: str) -> None:
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        for name, value in answer.headers:
+            self.send_header(name, value)
+        self.end_headers()
+        ident, created = _completion_id(), int(time.time())
+
+        def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            chunk = {"id": ident, "object": "chat.completion.chunk", "created": created,
+                     "model": model,
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            return f"data: {json.dumps(chunk)}\n\n".encode()
+
+        pieces = [event({"role": "assistant", "content": ""})]
+        pieces += [event({"reasoning_content": p})
+                   for p in _chunks(answer.reasoning or "", answer.chunk_chars)]
+        pieces += [event({"content": p}) for p in _chunks(answer.content, answer.chunk_chars)]
+        pieces.append(event({}, answer.finish_reason))
+        sent = 0
+        for index, piece in enumerate(pieces):
+            if answer.drop_after_chunks is not None and index >= answer.drop_after_chunks:
+                self._drop()
+                return
+            if answer.truncate_after_chunks is not None and index >= answer.truncate_after_chunks:
+                self._write_chunk(b"")
+                return
+            self._write_chunk(piece)
+            sent += len(piece)
+            if answer.chunk_delay:
+                time.sleep(answer.chunk_delay)
+        while answer.oversize_bytes and sent < answer.oversize_bytes:
+            filler = b": " + b"x" * 16384 + b"\n"
+            self._write_chunk(filler)
+            sent += len(filler)
+        self._write_chunk(b"data: [DONE]\n\n")
+        self._write_chunk(b"")
+
+
+class FakeProvider:
+    """Run the fake provider in a background thread: ``with FakeProvider(s) as fp: ...``."""
+
+    def __init__(self, scenario: Scenario, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        if host not in _LOOPBACK:
+            raise ValueError("the fake provider listens on 127.0.0.1 or ::1 only")
+        self._state = _State(scenario)
+        self._server = _Server(host, port, self._state)
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self.host = host
+
+    @property
+    def port(self) -> int:
+        """The port actually bound."""
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT`` or ``http://[::1]:PORT``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of every recorded request, oldest first."""
+        with self._state.lock:
+            return list(self._state.requests)
+
+    def chat_requests(self) -> list[RecordedRequest]:
+        """The recorded ``POST /v1/chat/completions`` requests."""
+        return [r for r in self.requests if r.path == "/v1/chat/completions"]
+
+    def set_scenario(self, scenario: Scenario) -> None:
+        """Replace the script and rewind it (the request log is kept)."""
+        with self._state.lock:
+            self._state.scenario, self._state.cursor = scenario, 0
+            self._state.health_checks = 0
+
+    def start(self) -> Self:
+        """Start serving in a daemon thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket; idempotent."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,1 @@
+"""The ``labfy-ref`` command line."""

@@ -1,0 +1,99 @@
+"""``labfy-ref``: the one console script (SPEC §14).
+
+Exit codes: 0 ok, 2 configuration refused, 1 runtime failure. Every message is
+one line starting with its error code; a traceback appears only with
+``--debug``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from labfy_ref import __version__
+from labfy_ref.cli.options import add_serve_options, raw_options
+from labfy_ref.config import resolve
+from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, bounded
+from labfy_ref.report import DEFAULT_REPORT_DIR, DEFAULT_REQUIREMENTS, FORMATS, regenerate
+
+EXIT_OK, EXIT_FAILURE, EXIT_REFUSED = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as ``CONFIG_INVALID: ...`` and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{ErrorCode.CONFIG_INVALID.value}: {bounded(message)}\n")
+        sys.exit(EXIT_REFUSED)
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = resolve(raw_options(args), os.environ)
+    print(json.dumps(config.as_json(), indent=2))
+    return EXIT_OK
+
+
+def _formats(text: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [fmt for fmt in chosen if fmt not in FORMATS]
+    if not chosen or unknown:
+        raise ConfigRefused(f"--format takes a comma list of {', '.join(FORMATS)}")
+    return chosen
+
+
+def _report(args: argparse.Namespace) -> int:
+    report, written = regenerate(Path(args.results), Path(args.requirements),
+                                 _formats(args.format))
+    counts = ", ".join(f"{status} {count}" for status, count in report.summary().items())
+    for path in written:
+        print(path)
+    print(f"requirements: {counts}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full command-line grammar."""
+    parser = _Parser(prog="labfy-ref", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"labfy-ref {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    check = commands.add_parser("check-config", help="resolve flags and env as serve would")
+    add_serve_options(check)
+    check.set_defaults(handler=_check_config)
+
+    report = commands.add_parser("report", help="rebuild the status report from recorded results")
+    report.add_argument("--results", default=str(DEFAULT_REPORT_DIR), metavar="DIR")
+    report.add_argument("--requirements", default=str(DEFAULT_REQUIREMENTS), metavar="FILE")
+    report.add_argument("--format", default="md,json", metavar="md,json,html")
+    report.set_defaults(handler=_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; map every error to its exit code and one line."""
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except ConfigRefused as exc:
+        sys.stderr.write(f"{exc}\n")
+        return EXIT_REFUSED
+    except LabfyError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return EXIT_FAILURE
+    except Exception as exc:
+        if args.debug:
+            traceback.print_exc()
+        sys.stderr.write(f"INTERNAL_ERROR: {bounded(type(exc).__name__ + ': ' + str(exc))}\n")
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

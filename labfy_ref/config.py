@@ -1,0 +1,269 @@
+"""Resolution of flags and environment into one typed configuration (MC-05, SV-01).
+
+Flags win over environment variables; an empty variable counts as unset.
+Without any agent setting the agent is the deterministic demo agent; there is
+no default endpoint and never a silent fallback. Every refusal is a
+:class:`~labfy_ref.errors.ConfigRefused` with a stable code. Nothing here opens
+a socket.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from labfy_ref.errors import ConfigRefused, ErrorCode
+from labfy_ref.model.endpoint import LoopbackHost, ModelEndpoint, parse_endpoint
+from labfy_ref.netutil import RESERVED_PORTS
+
+ENV_AGENT_MODE = "LABFY_AGENT_MODE"
+ENV_AGENT_ENDPOINT = "LABFY_AGENT_MODEL_ENDPOINT"
+ENV_AGENT_MODEL = "LABFY_AGENT_MODEL_ID"
+ENV_AGENT_TIMEOUT = "LABFY_AGENT_MODEL_TIMEOUT_SECONDS"
+
+DEFAULT_TIMEOUT_SECONDS = 60.0
+MAX_TIMEOUT_SECONDS = 3600.0
+MAX_MODEL_ID_CHARS = 256
+_SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
+_PORT = re.compile(r"[1-9][0-9]{0,4}", re.ASCII)
+
+
+class AgentMode(enum.StrEnum):
+    """Which agent answers turns."""
+
+    DEMO = "demo"
+    LOCAL_MODEL = "local-model"
+
+
+class PermissionMode(enum.StrEnum):
+    """What tool effects a runtime turn may have (GW-07)."""
+
+    READ_ONLY = "read-only"
+    WORKSPACE_WRITE = "workspace-write"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SupervisedModel:
+    """A llama-server our own supervisor starts (SM-02)."""
+
+    llama_server: Path
+    model_file: Path
+    model_sha256: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """The resolved agent: the demo agent, or a local model at one endpoint."""
+
+    mode: AgentMode
+    endpoint: ModelEndpoint | None
+    model_id: str | None
+    timeout_seconds: float
+    supervised: SupervisedModel | None
+    sources: Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """Everything ``labfy-ref serve`` needs, validated."""
+
+    workspace: Path | None
+    host: LoopbackHost
+    port: int | None
+    ready_file: Path | None
+    permission_mode: PermissionMode
+    bridge: bool
+    composition: Path | None
+    accounts: Path | None
+    agent: AgentConfig
+
+    def as_json(self) -> dict[str, Any]:
+        """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
+        agent = self.agent
+        supervised = agent.supervised
+        return {
+            "server": {
+                "workspace": _path(self.workspace),
+                "host": self.host.value,
+                "port": self.port,
+                "ready_file": _path(self.ready_file),
+                "permission_mode": self.permission_mode.value,
+                "bridge": self.bridge,
+                "composition": _path(self.composition),
+                "accounts": _path(self.accounts),
+            },
+            "agent": {
+                "mode": agent.mode.value,
+                "endpoint": str(agent.endpoint) if agent.endpoint else None,
+                "model": agent.model_id,
+                "timeout_seconds": agent.timeout_seconds,
+                "supervised": None
+                if supervised is None
+                else {
+                    "llama_server": str(supervised.llama_server),
+                    "model_file": str(supervised.model_file),
+                    "model_sha256": supervised.model_sha256,
+                },
+                "sources": dict(agent.sources),
+            },
+        }
+
+
+def _path(value: Path | None) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RawOptions:
+    """The command-line values as given (``None`` = flag absent)."""
+
+    workspace: str | None = None
+    host: str | None = None
+    port: str | None = None
+    ready_file: str | None = None
+    agent_mode: str | None = None
+    agent_endpoint: str | None = None
+    agent_model: str | None = None
+    agent_timeout: str | None = None
+    permission_mode: str | None = None
+    bridge: bool = False
+    composition: str | None = None
+    accounts: str | None = None
+    llama_server: str | None = None
+    model_file: str | None = None
+    model_sha256: str | None = None
+
+
+def _pick(flag: str | None, env_name: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
+    if flag is not None:
+        return flag, "flag"
+    value = environ.get(env_name) or None
+    return (value, "env") if value is not None else (None, "default")
+
+
+def _refuse(message: str, code: ErrorCode = ErrorCode.CONFIG_INVALID) -> ConfigRefused:
+    return ConfigRefused(message, code=code)
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise _refuse("--agent-timeout must be a number of seconds") from None
+    if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT_SECONDS:
+        raise _refuse(f"--agent-timeout must be > 0 and <= {MAX_TIMEOUT_SECONDS:g} seconds")
+    return value
+
+
+def _model_id(text: str) -> str:
+    if not 0 < len(text) <= MAX_MODEL_ID_CHARS or not text.isprintable() or text != text.strip():
+        raise _refuse(
+            f"--agent-model must be 1-{MAX_MODEL_ID_CHARS} printable characters without "
+            "surrounding spaces"
+        )
+    return text
+
+
+def _existing_file(text: str, flag: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise _refuse(f"{flag}: no such file")
+    return path
+
+
+def _supervised(raw: RawOptions) -> SupervisedModel | None:
+    given = [raw.llama_server, raw.model_file, raw.model_sha256]
+    if all(value is None for value in given):
+        return None
+    if any(value is None for value in given):
+        raise _refuse("--llama-server, --model-file and --model-sha256 go together")
+    assert raw.llama_server is not None
+    assert raw.model_file is not None
+    assert raw.model_sha256 is not None
+    if not _SHA256.fullmatch(raw.model_sha256.lower()):
+        raise _refuse("--model-sha256 must be 64 hexadecimal digits")
+    return SupervisedModel(
+        llama_server=_existing_file(raw.llama_server, "--llama-server"),
+        model_file=_existing_file(raw.model_file, "--model-file"),
+        model_sha256=raw.model_sha256.lower(),
+    )
+
+
+def resolve_agent(raw: RawOptions, environ: Mapping[str, str]) -> AgentConfig:
+    """Resolve the agent settings of MC-05 (flags win over environment)."""
+    mode_text, mode_src = _pick(raw.agent_mode, ENV_AGENT_MODE, environ)
+    endpoint_text, endpoint_src = _pick(raw.agent_endpoint, ENV_AGENT_ENDPOINT, environ)
+    model_text, model_src = _pick(raw.agent_model, ENV_AGENT_MODEL, environ)
+    timeout_text, timeout_src = _pick(raw.agent_timeout, ENV_AGENT_TIMEOUT, environ)
+    supervised = _supervised(raw)
+    sources = {"mode": mode_src, "endpoint": endpoint_src, "model": model_src,
+               "timeout": timeout_src}
+    try:
+        mode = AgentMode(mode_text) if mode_text is not None else AgentMode.DEMO
+    except ValueError:
+        raise _refuse("--agent-mode must be 'demo' or 'local-model'") from None
+    timeout = _timeout(timeout_text) if timeout_text is not None else DEFAULT_TIMEOUT_SECONDS
+    model_settings = endpoint_text is not None or model_text is not None or supervised is not None
+    if mode is AgentMode.DEMO:
+        if model_settings:
+            raise _refuse(
+                "model settings are given but the agent mode is 'demo'; "
+                "set --agent-mode local-model (configuration is explicit)"
+            )
+        return AgentConfig(mode, None, None, timeout, None, sources)
+    if model_text is None:
+        raise _refuse("--agent-mode local-model needs --agent-model")
+    if (endpoint_text is None) == (supervised is None):
+        raise _refuse(
+            "--agent-mode local-model needs exactly one of --agent-endpoint or "
+            "--llama-server/--model-file/--model-sha256"
+        )
+    endpoint = parse_endpoint(endpoint_text) if endpoint_text is not None else None
+    return AgentConfig(mode, endpoint, _model_id(model_text), timeout, supervised, sources)
+
+
+def _host(text: str | None) -> LoopbackHost:
+    if text is None:
+        return LoopbackHost.IPV4
+    for host in LoopbackHost:
+        if text == host.value:
+            return host
+    raise _refuse("--host must be 127.0.0.1 or ::1 (the server binds loopback only)",
+                  ErrorCode.HOST_REFUSED)
+
+
+def _port(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not _PORT.fullmatch(text) or int(text) > 65535:
+        raise _refuse("--port must be 1-65535 in ASCII digits without leading zeros",
+                      ErrorCode.PORT_REFUSED)
+    port = int(text)
+    if port in RESERVED_PORTS:
+        raise _refuse(f"--port {port} is reserved for llama-server and never used",
+                      ErrorCode.PORT_REFUSED)
+    return port
+
+
+def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
+    """Resolve every ``serve`` option; raise :class:`ConfigRefused` on the first bad one."""
+    try:
+        permission = PermissionMode(raw.permission_mode or PermissionMode.READ_ONLY.value)
+    except ValueError:
+        raise _refuse("--permission-mode must be 'read-only' or 'workspace-write'") from None
+    return ServeConfig(
+        workspace=Path(raw.workspace) if raw.workspace is not None else None,
+        host=_host(raw.host),
+        port=_port(raw.port),
+        ready_file=Path(raw.ready_file) if raw.ready_file is not None else None,
+        permission_mode=permission,
+        bridge=raw.bridge,
+        composition=_existing_file(raw.composition, "--composition") if raw.composition else None,
+        accounts=_existing_file(raw.accounts, "--accounts") if raw.accounts else None,
+        agent=resolve_agent(raw, environ),
+    )

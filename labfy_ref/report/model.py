@@ -1,0 +1,258 @@
+"""Requirements, recorded test results and the status they add up to (QR-01, QR-02).
+
+A requirement is ``CURRENT`` only when at least one test names it and every
+test naming it passed; ``TARGET`` when none names it; ``FAIL`` when one
+failed; ``NOT_RUN`` when none failed but some were skipped (with the reasons).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from labfy_ref.errors import ErrorCode, LabfyError
+
+RESULTS_DIRNAME = "results"
+SMOKE_RECORD = "smoke-record.json"
+_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
+
+
+class ReportInvalid(LabfyError):
+    """The requirements file or a results file is unreadable or malformed."""
+
+    code = ErrorCode.REPORT_INVALID
+
+
+class Outcome(enum.StrEnum):
+    """A test's overall outcome across setup, call and teardown."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class Status(enum.StrEnum):
+    """Statuses of requirements and stages (the seeds' vocabulary)."""
+
+    CURRENT = "CURRENT"
+    TARGET = "TARGET"
+    FAIL = "FAIL"
+    NOT_RUN = "NOT_RUN"
+    PASS = "PASS"
+    PASS_LOCAL_SPECIMEN = "PASS_LOCAL_SPECIMEN"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stage:
+    """A named part of the suite: tests under ``paths``, or an external ``record``."""
+
+    name: str
+    title: str
+    paths: tuple[str, ...] = ()
+    record: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Requirements:
+    """The requirement IDs with their titles, and the stages, from requirements.toml."""
+
+    titles: Mapping[str, str]
+    stages: tuple[Stage, ...]
+
+    @classmethod
+    def load(cls, path: Path) -> Requirements:
+        """Read and check ``requirements.toml``."""
+        try:
+            document = tomllib.loads(path.read_text("utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ReportInvalid(f"cannot read requirements file {path}: {exc}") from exc
+        titles = document.get("requirements", {})
+        if not titles or not all(isinstance(v, str) for v in titles.values()):
+            raise ReportInvalid(f"{path}: [requirements] must map IDs to titles")
+        for req_id in titles:
+            if not set(req_id) <= _ID_CHARS:
+                raise ReportInvalid(f"{path}: malformed requirement id {req_id!r}")
+        stages = tuple(
+            Stage(
+                name=name,
+                title=str(spec.get("title", name)),
+                paths=tuple(spec.get("paths", ())),
+                record=spec.get("record"),
+            )
+            for name, spec in document.get("stages", {}).items()
+        )
+        return cls(titles=dict(titles), stages=stages)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TestResult:
+    """One test's recorded result."""
+
+    nodeid: str
+    outcome: Outcome
+    reqs: tuple[str, ...]
+    reason: str | None = None
+    duration: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON form, as stored in a results file."""
+        return {"nodeid": self.nodeid, "outcome": self.outcome.value, "reqs": list(self.reqs),
+                "reason": self.reason, "duration": round(self.duration, 4)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TestResult:
+        """Read one entry of a results file."""
+        return cls(nodeid=str(data["nodeid"]), outcome=Outcome(data["outcome"]),
+                   reqs=tuple(data["reqs"]), reason=data.get("reason"),
+                   duration=float(data.get("duration", 0.0)))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Run:
+    """One recorded pytest run (a results file)."""
+
+    name: str
+    generated_at: str
+    tests: tuple[TestResult, ...]
+
+    def write(self, results_dir: Path) -> Path:
+        """Store the run atomically as ``results/<name>.json``."""
+        target = results_dir / RESULTS_DIRNAME / f"{self.name}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        document = {"name": self.name, "generated_at": self.generated_at,
+                    "tests": [t.as_json() for t in self.tests]}
+        tmp = target.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(document, indent=1), "utf-8")
+        tmp.replace(target)
+        return target
+
+    @classmethod
+    def read_all(cls, results_dir: Path) -> list[Run]:
+        """Every recorded run under ``results_dir``, oldest first."""
+        runs = []
+        for path in sorted((results_dir / RESULTS_DIRNAME).glob("*.json")):
+            try:
+                document = json.loads(path.read_text("utf-8"))
+                runs.append(cls(name=str(document["name"]),
+                                generated_at=str(document["generated_at"]),
+                                tests=tuple(TestResult.from_json(t) for t in document["tests"])))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise ReportInvalid(f"malformed results file {path.name}: {exc}") from exc
+        return sorted(runs, key=lambda run: run.generated_at)
+
+
+def read_smoke_record(results_dir: Path) -> dict[str, Any] | None:
+    """The last real-model smoke record, if one was written."""
+    path = results_dir / SMOKE_RECORD
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ReportInvalid(f"malformed smoke record: {exc}") from exc
+    if not isinstance(record, dict) or "status" not in record:
+        raise ReportInvalid("smoke record has no status")
+    return record
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Line:
+    """One line of the report: a requirement or a stage with its status."""
+
+    name: str
+    title: str
+    status: Status
+    tests: tuple[str, ...] = ()
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON form used in status.json."""
+        return {"id": self.name, "title": self.title, "status": self.status.value,
+                "tests": list(self.tests), "reason": self.reason}
+
+
+def _reasons(tests: Iterable[TestResult]) -> str:
+    found = sorted({t.reason or "skipped" for t in tests if t.outcome is Outcome.SKIPPED})
+    return "; ".join(found)[:300]
+
+
+def _fold(tests: list[TestResult], passed: Status, empty: Status, empty_reason: str) -> tuple[
+        Status, str | None]:
+    if not tests:
+        return empty, empty_reason
+    if any(t.outcome is Outcome.FAILED for t in tests):
+        failed = [t.nodeid for t in tests if t.outcome is Outcome.FAILED]
+        return Status.FAIL, "failed: " + ", ".join(failed[:3])
+    if all(t.outcome is Outcome.PASSED for t in tests):
+        return passed, None
+    if any(t.outcome is Outcome.PASSED for t in tests) and passed is Status.PASS:
+        return passed, "some skipped: " + _reasons(tests)
+    return Status.NOT_RUN, _reasons(tests)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StatusReport:
+    """The whole report: stages, then every requirement."""
+
+    generated_at: str
+    runs: tuple[Run, ...]
+    stages: tuple[Line, ...]
+    requirements: tuple[Line, ...]
+
+    def summary(self) -> dict[str, int]:
+        """Count of requirements per status."""
+        counts: dict[str, int] = {}
+        for line in self.requirements:
+            counts[line.status.value] = counts.get(line.status.value, 0) + 1
+        return dict(sorted(counts.items()))
+
+
+def merge_runs(runs: Iterable[Run]) -> dict[str, TestResult]:
+    """The latest result of every test across runs (later runs win)."""
+    merged: dict[str, TestResult] = {}
+    for run in runs:
+        for test in run.tests:
+            merged[test.nodeid] = test
+    return merged
+
+
+def _smoke_line(stage: Stage, record: dict[str, Any] | None) -> Line:
+    if record is None:
+        return Line(stage.name, stage.title, Status.NOT_RUN,
+                    reason="no smoke record (run `tox -e smoke` with a model file)")
+    try:
+        status = Status(record["status"])
+    except ValueError:
+        status = Status.FAIL
+    reason = record.get("reason") or record.get("summary")
+    return Line(stage.name, stage.title, status, reason=None if reason is None else str(reason))
+
+
+def build_report(requirements: Requirements, runs: list[Run], smoke: dict[str, Any] | None,
+                 generated_at: str) -> StatusReport:
+    """Fold recorded runs and the smoke record into the status of every ID and stage."""
+    tests = merge_runs(runs)
+    by_req: dict[str, list[TestResult]] = {req: [] for req in requirements.titles}
+    for test in tests.values():
+        for req in test.reqs:
+            by_req.setdefault(req, []).append(test)
+    req_lines = []
+    for req, named in by_req.items():
+        status, reason = _fold(named, Status.CURRENT, Status.TARGET, "no test names it yet")
+        title = requirements.titles.get(req, "(not in requirements.toml)")
+        req_lines.append(Line(req, title, status, tuple(sorted(t.nodeid for t in named)), reason))
+    stage_lines = []
+    for stage in requirements.stages:
+        if stage.record is not None:
+            stage_lines.append(_smoke_line(stage, smoke))
+            continue
+        members = [t for t in tests.values() if t.nodeid.startswith(stage.paths)]
+        status, reason = _fold(members, Status.PASS, Status.NOT_RUN, "no test ran in this stage")
+        stage_lines.append(Line(stage.name, stage.title, status, (f"{len(members)} tests",),
+                                reason))
+    return StatusReport(generated_at, tuple(runs), tuple(stage_lines), tuple(req_lines))

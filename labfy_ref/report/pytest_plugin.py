@@ -1,0 +1,139 @@
+"""The pytest plugin behind the status report (QR-01).
+
+Load it with ``-p labfy_ref.report.pytest_plugin``. It registers the ``req``
+marker, records every test's outcome with the requirement IDs it names, and
+at session end (on the xdist controller only) writes
+``results/<run>.json``, ``junit.xml``, ``status.json`` and ``STATUS.md`` into
+the report directory. Requirement IDs travel from xdist workers as
+``user_properties``, which xdist serialises with each report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from labfy_ref.report import (
+    DEFAULT_REPORT_DIR,
+    DEFAULT_REQUIREMENTS,
+    Outcome,
+    ReportInvalid,
+    Requirements,
+    Run,
+    TestResult,
+    now_iso,
+    regenerate,
+)
+
+_REQ = "req"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Options of the qualification report."""
+    group = parser.getgroup("qualification", "labfy-ref qualification report")
+    group.addoption("--report-dir", default=str(DEFAULT_REPORT_DIR),
+                    help="where STATUS.md, status.json, junit.xml and results/ go")
+    group.addoption("--requirements", default=None,
+                    help="requirements.toml (default: <rootdir>/qualification/requirements.toml)")
+    group.addoption("--run-name", default="qualify",
+                    help="name of this run's results file under results/")
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the marker and the recorder, and aim junitxml at the report dir."""
+    config.addinivalue_line(
+        "markers", "req(*ids): the requirement IDs (requirements.toml) this test proves")
+    option = config.getoption("--requirements")
+    path = Path(option) if option else config.rootpath / DEFAULT_REQUIREMENTS
+    try:
+        requirements = Requirements.load(path)
+    except ReportInvalid as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    report_dir = config.rootpath / str(config.getoption("--report-dir"))
+    if not _is_worker(config) and not config.option.xmlpath:
+        config.option.xmlpath = str(report_dir / "junit.xml")
+    config.pluginmanager.register(_Recorder(config, requirements, path, report_dir),
+                                  "labfy-qualification-recorder")
+
+
+def _ids(item: pytest.Item) -> list[str]:
+    return [str(arg) for mark in item.iter_markers(_REQ) for arg in mark.args]
+
+
+def _skip_reason(report: pytest.TestReport) -> str | None:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return None
+
+
+class _Recorder:
+    """Per-session state: the requirements, the results so far, the summary."""
+
+    def __init__(self, config: pytest.Config, requirements: Requirements,
+                 requirements_path: Path, report_dir: Path) -> None:
+        self.config = config
+        self.requirements = requirements
+        self.requirements_path = requirements_path
+        self.report_dir = report_dir
+        self.results: dict[str, TestResult] = {}
+        self.summary: dict[str, int] | None = None
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Carry each test's requirement IDs on its reports (they cross xdist that way)."""
+        for item in items:
+            for req in _ids(item):
+                item.user_properties.append((_REQ, req))
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """A bare ``req()`` or an unknown ID fails the test, so a typo cannot hide."""
+        for mark in item.iter_markers(_REQ):
+            if not mark.args:
+                pytest.fail("@pytest.mark.req() needs at least one requirement ID",
+                            pytrace=False)
+        unknown = [req for req in _ids(item) if req not in self.requirements.titles]
+        if unknown:
+            pytest.fail(f"unknown requirement IDs {unknown}: add them to requirements.toml",
+                        pytrace=False)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Fold setup/call/teardown reports into one outcome per test (controller side)."""
+        if _is_worker(self.config):
+            return
+        reqs = tuple(sorted({str(v) for k, v in report.user_properties if k == _REQ}))
+        previous = self.results.get(report.nodeid)
+        if previous is not None and previous.outcome is Outcome.FAILED:
+            return
+        if report.failed or (report.when == "call" and hasattr(report, "wasxfail")):
+            outcome = Outcome.FAILED
+        elif report.skipped:
+            outcome = Outcome.SKIPPED
+        elif report.when == "call" or previous is None:
+            outcome = Outcome.PASSED
+        else:
+            return
+        self.results[report.nodeid] = TestResult(report.nodeid, outcome, reqs,
+                                                 _skip_reason(report), report.duration)
+
+    def pytest_sessionfinish(self) -> None:
+        """Write this run's results and rebuild the report from every recorded run."""
+        if _is_worker(self.config) or not self.results:
+            return
+        name = str(self.config.getoption("--run-name"))
+        Run(name, now_iso(), tuple(self.results.values())).write(self.report_dir)
+        report, _ = regenerate(self.report_dir, self.requirements_path)
+        self.summary = report.summary()
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """One line naming the report and its counts."""
+        if self.summary is None:
+            return
+        counts = ", ".join(f"{status} {count}" for status, count in self.summary.items())
+        terminalreporter.write_sep(
+            "-", f"qualification report: {self.report_dir / 'STATUS.md'} ({counts})")

@@ -1,0 +1,56 @@
+"""Fixtures shared by every suite: a scrubbed environment and fake providers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from fake_provider import FakeProvider, Scenario
+from labfy_ref.model import ClientLimits, LocalModelClient, parse_endpoint
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+SCENARIOS = FIXTURES / "scenarios"
+
+_AMBIENT = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "NETRC", "SSL_CERT_FILE",
+            "SSL_CERT_DIR", "LABFY_AGENT_MODE", "LABFY_AGENT_MODEL_ENDPOINT",
+            "LABFY_AGENT_MODEL_ID", "LABFY_AGENT_MODEL_TIMEOUT_SECONDS")
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test inherits proxies, netrc or agent settings from the machine it runs on."""
+    for name in _AMBIENT:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
+ProviderFactory = Callable[..., FakeProvider]
+
+
+@pytest.fixture
+def provider_factory() -> Iterator[ProviderFactory]:
+    """Start fake providers on free loopback ports; all are stopped at teardown."""
+    started: list[FakeProvider] = []
+
+    def start(scenario: Scenario, host: str = "127.0.0.1") -> FakeProvider:
+        provider = FakeProvider(scenario, host=host).start()
+        started.append(provider)
+        return provider
+
+    yield start
+    for provider in started:
+        provider.stop()
+
+
+def client_for(provider: FakeProvider, *, model: str = "fake-model",
+               limits: ClientLimits | None = None) -> LocalModelClient:
+    """A LocalModelClient aimed at ``provider`` through the validated endpoint."""
+    return LocalModelClient(parse_endpoint(provider.base_url), model, limits=limits)
+
+
+def scenario(name: str) -> Scenario:
+    """Load ``fixtures/scenarios/<name>.json``."""
+    return Scenario.load(SCENARIOS / f"{name}.json")

@@ -1,0 +1,108 @@
+"""FP-01, FP-02: the fake provider is a real, standalone, OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from fake_provider import Scenario
+from labfy_ref.netutil import RESERVED_PORTS
+from qualification.conftest import SCENARIOS, ProviderFactory, scenario
+
+
+def _openai_client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
+
+
+@pytest.mark.req("FP-01")
+def test_the_official_openai_client_reads_plain_and_streamed_completions(
+        provider_factory: ProviderFactory) -> None:
+    provider = provider_factory(scenario("read-then-final"))
+    client = _openai_client(provider.base_url)
+    plain = client.chat.completions.create(model="fake-model",
+                                           messages=[{"role": "user", "content": "hi"}])
+    assert json.loads(plain.choices[0].message.content or "")["type"] == "tool_call"
+    assert plain.choices[0].finish_reason == "stop"
+    stream = client.chat.completions.create(model="fake-model", stream=True,
+                                            messages=[{"role": "user", "content": "hi"}])
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert json.loads(text)["text"].endswith("𝄞")
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["fake-model"]
+    client.close()
+
+
+@pytest.mark.req("FP-02")
+def test_every_request_is_recorded_with_headers_body_and_addresses(
+        provider_factory: ProviderFactory) -> None:
+    provider = provider_factory(Scenario.replies('{"type":"final","text":"x"}'))
+    with httpx.Client(trust_env=False) as http:
+        http.post(provider.base_url + "/v1/chat/completions",
+                  json={"model": "m", "messages": []}, headers={"X-Probe": "1"})
+    [request] = provider.requests
+    assert request.header("x-probe") == "1"
+    assert request.json() == {"model": "m", "messages": []}
+    assert request.local == ("127.0.0.1", provider.port)
+
+
+@pytest.mark.req("FP-02")
+def test_the_control_api_swaps_the_scenario_and_lists_requests(
+        provider_factory: ProviderFactory) -> None:
+    provider = provider_factory(Scenario.replies())
+    document = json.loads((SCENARIOS / "loading-then-ready.json").read_text())
+    with httpx.Client(trust_env=False, base_url=provider.base_url) as http:
+        assert http.post("/_fake/scenario", json=document).status_code == 200
+        assert http.get("/health").status_code == 503
+        log = http.get("/_fake/requests").json()["requests"]
+        assert [r["path"] for r in log] == ["/health"]
+        assert http.post("/_fake/scenario", json={"bogus": 1}).status_code == 400
+
+
+@pytest.mark.req("FP-02")
+def test_runs_standalone_with_a_ready_file(tmp_path: Path) -> None:
+    ready = tmp_path / "ready.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fake_provider", "--scenario",
+         str(SCENARIOS / "read-then-final.json"), "--port", "0", "--ready-file", str(ready)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):
+            if ready.exists() or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        info = json.loads(ready.read_text())
+        assert info["pid"] == process.pid and info["url"].startswith("http://127.0.0.1:")
+        with httpx.Client(trust_env=False) as http:
+            answer = http.post(info["url"] + "/v1/chat/completions",
+                               json={"model": "fake-model", "messages": []})
+        assert answer.json()["object"] == "chat.completion"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+        if process.stdout:
+            process.stdout.close()
+        if process.stderr:
+            process.stderr.close()
+
+
+@pytest.mark.req("FP-02", "MC-04")
+def test_standalone_refuses_the_reserved_port_and_bad_scenarios(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"answers": [{"contnet": "typo"}]}')
+    reserved = str(min(RESERVED_PORTS))
+    for args in (["--scenario", str(SCENARIOS / "slow.json"), "--port", reserved],
+                 ["--scenario", str(bad)]):
+        done = subprocess.run([sys.executable, "-m", "fake_provider", *args],
+                              capture_output=True, text=True, timeout=30, check=False,
+                              env={**os.environ})
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("fake_provider: ")

@@ -1,0 +1,168 @@
+"""QR-01, QR-02, QR-04: the report plugin, run on generated projects with pytester."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from labfy_ref.cli.main import main
+
+REQUIREMENTS = """
+[stages.SECURITY_SUITES]
+title = "attacks"
+paths = ["security/"]
+[stages.REAL_LOCAL_MODEL_SMOKE]
+title = "smoke"
+record = "smoke"
+[requirements]
+"AA-01" = "all pass"
+"AA-02" = "one fails"
+"AA-03" = "all skipped"
+"AA-04" = "nobody names it"
+"AA-05" = "pass and skip"
+"""
+
+TESTS = """
+import pytest
+
+@pytest.mark.req("AA-01")
+def test_one(): pass
+
+@pytest.mark.req("AA-01", "AA-02")
+def test_two(): pass
+
+@pytest.mark.req("AA-02")
+def test_three(): assert False
+
+@pytest.mark.req("AA-03")
+def test_four(): pytest.skip("firefox not installed")
+
+@pytest.mark.req("AA-05")
+def test_five(): pass
+
+@pytest.mark.req("AA-05")
+@pytest.mark.skipif(True, reason="no model file")
+def test_six(): pass
+"""
+
+SECURITY = """
+import pytest
+
+@pytest.mark.req("AA-01")
+def test_attack(): pass
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makefile(".toml", requirements=REQUIREMENTS)
+    pytester.makepyfile(test_main=TESTS)
+    pytester.mkdir("security")
+    (pytester.path / "security" / "test_attacks.py").write_text(SECURITY)
+    return pytester
+
+
+def _args(extra: tuple[str, ...] = ()) -> list[str]:
+    return ["-p", "labfy_ref.report.pytest_plugin", "--requirements", "requirements.toml",
+            "--strict-markers", "-p", "no:cacheprovider", *extra]
+
+
+def _status(path: Path) -> dict[str, str]:
+    document = json.loads((path / "qualification-report" / "status.json").read_text())
+    lines = document["requirements"] + document["stages"]
+    return {line["id"]: line["status"] for line in lines}
+
+
+def _check(path: Path) -> None:
+    assert _status(path) == {
+        "AA-01": "CURRENT", "AA-02": "FAIL", "AA-03": "NOT_RUN", "AA-04": "TARGET",
+        "AA-05": "NOT_RUN", "SECURITY_SUITES": "PASS", "REAL_LOCAL_MODEL_SMOKE": "NOT_RUN",
+    }
+    report = path / "qualification-report"
+    assert (report / "junit.xml").is_file()
+    markdown = (report / "STATUS.md").read_text()
+    assert "| AA-03 | NOT_RUN | all skipped | `test_main.py::test_four` | firefox not installed |" \
+        in markdown
+    assert "| AA-04 | TARGET |" in markdown
+
+
+@pytest.mark.req("QR-01")
+def test_statuses_follow_the_rule_of_every_naming_test(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess(*_args())
+    result.assert_outcomes(passed=4, failed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*qualification report:*STATUS.md (CURRENT 1, FAIL 1, "
+                                 "NOT_RUN 2, TARGET 1)*"])
+    _check(project.path)
+
+
+@pytest.mark.req("QR-01")
+def test_the_report_is_the_same_under_xdist(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess(*_args(("-n", "2")))
+    result.assert_outcomes(passed=4, failed=1, skipped=2)
+    _check(project.path)
+
+
+@pytest.mark.req("QR-04")
+def test_an_unknown_or_missing_id_fails_the_test(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", requirements=REQUIREMENTS)
+    pytester.makepyfile(test_typo="""
+import pytest
+
+@pytest.mark.req("AA-1")
+def test_typo(): pass
+
+@pytest.mark.req()
+def test_empty(): pass
+""")
+    result = pytester.runpytest_subprocess(*_args())
+    result.assert_outcomes(errors=2)
+    output = result.stdout.str()
+    assert "unknown requirement IDs ['AA-1']: add them to requirements.toml" in output
+    assert "@pytest.mark.req() needs at least one requirement ID" in output
+
+
+@pytest.mark.req("QR-04")
+def test_an_unregistered_marker_is_refused(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", requirements=REQUIREMENTS)
+    pytester.makepyfile(test_marker="""
+import pytest
+
+@pytest.mark.reqs("AA-01")
+def test_misspelt(): pass
+""")
+    result = pytester.runpytest_subprocess(*_args())
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*'reqs' not found in `markers` configuration option*"])
+
+
+@pytest.mark.req("QR-02")
+def test_labfy_ref_report_rebuilds_from_records_with_the_smoke_record(
+        project: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    project.runpytest_subprocess(*_args())
+    report = project.path / "qualification-report"
+    (report / "STATUS.md").unlink()
+    (report / "status.json").unlink()
+    (report / "smoke-record.json").write_text(json.dumps(
+        {"status": "PASS_LOCAL_SPECIMEN", "summary": "SmolLM2 135M, 41 s"}))
+    code = main(["report", "--results", str(report), "--requirements",
+                 str(project.path / "requirements.toml"), "--format", "md,json,html"])
+    assert code == 0
+    assert "requirements: CURRENT 1, FAIL 1, NOT_RUN 2, TARGET 1" in capsys.readouterr().out
+    status = _status(project.path)
+    assert status["REAL_LOCAL_MODEL_SMOKE"] == "PASS_LOCAL_SPECIMEN"
+    assert status["AA-01"] == "CURRENT"
+    assert "<script" not in (report / "status.html").read_text()
+
+
+@pytest.mark.req("QR-02")
+def test_later_runs_override_earlier_results_of_the_same_test(
+        project: pytest.Pytester) -> None:
+    project.runpytest_subprocess(*_args())
+    fixed = TESTS.replace("def test_three(): assert False", "def test_three(): pass")
+    project.makepyfile(test_main=fixed)
+    project.runpytest_subprocess(*_args(("--run-name", "rerun")))
+    assert _status(project.path)["AA-02"] == "CURRENT"
+    shutil.rmtree(project.path / "qualification-report" / "results")

@@ -1,0 +1,150 @@
+"""PR-01, PR-02, PR-05: only a valid action object ever becomes an action."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+
+from labfy_ref.errors import ErrorCode, ProtocolRefused
+from labfy_ref.protocol import ActionParser, Final, ToolCall, bound_action_schema
+from labfy_ref.tools import default_catalog
+
+PARSER = ActionParser(default_catalog())
+BOUND = Draft202012Validator(bound_action_schema(default_catalog()))
+OBJ = "obj_01HZX3K8M9N0P1Q2R3S4T5V6W7"
+
+VALID_ACTIONS: list[dict[str, Any]] = [
+    {"type": "final", "text": "done"},
+    {"type": "final", "text": ""},
+    {"type": "tool_call", "tool_id": "workspace.list_objects", "arguments": {}},
+    {"type": "tool_call", "tool_id": "workspace.list_objects",
+     "arguments": {"kind": "note", "limit": 5}},
+    {"type": "tool_call", "tool_id": "workspace.read_object", "arguments": {"object_id": OBJ}},
+    {"type": "tool_call", "tool_id": "research.prepare",
+     "arguments": {"topic": "t", "questions": ["q?"], "object_refs": [OBJ]}},
+    {"type": "tool_call", "tool_id": "files.write", "arguments": {"path": "a.txt", "content": ""}},
+]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=10),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.sampled_from(["type", "tool_id", "arguments", "text", "path",
+                                        "object_id", "authorized", "grant", "x"]),
+                      children, max_size=4),
+    max_leaves=12,
+)
+action_like = st.fixed_dictionaries(
+    {"type": st.sampled_from(["tool_call", "final", "grant"])},
+    optional={"tool_id": st.sampled_from([*default_catalog(), "grants.create", ""]),
+              "arguments": json_values, "text": json_values, "authorized": st.booleans()},
+)
+whitespace = st.text(alphabet=" \t\r\n\u00a0\u2028\u3000\x0b\x0c", max_size=6)
+
+
+def _parses(text: str) -> bool:
+    try:
+        PARSER.parse(text)
+    except ProtocolRefused as exc:
+        assert exc.code is ErrorCode.MODEL_PROTOCOL_ERROR
+        assert "\n" not in exc.message and len(exc.message) <= 300
+        return False
+    return True
+
+
+@pytest.mark.req("PR-01")
+@pytest.mark.parametrize("action", VALID_ACTIONS)
+def test_valid_actions_parse_to_typed_values(action: dict[str, Any]) -> None:
+    parsed = PARSER.parse(json.dumps(action))
+    if action["type"] == "final":
+        assert parsed == Final(text=action["text"])
+    else:
+        assert parsed == ToolCall(tool_id=action["tool_id"], arguments=action["arguments"])
+
+
+@pytest.mark.req("PR-01")
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(VALID_ACTIONS), whitespace, whitespace, st.booleans())
+def test_every_valid_action_survives_whitespace_and_round_trips(
+        action: dict[str, Any], before: str, after: str, pretty: bool) -> None:
+    text = json.dumps(action, indent=2 if pretty else None, ensure_ascii=False)
+    parsed = PARSER.parse(before + text + after)
+    again = PARSER.parse(json.dumps(_to_wire(parsed)))
+    assert parsed == again
+    assert _to_wire(parsed) == action
+
+
+def _to_wire(action: ToolCall | Final) -> dict[str, Any]:
+    if isinstance(action, Final):
+        return {"type": "final", "text": action.text}
+    return {"type": "tool_call", "tool_id": action.tool_id, "arguments": action.arguments}
+
+
+@pytest.mark.req("PR-01", "PR-02")
+@given(st.text(max_size=200))
+def test_arbitrary_text_never_parses_unless_it_is_a_valid_action(text: str) -> None:
+    if _parses(text):
+        assert BOUND.is_valid(json.loads(text))
+
+
+@pytest.mark.req("PR-02", "PR-05")
+@settings(max_examples=300)
+@given(action_like | json_values)
+def test_parser_accepts_exactly_what_the_published_bound_schema_accepts(value: Any) -> None:
+    assert _parses(json.dumps(value)) == BOUND.is_valid(value)
+
+
+DOUBLE = '{"type":"tool_call","tool_id":"workspace.list_objects","arguments":{"kind":"note"}}'
+
+
+@pytest.mark.req("PR-02")
+@pytest.mark.parametrize(
+    ("reply", "defect"),
+    [
+        ('{"type":"final","text":"a","text":"b"}', "duplicate key"),
+        ('{"type":"tool_call","tool_id":"files.read","arguments":{"path":"a","path":"b"}}',
+         "duplicate key"),
+        ('{"type":"final","text":"x","extra":1}', "wrong, missing or extra fields"),
+        ('{"type":"final"}', "wrong, missing or extra fields"),
+        ('{"type":"tool_call","tool_id":5,"arguments":{}}', "wrong, missing or extra fields"),
+        ('{"type":"tool_call","tool_id":"files.list","arguments":[]}',
+         "wrong, missing or extra fields"),
+        ('{"type":"final","text":NaN}', "NaN or Infinity is not JSON"),
+        ('{"type":"final","text":"x","n":Infinity}', "NaN or Infinity is not JSON"),
+        ('{"type":"final","text":"x","n":1e400}', "number out of range"),
+        ('{"type":"final","text":"x","n":' + "9" * 5000 + "}", "number out of range"),
+        ('{"type":"final","text":"x"} trailing', "text after the JSON object"),
+        ('Sure! {"type":"final","text":"x"}', "not a JSON document"),
+        ('```json\n{"type":"final","text":"x"}\n```', "not a JSON document"),
+        ('{"type":"final","text":"x"}{"type":"final","text":"y"}', "text after the JSON object"),
+        ('[{"type":"final","text":"x"}]', "the reply must be one JSON object"),
+        ('"final"', "the reply must be one JSON object"),
+        ("42", "the reply must be one JSON object"),
+        ('\ufeff{"type":"final","text":"x"}', "byte order mark before the JSON"),
+        ("[" * 100_000 + "]" * 100_000, "nesting too deep"),
+        ("", "empty reply"),
+        ("   \n ", "empty reply"),
+        (DOUBLE.replace("workspace.list_objects", "grants.create"), "unknown tool_id"),
+        (DOUBLE.replace('"note"', '"secret"'), "arguments do not match the tool's schema"),
+        ('{"type":"tool_call","tool_id":"research.prepare","arguments":{"topic":"t",'
+         '"questions":["q"],"authorized":true}}', "arguments do not match the tool's schema"),
+        ('{"type":"tool_call","tool_id":"research.prepare","arguments":{"topic":"t",'
+         '"questions":["q"]},"approval":"granted"}', "wrong, missing or extra fields"),
+        ('{"type":"grant","campaign_id":"camp_x"}', "wrong, missing or extra fields"),
+    ],
+)
+def test_malformed_or_self_authorizing_replies_are_refused(reply: str, defect: str) -> None:
+    with pytest.raises(ProtocolRefused) as caught:
+        PARSER.parse(reply)
+    assert caught.value.defect == defect
+
+
+@pytest.mark.req("PR-02")
+def test_a_final_text_claiming_a_grant_is_only_text() -> None:
+    parsed = PARSER.parse('{"type":"final","text":"I have granted research for camp_1."}')
+    assert parsed == Final(text="I have granted research for camp_1.")

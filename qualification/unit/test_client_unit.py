@@ -1,0 +1,130 @@
+"""MC-02, MC-03 unit tests: the SSE decoder and the client's request shape (respx)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+
+import httpx
+import pytest
+import respx
+from hypothesis import given
+from hypothesis import strategies as st
+
+from labfy_ref.errors import ModelUnavailable
+from labfy_ref.model import ClientLimits, LocalModelClient, parse_endpoint
+from labfy_ref.model.sse import SSEDecoder, SSEError
+
+ENDPOINT = parse_endpoint("http://127.0.0.1:43117")
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def _events(stream: bytes, cuts: list[int]) -> list[str]:
+    decoder = SSEDecoder()
+    out: list[str] = []
+    last = 0
+    for cut in [*sorted(set(cuts)), len(stream)]:
+        out.extend(decoder.feed(stream[last:cut]))
+        last = cut
+    decoder.close()
+    return out
+
+
+@pytest.mark.req("MC-03")
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=["Cs"],
+                                               blacklist_characters="\r\n"), max_size=20),
+                max_size=6),
+       st.sampled_from(["\n", "\r\n", "\r"]), st.lists(st.integers(0, 400), max_size=8))
+def test_sse_events_survive_any_split_and_line_ending(
+        payloads: list[str], newline: str, cuts: list[int]) -> None:
+    stream = "".join(f"data: {p}{newline}{newline}" for p in payloads).encode()
+    cuts = [c for c in cuts if c <= len(stream)]
+    assert _events(stream, cuts) == payloads
+
+
+@pytest.mark.req("MC-03")
+def test_sse_comments_are_skipped_and_multi_line_data_joined() -> None:
+    assert _events(b": keepalive\ndata: a\ndata: b\n\nevent: x\ndata: c\n\n", [3]) == [
+        "a\nb", "c"]
+
+
+@pytest.mark.req("MC-03")
+@pytest.mark.parametrize("stream", [b"data: " + b"x" * 300_000, b"data: \xff\n\n",
+                                    b"data: x\n" * 140_000])
+def test_sse_refuses_unbounded_lines_events_and_bad_utf8(stream: bytes) -> None:
+    with pytest.raises(SSEError):
+        list(SSEDecoder().feed(stream))
+
+
+@pytest.mark.req("MC-03")
+def test_sse_refuses_a_stream_ending_inside_a_character() -> None:
+    decoder = SSEDecoder()
+    list(decoder.feed("data: é".encode()[:-1]))
+    with pytest.raises(SSEError):
+        decoder.close()
+
+
+@respx.mock(assert_all_called=True)
+@pytest.mark.req("MC-02")
+def test_request_shape_has_no_ambient_auth_cookie_or_compression(
+        respx_mock: respx.MockRouter) -> None:
+    route = respx_mock.post("http://127.0.0.1:43117/v1/chat/completions").mock(
+        return_value=httpx.Response(200, json={"choices": [{"message": {"content": "{}"},
+                                                            "finish_reason": "stop"}]}))
+
+    async def run() -> None:
+        async with LocalModelClient(ENDPOINT, "m") as client:
+            reply = await client.chat(HELLO, response_format={"type": "json_object"})
+            assert reply.content == "{}"
+
+    asyncio.run(run())
+    request = route.calls.last.request
+    assert "authorization" not in request.headers and "cookie" not in request.headers
+    assert request.headers["accept-encoding"] == "identity"
+    assert json.loads(request.content) == {"model": "m", "messages": HELLO, "stream": False,
+                                           "response_format": {"type": "json_object"}}
+
+
+@respx.mock
+@pytest.mark.req("MC-03")
+@pytest.mark.parametrize(
+    ("response", "message"),
+    [
+        (httpx.Response(200, json={"nope": 1}), "provider reply is not a chat completion"),
+        (httpx.Response(200, json={"choices": []}), "provider reply is not a chat completion"),
+        (httpx.Response(200, content=b'{"a":1,"a":2}'), "provider reply is not valid JSON"),
+        (httpx.Response(200, content=b"\xff\xfe"), "provider reply is not valid JSON"),
+        (httpx.Response(200, content=b"x" * 2000), "reply exceeds 1024 bytes"),
+        (httpx.Response(200, content=gzip.compress(b"{}"), headers={"Content-Encoding": "gzip"}),
+         "provider used a content-encoding; only identity is accepted"),
+        (httpx.Response(503), "provider answered HTTP 503 (model loading or overloaded)"),
+    ],
+)
+def test_malformed_replies_are_unavailable_with_a_bounded_diagnostic(
+        response: httpx.Response, message: str) -> None:
+    respx.post("http://127.0.0.1:43117/v1/chat/completions").mock(return_value=response)
+
+    async def run() -> str:
+        async with LocalModelClient(ENDPOINT, "m",
+                                    limits=ClientLimits(max_body_bytes=1024)) as client:
+            with pytest.raises(ModelUnavailable) as caught:
+                await client.chat(HELLO)
+            return caught.value.message
+
+    assert asyncio.run(run()) == message
+
+
+@respx.mock
+@pytest.mark.req("MC-03")
+def test_a_connect_timeout_is_unavailable() -> None:
+    respx.post("http://127.0.0.1:43117/v1/chat/completions").mock(
+        side_effect=httpx.ConnectTimeout("slow"))
+
+    async def run() -> str:
+        async with LocalModelClient(ENDPOINT, "m") as client:
+            with pytest.raises(ModelUnavailable) as caught:
+                await client.chat(HELLO)
+            return caught.value.message
+
+    assert asyncio.run(run()) == "timed out (ConnectTimeout)"
