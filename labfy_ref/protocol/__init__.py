@@ -9,19 +9,25 @@ from labfy_ref.protocol.action import (
     action_schema,
     bound_action_schema,
 )
-from labfy_ref.protocol.prompt import repair_message, system_prompt
+from labfy_ref.protocol.exchange import ChatModel, Round, request_action, response_format_for
+from labfy_ref.protocol.prompt import ChatMessage, repair_message, system_prompt
 from labfy_ref.protocol.strict_json import Defect, loads_strict
 
 __all__ = [
     "CONTRACT_ID",
     "Action",
     "ActionParser",
+    "ChatMessage",
+    "ChatModel",
     "Defect",
     "Final",
+    "Round",
     "ToolCall",
     "action_schema",
     "bound_action_schema",
     "loads_strict",
     "repair_message",
+    "request_action",
+    "response_format_for",
     "system_prompt",
 ]

@@ -91,7 +91,7 @@ def test_an_empty_environment_variable_counts_as_unset() -> None:
     assert agent.mode is AgentMode.DEMO
 
 
-@pytest.mark.req("MC-04", "SV-01")
+@pytest.mark.req("MC-04")
 @pytest.mark.parametrize(
     ("options", "code"),
     [
