@@ -11,7 +11,10 @@ Hierarchy::
     ├── ConfigRefused            -- exit 2 at configuration time
     │   └── EndpointRefused      -- ENDPOINT_REFUSED (MC-01)
     ├── ModelUnavailable         -- MODEL_UNAVAILABLE (MC-02, MC-03)
-    └── ProtocolRefused          -- one refused model output (PR-01, PR-02)
+    ├── ProtocolRefused          -- one refused model output (PR-01, PR-02)
+    ├── WorkspaceError           -- WORKSPACE_* (WS-01)
+    ├── ToolError                -- a tool's bounded diagnostic (GW-05), given to the model
+    └── RuntimeRefused           -- a refused runtime request (RT-03, RT-08), HTTP 4xx
 """
 
 from __future__ import annotations
@@ -32,6 +35,46 @@ class ErrorCode(enum.StrEnum):
     MODEL_UNAVAILABLE = "MODEL_UNAVAILABLE"
     MODEL_PROTOCOL_ERROR = "MODEL_PROTOCOL_ERROR"
     REPORT_INVALID = "REPORT_INVALID"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    # workspace (WS)
+    WORKSPACE_INVALID = "WORKSPACE_INVALID"
+    WORKSPACE_EXISTS = "WORKSPACE_EXISTS"
+    WORKSPACE_LOCKED = "WORKSPACE_LOCKED"
+    # tools and gateway (GW): returned to the model as normal tool results
+    TOOL_UNAVAILABLE = "TOOL_UNAVAILABLE"
+    INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
+    OBJECT_NOT_FOUND = "OBJECT_NOT_FOUND"
+    CAMPAIGN_NOT_FOUND = "CAMPAIGN_NOT_FOUND"
+    PATH_OUTSIDE_WORKSPACE = "PATH_OUTSIDE_WORKSPACE"
+    FILE_NOT_FOUND = "FILE_NOT_FOUND"
+    NOT_A_FILE = "NOT_A_FILE"
+    NOT_A_DIRECTORY = "NOT_A_DIRECTORY"
+    FILE_TOO_LARGE = "FILE_TOO_LARGE"
+    NOT_UTF8 = "NOT_UTF8"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RESEARCH_ADAPTER_UNAVAILABLE = "RESEARCH_ADAPTER_UNAVAILABLE"
+    RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
+    # runtime (RT)
+    GRANT_REQUIRED = "GRANT_REQUIRED"
+    GRANT_NOT_FOUND = "GRANT_NOT_FOUND"
+    TURN_NOT_FOUND = "TURN_NOT_FOUND"
+    TURN_NOT_RESUMABLE = "TURN_NOT_RESUMABLE"
+    QUEUE_FULL = "QUEUE_FULL"
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+    REPEATED_TOOL_FAILURE = "REPEATED_TOOL_FAILURE"
+    RUNTIME_CLOSED = "RUNTIME_CLOSED"
+    CANCELLED = "CANCELLED"
+    # server (SV)
+    HOST_NOT_ALLOWED = "HOST_NOT_ALLOWED"
+    ORIGIN_NOT_ALLOWED = "ORIGIN_NOT_ALLOWED"
+    CSRF_FAILED = "CSRF_FAILED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    FORBIDDEN = "FORBIDDEN"
+    NOT_FOUND = "NOT_FOUND"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+    BODY_TOO_LARGE = "BODY_TOO_LARGE"
+    VALIDATION_FAILED = "VALIDATION_FAILED"
 
 
 def bounded(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -95,3 +138,23 @@ class ProtocolRefused(LabfyError):
     def __init__(self, defect: str, message: str) -> None:
         self.defect = defect
         super().__init__(message)
+
+
+class WorkspaceError(LabfyError):
+    """A directory is not a usable workspace, or is locked by another server."""
+
+    code = ErrorCode.WORKSPACE_INVALID
+
+
+class ToolError(LabfyError):
+    """A tool call failed; the model receives the code and the bounded message only."""
+
+    code = ErrorCode.TOOL_UNAVAILABLE
+
+
+class RuntimeRefused(LabfyError):
+    """The runtime refused a request; ``status`` is the HTTP status it maps to."""
+
+    def __init__(self, code: ErrorCode, message: str, *, status: int = 409) -> None:
+        self.status = status
+        super().__init__(message, code=code)

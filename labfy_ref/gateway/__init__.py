@@ -1,0 +1,8 @@
+"""The policy gateway and the services behind it (SPEC §5)."""
+
+from labfy_ref.gateway.files import ConfinedFiles
+from labfy_ref.gateway.gateway import TRUST, AgentGateway, ToolOutcome
+from labfy_ref.gateway.policy import CallContext, Decision, decide
+
+__all__ = ["TRUST", "AgentGateway", "CallContext", "ConfinedFiles", "Decision", "ToolOutcome",
+           "decide"]

@@ -1,0 +1,184 @@
+"""File access confined to a workspace's ``files/`` by construction (GW-06).
+
+Every path is walked from a directory file descriptor of ``files/``, one
+component at a time, each opened with ``O_NOFOLLOW`` (directories with
+``O_DIRECTORY`` too). No path is ever resolved and then opened, so swapping a
+component for a symlink between check and use cannot lead outside: the open
+itself refuses the symlink. Writes go to a fresh temporary file that is then
+renamed over the target inside the same directory descriptor, so a reader
+never sees a partial file and a hard link to an outside file is never written
+through (and is refused outright). Device files and FIFOs are refused after
+``fstat`` of the opened descriptor, never by a name check.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from labfy_ref.errors import ErrorCode, ToolError
+
+MAX_PATH_CHARS = 1024
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+
+
+def _outside(reason: str) -> ToolError:
+    return ToolError(reason, code=ErrorCode.PATH_OUTSIDE_WORKSPACE)
+
+
+def split_path(path: str) -> list[str]:
+    """The components of a relative path under ``files/``; refuses anything else."""
+    if len(path) > MAX_PATH_CHARS:
+        raise _outside(f"path is longer than {MAX_PATH_CHARS} characters")
+    if "\x00" in path:
+        raise _outside("path contains a NUL byte")
+    if path.startswith("/"):
+        raise _outside("absolute paths are refused; paths are relative to files/")
+    if path in ("", "."):
+        return []
+    parts = path.removesuffix("/").split("/")
+    for part in parts:
+        if part == "..":
+            raise _outside("'..' is refused")
+        if part in ("", "."):
+            raise _outside("empty or '.' path components are refused")
+    return parts
+
+
+def _os_error(exc: OSError, what: str) -> ToolError:
+    if exc.errno in (errno.ELOOP, errno.EMLINK):
+        return _outside(f"{what}: symlinks are never followed")
+    if exc.errno == errno.ENOENT:
+        return ToolError(f"{what}: no such file or directory", code=ErrorCode.FILE_NOT_FOUND)
+    if exc.errno == errno.ENOTDIR:
+        return ToolError(f"{what}: not a directory", code=ErrorCode.NOT_A_DIRECTORY)
+    if exc.errno == errno.EISDIR:
+        return ToolError(f"{what}: is a directory", code=ErrorCode.NOT_A_FILE)
+    return ToolError(f"{what}: {errno.errorcode.get(exc.errno or 0, 'error')}",
+                     code=ErrorCode.TOOL_UNAVAILABLE)
+
+
+class ConfinedFiles:
+    """List, read and write text files under one root, never outside it."""
+
+    def __init__(self, root: Path, *, max_read_bytes: int = 256 * 1024,
+                 max_write_bytes: int = 256 * 1024, max_entries: int = 1000) -> None:
+        self._root = root
+        self.max_read_bytes = max_read_bytes
+        self.max_write_bytes = max_write_bytes
+        self.max_entries = max_entries
+
+    @contextmanager
+    def _directory(self, parts: list[str], *, create: bool = False) -> Iterator[int]:
+        """A descriptor of the directory ``parts`` under the root, walked without following."""
+        try:
+            fd = os.open(self._root, _DIR_FLAGS)
+        except OSError as exc:
+            raise _os_error(exc, "files/") from exc
+        try:
+            for index, part in enumerate(parts):
+                where = "/".join(parts[: index + 1])
+                if create:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    except OSError as exc:
+                        raise _os_error(exc, where) from exc
+                try:
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    raise _os_error(exc, where) from exc
+                os.close(fd)
+                fd = child
+            yield fd
+        finally:
+            os.close(fd)
+
+    def list(self, path: str) -> dict[str, Any]:
+        """Entries of a directory: files (with size) and directories; symlinks are skipped."""
+        parts = split_path(path)
+        entries: list[dict[str, Any]] = []
+        with self._directory(parts) as fd, os.scandir(fd) as listing:
+            for entry in sorted(listing, key=lambda e: e.name):
+                if len(entries) >= self.max_entries:
+                    break
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    entries.append({"name": entry.name, "type": "directory"})
+                elif stat.S_ISREG(info.st_mode):
+                    entries.append({"name": entry.name, "type": "file", "size": info.st_size})
+        return {"path": "/".join(parts), "entries": entries}
+
+    def read(self, path: str) -> dict[str, Any]:
+        """A UTF-8 text file, cut at ``max_read_bytes`` (``truncated`` says so)."""
+        parts = split_path(path)
+        if not parts:
+            raise ToolError("files.read needs a file path", code=ErrorCode.NOT_A_FILE)
+        with self._directory(parts[:-1]) as dir_fd:
+            try:
+                fd = os.open(parts[-1], _READ_FLAGS, dir_fd=dir_fd)
+            except OSError as exc:
+                raise _os_error(exc, path) from exc
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise _outside(f"{path}: not a regular file (devices and FIFOs are refused)")
+                data = os.read(fd, self.max_read_bytes + 1)
+            finally:
+                os.close(fd)
+        truncated = len(data) > self.max_read_bytes
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        try:
+            text = decoder.decode(data[: self.max_read_bytes], final=not truncated)
+        except UnicodeDecodeError:
+            raise ToolError(f"{path}: not UTF-8 text", code=ErrorCode.NOT_UTF8) from None
+        return {"path": "/".join(parts), "content": text, "truncated": truncated}
+
+    def write(self, path: str, content: str) -> dict[str, Any]:
+        """Replace (or create) a text file atomically; refuses links and special files."""
+        parts = split_path(path)
+        if not parts:
+            raise ToolError("files.write needs a file path", code=ErrorCode.NOT_A_FILE)
+        data = content.encode("utf-8")
+        if len(data) > self.max_write_bytes:
+            raise ToolError(f"content exceeds {self.max_write_bytes} bytes",
+                            code=ErrorCode.FILE_TOO_LARGE)
+        name = parts[-1]
+        with self._directory(parts[:-1], create=True) as dir_fd:
+            try:
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                info = None
+            except OSError as exc:
+                raise _os_error(exc, path) from exc
+            if info is not None:
+                if stat.S_ISLNK(info.st_mode):
+                    raise _outside(f"{path}: is a symlink; symlinks are never written through")
+                if not stat.S_ISREG(info.st_mode):
+                    raise _outside(f"{path}: not a regular file")
+                if info.st_nlink > 1:
+                    raise _outside(f"{path}: has other hard links; it is not written")
+            temp = f".{name[:64]}.{secrets.token_hex(6)}.tmp"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+            try:
+                with os.fdopen(fd, "wb", closefd=True) as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                try:
+                    os.unlink(temp, dir_fd=dir_fd)
+                except OSError:
+                    pass
+                raise
+        return {"path": "/".join(parts), "bytes_written": len(data)}

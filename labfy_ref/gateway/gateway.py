@@ -1,0 +1,176 @@
+"""``AgentGateway``: capability → policy → service for every tool call (GW-01..GW-05).
+
+The runtime and the bridge engine hold a gateway and nothing else: no store,
+no path, no adapter. Every result goes back wrapped as ``UNTRUSTED_DATA``
+with a bounded diagnostic on error; the gateway keeps a bounded log of what
+it executed so tests can prove what did *not* run.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import json
+from collections.abc import Callable
+from typing import Any, Literal
+
+from labfy_ref.errors import ErrorCode, ToolError
+from labfy_ref.gateway.policy import CallContext, decide, needs_approval
+from labfy_ref.gateway.services import FileService, GrantService, ObjectService, ResearchService
+from labfy_ref.tools.catalog import ToolCatalog, ToolSpec, default_catalog
+from labfy_ref.workspace.layout import Workspace, WorkspaceKind
+from labfy_ref.workspace.store import Campaign, Grant, WorkspaceStore
+
+TRUST = "UNTRUSTED_DATA"
+DEFAULT_MAX_RESULT_BYTES = 256 * 1024
+Status = Literal["ok", "error", "refused"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """What one call produced: its status and the wrapped result given to the model."""
+
+    tool_id: str
+    arguments: dict[str, Any]
+    status: Status
+    result: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        """Did the service run and succeed?"""
+        return self.status == "ok"
+
+    @property
+    def error_code(self) -> str | None:
+        """The error code, when not ok."""
+        error = self.result["data"].get("error") if not self.ok else None
+        return None if error is None else str(error["code"])
+
+
+def _wrap(tool_id: str, ok: bool, data: dict[str, Any]) -> dict[str, Any]:
+    return {"trust": TRUST, "tool_id": tool_id, "ok": ok, "data": data}
+
+
+def _failure(tool_id: str, arguments: dict[str, Any], status: Status,
+             error: ToolError) -> ToolOutcome:
+    data = {"error": error.as_dict()}
+    return ToolOutcome(tool_id, arguments, status, _wrap(tool_id, False, data))
+
+
+class AgentGateway:
+    """The one door between an agent and any effect."""
+
+    def __init__(self, workspace: Workspace, store: WorkspaceStore,
+                 catalog: ToolCatalog | None = None, *,
+                 max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+                 log_size: int = 256) -> None:
+        self.workspace = workspace
+        self.catalog = catalog or default_catalog()
+        self.max_result_bytes = max_result_bytes
+        self._objects = ObjectService(store)
+        self._research = ResearchService(store, workspace)
+        self._files = FileService(workspace).files
+        self.grants = GrantService(store, workspace)
+        #: (tool_id, status) of every call that reached the gateway, newest last.
+        self.log: collections.deque[tuple[str, Status]] = collections.deque(maxlen=log_size)
+        self._services: dict[str, Callable[..., dict[str, Any]]] = {
+            "workspace.list_objects": self._objects.list_objects,
+            "workspace.read_object": self._objects.read_object,
+            "research.prepare": self._research.prepare,
+            "research.get_state": self._research.get_state,
+            "files.list": self._files.list,
+            "files.read": self._files.read,
+            "files.write": self._files.write,
+        }
+
+    # -- catalog ------------------------------------------------------------------
+
+    def availability(self, spec: ToolSpec) -> tuple[bool, str | None]:
+        """Is a tool usable in this workspace, and if not, why."""
+        if spec.tool_id not in self._services:
+            return False, "no service implements this tool"
+        return True, None
+
+    def describe_tools(self) -> list[dict[str, Any]]:
+        """The published catalog with availability (SPEC §15)."""
+        return [spec.describe(available=(avail := self.availability(spec))[0], reason=avail[1])
+                for spec in self.catalog.values()]
+
+    def needs_approval(self, tool_id: str, context: CallContext) -> bool:
+        """Would this call be refused now but allowed by a one-time approval (BR-12)?"""
+        spec = self.catalog.get(tool_id)
+        return spec is not None and needs_approval(spec, context)
+
+    # -- calls --------------------------------------------------------------------
+
+    def call(self, tool_id: str, arguments: dict[str, Any], context: CallContext) -> ToolOutcome:
+        """Run one tool call through capability, policy and service."""
+        outcome = self._call(tool_id, arguments, context)
+        self.log.append((tool_id, outcome.status))
+        return outcome
+
+    def _call(self, tool_id: str, arguments: dict[str, Any],
+              context: CallContext) -> ToolOutcome:
+        spec = self.catalog.get(tool_id)
+        if spec is None or not self.availability(spec)[0]:
+            return _failure(tool_id, arguments, "refused",
+                            ToolError(f"{tool_id[:64]} is not an available tool",
+                                      code=ErrorCode.TOOL_UNAVAILABLE))
+        error = next(iter(spec.input_validator.iter_errors(arguments)), None)
+        if error is not None:
+            return _failure(tool_id, arguments, "refused",
+                            ToolError(f"arguments do not match the schema ({error.validator})",
+                                      code=ErrorCode.INVALID_ARGUMENTS))
+        decision = decide(spec, context)
+        if not decision.allowed:
+            assert decision.code is not None
+            return _failure(tool_id, arguments, "refused",
+                            ToolError(decision.reason, code=decision.code))
+        cited = self._cited_objects(tool_id, arguments)
+        missing = self._objects.missing(cited)
+        if missing:
+            return _failure(tool_id, arguments, "refused", ToolError(
+                f"unknown object_id {missing[0][:40]}: copy ids exactly from earlier results",
+                code=ErrorCode.OBJECT_NOT_FOUND))
+        try:
+            data = self._services[tool_id](**arguments)
+        except ToolError as exc:
+            return _failure(tool_id, arguments, "error", exc)
+        size = len(json.dumps(data, ensure_ascii=False).encode("utf-8"))
+        if size > self.max_result_bytes:
+            return _failure(tool_id, arguments, "error", ToolError(
+                f"result of {size} bytes exceeds {self.max_result_bytes}",
+                code=ErrorCode.RESULT_TOO_LARGE))
+        return ToolOutcome(tool_id, arguments, "ok", _wrap(tool_id, True, data))
+
+    @staticmethod
+    def _cited_objects(tool_id: str, arguments: dict[str, Any]) -> list[str]:
+        if tool_id == "workspace.read_object":
+            return [arguments["object_id"]]
+        if tool_id == "research.prepare":
+            return list(arguments.get("object_refs", []))
+        return []
+
+    # -- human-side operations (never reachable by a model) ----------------------------
+
+    def run_research(self, campaign_id: str) -> None:
+        """Run a granted campaign (RT-08); GRANT_REQUIRED without an active grant."""
+        self._research.run(campaign_id)
+
+    def campaign(self, campaign_id: str) -> Campaign:
+        """A campaign of this workspace, or CAMPAIGN_NOT_FOUND."""
+        return self._research.campaign(campaign_id)
+
+    def list_objects(self) -> list[dict[str, Any]]:
+        """Every object (id, kind, title) for the API."""
+        return list(self._objects.list_objects(limit=10_000)["objects"])
+
+    def grant(self, campaign_id: str, expires_at: datetime.datetime | None = None) -> Grant:
+        """A human grant for a campaign of this workspace."""
+        return self.grants.create(campaign_id, expires_at)
+
+    @property
+    def is_specimen(self) -> bool:
+        """Is this a SPECIMEN workspace?"""
+        return self.workspace.kind is WorkspaceKind.SPECIMEN

@@ -1,0 +1,197 @@
+"""The workspace directory (WS-01, WS-03): manifest, store, files/, sessions/.
+
+::
+
+    DIR/
+      labfy-workspace.toml   kind = "SPECIMEN" | "LIVE", name, workspace_id, format
+      labfy.sqlite           objects, research campaigns, grants
+      files/                 the only tree file tools may touch
+      sessions/              bridge JSONL session logs
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import fcntl
+import json
+import os
+import shutil
+import tomllib
+from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
+from typing import IO
+
+from labfy_ref.errors import ErrorCode, WorkspaceError
+from labfy_ref.ids import id_pattern, new_id
+from labfy_ref.workspace.store import WorkspaceStore
+
+MANIFEST = "labfy-workspace.toml"
+STORE = "labfy.sqlite"
+FILES = "files"
+SESSIONS = "sessions"
+LOCK = ".labfy.lock"
+FORMAT = 1
+_WORKSPACE_ID = id_pattern("ws")
+_MAX_NAME = 120
+
+
+class WorkspaceKind(enum.StrEnum):
+    """SPECIMEN workspaces hold sample data and a canned research adapter."""
+
+    SPECIMEN = "SPECIMEN"
+    LIVE = "LIVE"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Workspace:
+    """An opened, validated workspace directory."""
+
+    root: Path
+    kind: WorkspaceKind
+    name: str
+    workspace_id: str
+
+    @property
+    def store_path(self) -> Path:
+        """The SQLite store."""
+        return self.root / STORE
+
+    @property
+    def files_dir(self) -> Path:
+        """The only tree file tools may touch."""
+        return self.root / FILES
+
+    @property
+    def sessions_dir(self) -> Path:
+        """Where bridge sessions are logged."""
+        return self.root / SESSIONS
+
+    def open_store(self) -> WorkspaceStore:
+        """A new handle on the store."""
+        return WorkspaceStore(self.store_path)
+
+
+def _manifest_text(kind: WorkspaceKind, name: str, workspace_id: str) -> str:
+    return (f"# labfy-ref workspace\nformat = {FORMAT}\nkind = {json.dumps(kind.value)}\n"
+            f"name = {json.dumps(name)}\nworkspace_id = {json.dumps(workspace_id)}\n")
+
+
+def open_workspace(path: Path) -> Workspace:
+    """Open ``path`` as a workspace, or raise ``WORKSPACE_INVALID`` saying why."""
+    root = path.resolve()
+    manifest = root / MANIFEST
+    if not manifest.is_file():
+        raise WorkspaceError(f"{path} is not a workspace (no {MANIFEST})")
+    try:
+        document = tomllib.loads(manifest.read_text("utf-8"))
+        kind = WorkspaceKind(document["kind"])
+        name = str(document["name"])
+        workspace_id = str(document["workspace_id"])
+        fmt = document.get("format")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError, ValueError) as exc:
+        raise WorkspaceError(f"{MANIFEST} is malformed: {type(exc).__name__}") from exc
+    if fmt != FORMAT or not _WORKSPACE_ID.fullmatch(workspace_id):
+        raise WorkspaceError(f"{MANIFEST} has an unknown format or workspace_id")
+    for sub in (FILES, SESSIONS):
+        if not (root / sub).is_dir() or (root / sub).is_symlink():
+            raise WorkspaceError(f"workspace {sub}/ is missing or is a symlink")
+    workspace = Workspace(root, kind, name, workspace_id)
+    workspace.open_store().close()
+    return workspace
+
+
+def _specimen() -> Traversable:
+    return resources.files(__package__).joinpath("specimen")
+
+
+def _copy_tree(source: Traversable, target: Path) -> None:
+    target.mkdir(exist_ok=True)
+    for entry in source.iterdir():
+        if entry.is_dir():
+            _copy_tree(entry, target / entry.name)
+        else:
+            (target / entry.name).write_bytes(entry.read_bytes())
+
+
+def init_workspace(path: Path, *, specimen: bool, name: str | None = None) -> Workspace:
+    """Create a workspace at ``path`` (absent or an empty directory)."""
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise WorkspaceError(f"{path} exists and is not an empty directory",
+                             code=ErrorCode.WORKSPACE_EXISTS)
+    if name is not None and not (0 < len(name) <= _MAX_NAME and name.isprintable()):
+        raise WorkspaceError(f"--name must be 1-{_MAX_NAME} printable characters",
+                             code=ErrorCode.CONFIG_INVALID)
+    data = json.loads(_specimen().joinpath("objects.json").read_text("utf-8"))
+    kind = WorkspaceKind.SPECIMEN if specimen else WorkspaceKind.LIVE
+    chosen = name or (data["name"] if specimen else path.resolve().name or "workspace")
+    staging = path.with_name(f".{path.name}.init-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        (staging / SESSIONS).mkdir()
+        if specimen:
+            _copy_tree(_specimen().joinpath("files"), staging / FILES)
+        else:
+            (staging / FILES).mkdir()
+        store = WorkspaceStore(staging / STORE, create=True)
+        try:
+            if specimen:
+                for obj in data["objects"]:
+                    store.add_object(obj["kind"], obj["title"], obj["body"])
+                for item in data["evidence"]:
+                    store.add_evidence(item["keywords"], item["source"], item["excerpt"])
+        finally:
+            store.close()
+        (staging / MANIFEST).write_text(_manifest_text(kind, chosen, new_id("ws")), "utf-8")
+        if path.exists():
+            path.rmdir()
+        staging.rename(path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return open_workspace(path)
+
+
+def user_data_dir() -> Path:
+    """The per-user data directory (``$XDG_DATA_HOME/labfy-ref`` or ``~/.local/share/...``)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "labfy-ref"
+
+
+def default_specimen_workspace() -> Workspace:
+    """The per-user SPECIMEN workspace, created from the embedded one on first use (WS-03)."""
+    path = user_data_dir() / "specimen"
+    if not (path / MANIFEST).exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and not any(path.iterdir()):
+            path.rmdir()
+        return init_workspace(path, specimen=True)
+    return open_workspace(path)
+
+
+class WorkspaceLock:
+    """An exclusive, advisory lock held while one server uses a workspace (SV-01)."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self._path = workspace.root / LOCK
+        self._handle: IO[str] | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise ``WORKSPACE_LOCKED``."""
+        handle = self._path.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise WorkspaceError("another labfy-ref server is using this workspace",
+                                 code=ErrorCode.WORKSPACE_LOCKED) from None
+        self._handle = handle
+
+    def release(self) -> None:
+        """Release the lock; idempotent."""
+        if self._handle is not None:
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None

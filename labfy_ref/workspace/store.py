@@ -1,0 +1,293 @@
+"""The workspace's SQLite store: objects, research campaigns, grants (WS-01, WS-02, RT-08).
+
+Only the gateway's services and the workspace tooling use this module; the
+runtime never does. The schema is versioned in ``meta.schema_version``; a
+store written by a newer labfy-ref is refused rather than guessed at.
+Grants are never deleted: revocation stamps ``revoked_at`` and keeps history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from labfy_ref.errors import ErrorCode, WorkspaceError
+from labfy_ref.ids import new_id
+
+SCHEMA_VERSION = 1
+OBJECT_KINDS = ("fact", "observation", "source", "note")
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE objects (
+    object_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('fact', 'observation', 'source', 'note')),
+    title TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE campaigns (
+    campaign_id TEXT PRIMARY KEY,
+    workspace_id TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    questions TEXT NOT NULL,
+    object_refs TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('PREPARED', 'COMPLETED', 'FAILED')),
+    evidence TEXT NOT NULL DEFAULT '[]',
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE grants (
+    grant_id TEXT PRIMARY KEY,
+    campaign_id TEXT NOT NULL REFERENCES campaigns (campaign_id),
+    workspace_id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    expires_at TEXT,
+    revoked_at TEXT
+);
+CREATE TABLE specimen_evidence (
+    evidence_id INTEGER PRIMARY KEY,
+    keywords TEXT NOT NULL,
+    source TEXT NOT NULL,
+    excerpt TEXT NOT NULL
+);
+"""
+
+
+def utcnow() -> datetime.datetime:
+    """Now, in UTC, to the millisecond."""
+    now = datetime.datetime.now(datetime.UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def iso(moment: datetime.datetime) -> str:
+    """ISO 8601 text of a UTC moment."""
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def parse_iso(text: str) -> datetime.datetime:
+    """Inverse of :func:`iso`."""
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredObject:
+    """One workspace object."""
+
+    object_id: str
+    kind: str
+    title: str
+    body: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Campaign:
+    """One research campaign."""
+
+    campaign_id: str
+    workspace_id: str
+    topic: str
+    questions: tuple[str, ...]
+    object_refs: tuple[str, ...]
+    status: str
+    evidence: tuple[dict[str, str], ...]
+    created_at: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Grant:
+    """A human's persistent authorization of one campaign in one workspace."""
+
+    grant_id: str
+    campaign_id: str
+    workspace_id: str
+    created_at: str
+    expires_at: str | None
+    revoked_at: str | None
+
+    def active_for(self, workspace_id: str, now: datetime.datetime) -> bool:
+        """Counts only in its own workspace, unrevoked and unexpired."""
+        if self.workspace_id != workspace_id or self.revoked_at is not None:
+            return False
+        return self.expires_at is None or parse_iso(self.expires_at) > now
+
+    def as_json(self, workspace_id: str, now: datetime.datetime) -> dict[str, Any]:
+        """The wire shape of SPEC §15."""
+        return {"id": self.grant_id, "campaign_id": self.campaign_id,
+                "workspace": self.workspace_id, "active": self.active_for(workspace_id, now),
+                "created_at": self.created_at, "expires_at": self.expires_at,
+                "revoked_at": self.revoked_at}
+
+
+class WorkspaceStore:
+    """A thread-safe handle on ``labfy.sqlite``."""
+
+    def __init__(self, path: Path, *, create: bool = False) -> None:
+        if not create and not path.is_file():
+            raise WorkspaceError(f"store {path.name} is missing", code=ErrorCode.WORKSPACE_INVALID)
+        self._lock = threading.RLock()
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            if create:
+                self._create()
+            self._check_version()
+        except sqlite3.DatabaseError as exc:
+            raise WorkspaceError(f"store {path.name} is unreadable: {exc}") from exc
+
+    def _create(self) -> None:
+        with self.transaction() as db:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    def _check_version(self) -> None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is None or row[0] != str(SCHEMA_VERSION):
+            found = row[0] if row else "none"
+            raise WorkspaceError(f"store schema version {found} is not {SCHEMA_VERSION}")
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic transaction (serialised across threads)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the connection; idempotent."""
+        with self._lock:
+            self._db.close()
+
+    # -- objects ----------------------------------------------------------------
+
+    def add_object(self, kind: str, title: str, body: str) -> StoredObject:
+        """Insert an object with a fresh opaque id."""
+        obj = StoredObject(new_id("obj"), kind, title, body)
+        with self.transaction() as db:
+            db.execute("INSERT INTO objects VALUES (?, ?, ?, ?, ?)",
+                       (obj.object_id, kind, title, body, iso(utcnow())))
+        return obj
+
+    def list_objects(self, kind: str | None = None, limit: int = 100) -> list[StoredObject]:
+        """Objects in creation order, optionally of one kind."""
+        query = "SELECT object_id, kind, title, body FROM objects"
+        params: tuple[Any, ...] = ()
+        if kind is not None:
+            query, params = query + " WHERE kind = ?", (kind,)
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY created_at, object_id LIMIT ?",
+                                    (*params, limit)).fetchall()
+        return [StoredObject(*row) for row in rows]
+
+    def get_object(self, object_id: str) -> StoredObject | None:
+        """One object, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT object_id, kind, title, body FROM objects "
+                                   "WHERE object_id = ?", (object_id,)).fetchone()
+        return StoredObject(*row) if row else None
+
+    def existing_objects(self, object_ids: Sequence[str]) -> set[str]:
+        """The subset of ``object_ids`` that exist."""
+        if not object_ids:
+            return set()
+        marks = ",".join("?" * len(object_ids))
+        with self._lock:
+            rows = self._db.execute(f"SELECT object_id FROM objects WHERE object_id IN ({marks})",  # noqa: S608
+                                    tuple(object_ids)).fetchall()
+        return {row[0] for row in rows}
+
+    # -- campaigns ----------------------------------------------------------------
+
+    def add_campaign(self, workspace_id: str, topic: str, questions: Sequence[str],
+                     object_refs: Sequence[str]) -> Campaign:
+        """Create a PREPARED campaign."""
+        now = iso(utcnow())
+        campaign = Campaign(new_id("camp"), workspace_id, topic, tuple(questions),
+                            tuple(object_refs), "PREPARED", (), now)
+        with self.transaction() as db:
+            db.execute("INSERT INTO campaigns VALUES (?, ?, ?, ?, ?, 'PREPARED', '[]', ?, ?)",
+                       (campaign.campaign_id, workspace_id, topic, json.dumps(questions),
+                        json.dumps(object_refs), now, now))
+        return campaign
+
+    def get_campaign(self, campaign_id: str, workspace_id: str) -> Campaign | None:
+        """A campaign of this workspace, or None (other workspaces' are invisible)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT campaign_id, workspace_id, topic, questions, object_refs, status, "
+                "evidence, created_at FROM campaigns WHERE campaign_id = ? AND workspace_id = ?",
+                (campaign_id, workspace_id)).fetchone()
+        if row is None:
+            return None
+        return Campaign(row[0], row[1], row[2], tuple(json.loads(row[3])),
+                        tuple(json.loads(row[4])), row[5], tuple(json.loads(row[6])), row[7])
+
+    def complete_campaign(self, campaign_id: str, evidence: Sequence[dict[str, str]]) -> None:
+        """Store the evidence and mark the campaign COMPLETED."""
+        with self.transaction() as db:
+            db.execute("UPDATE campaigns SET status = 'COMPLETED', evidence = ?, updated_at = ? "
+                       "WHERE campaign_id = ?", (json.dumps(list(evidence)), iso(utcnow()),
+                                                 campaign_id))
+
+    # -- grants -------------------------------------------------------------------
+
+    def add_grant(self, campaign_id: str, workspace_id: str,
+                  expires_at: datetime.datetime | None) -> Grant:
+        """Record a human grant."""
+        grant = Grant(new_id("grant"), campaign_id, workspace_id, iso(utcnow()),
+                      iso(expires_at) if expires_at else None, None)
+        with self.transaction() as db:
+            db.execute("INSERT INTO grants VALUES (?, ?, ?, ?, ?, NULL)",
+                       (grant.grant_id, campaign_id, workspace_id, grant.created_at,
+                        grant.expires_at))
+        return grant
+
+    def grants_for(self, campaign_id: str) -> list[Grant]:
+        """Every grant ever made for ``campaign_id`` (history included)."""
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM grants WHERE campaign_id = ? "
+                                    "ORDER BY created_at", (campaign_id,)).fetchall()
+        return [Grant(*row) for row in rows]
+
+    def get_grant(self, grant_id: str) -> Grant | None:
+        """One grant, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT * FROM grants WHERE grant_id = ?",
+                                   (grant_id,)).fetchone()
+        return Grant(*row) if row else None
+
+    def revoke_grant(self, grant_id: str) -> None:
+        """Stamp ``revoked_at`` (the row stays, as history)."""
+        with self.transaction() as db:
+            db.execute("UPDATE grants SET revoked_at = ? WHERE grant_id = ? AND revoked_at IS NULL",
+                       (iso(utcnow()), grant_id))
+
+    # -- specimen evidence ------------------------------------------------------
+
+    def add_evidence(self, keywords: Sequence[str], source: str, excerpt: str) -> None:
+        """Add one canned evidence entry (SPECIMEN workspaces)."""
+        with self.transaction() as db:
+            db.execute("INSERT INTO specimen_evidence (keywords, source, excerpt) "
+                       "VALUES (?, ?, ?)", (json.dumps(list(keywords)), source, excerpt))
+
+    def all_evidence(self) -> list[tuple[tuple[str, ...], str, str]]:
+        """Every canned evidence entry: (keywords, source, excerpt)."""
+        with self._lock:
+            rows = self._db.execute("SELECT keywords, source, excerpt FROM specimen_evidence "
+                                    "ORDER BY evidence_id").fetchall()
+        return [(tuple(json.loads(k)), s, e) for k, s, e in rows]
