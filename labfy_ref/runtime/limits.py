@@ -1,0 +1,25 @@
+"""Caps and budgets of the runtime (RT-03), reported in status."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RuntimeLimits:
+    """Every bound of the runtime; reaching a budget ends the turn BUDGET_EXHAUSTED."""
+
+    max_queued_turns: int = 16
+    max_live_turns: int = 32
+    max_retained_turns: int = 256
+    max_events: int = 128
+    max_rounds: int = 16
+    max_tool_calls: int = 64
+    max_context_bytes: int = 1024 * 1024
+    max_result_bytes: int = 256 * 1024
+    max_message_chars: int = 8000
+
+    def as_json(self) -> dict[str, Any]:
+        """The limits as reported by ``GET /api/v1/agent-runtime/status``."""
+        return dataclasses.asdict(self)
