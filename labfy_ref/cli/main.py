@@ -19,7 +19,7 @@ from typing import NoReturn
 from labfy_ref import __version__
 from labfy_ref.cli.options import add_serve_options, raw_options
 from labfy_ref.config import resolve
-from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, bounded
+from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError, bounded
 from labfy_ref.report import DEFAULT_REPORT_DIR, DEFAULT_REQUIREMENTS, FORMATS, regenerate
 
 EXIT_OK, EXIT_FAILURE, EXIT_REFUSED = 0, 1, 2
@@ -36,6 +36,21 @@ class _Parser(argparse.ArgumentParser):
 def _check_config(args: argparse.Namespace) -> int:
     config = resolve(raw_options(args), os.environ)
     print(json.dumps(config.as_json(), indent=2))
+    return EXIT_OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    # The server stack (FastAPI, uvicorn) loads only for the commands that need it.
+    from labfy_ref.server.serve import serve  # noqa: PLC0415
+
+    return serve(resolve(raw_options(args), os.environ))
+
+
+def _workspace_init(args: argparse.Namespace) -> int:
+    from labfy_ref.workspace import init_workspace  # noqa: PLC0415
+
+    workspace = init_workspace(Path(args.directory), specimen=args.specimen, name=args.name)
+    print(f"created {workspace.kind.value} workspace '{workspace.name}' at {workspace.root}")
     return EXIT_OK
 
 
@@ -64,6 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
+    serve = commands.add_parser("serve", help="run the workspace server (demo agent by default)")
+    add_serve_options(serve)
+    serve.set_defaults(handler=_serve)
+
+    workspace = commands.add_parser("workspace", help="workspace tools")
+    workspace_commands = workspace.add_subparsers(dest="workspace_command", required=True,
+                                                  parser_class=_Parser)
+    init = workspace_commands.add_parser("init", help="create a workspace")
+    init.add_argument("directory", metavar="DIR")
+    init.add_argument("--specimen", action="store_true",
+                      help="fill it with the bundled SPECIMEN objects, evidence and files")
+    init.add_argument("--name", metavar="N")
+    init.set_defaults(handler=_workspace_init)
+
     check = commands.add_parser("check-config", help="resolve flags and env as serve would")
     add_serve_options(check)
     check.set_defaults(handler=_check_config)
@@ -82,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
-    except ConfigRefused as exc:
+    except (ConfigRefused, WorkspaceError) as exc:
         sys.stderr.write(f"{exc}\n")
         return EXIT_REFUSED
     except LabfyError as exc:

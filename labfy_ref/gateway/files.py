@@ -14,6 +14,7 @@ through (and is refused outright). Device files and FIFOs are refused after
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import os
 import secrets
@@ -176,9 +177,7 @@ class ConfinedFiles:
                     os.fsync(handle.fileno())
                 os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             except BaseException:
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(temp, dir_fd=dir_fd)
-                except OSError:
-                    pass
                 raise
         return {"path": "/".join(parts), "bytes_written": len(data)}

@@ -17,6 +17,7 @@ from typing import Any
 from labfy_ref.config import PermissionMode
 from labfy_ref.errors import (
     ErrorCode,
+    LabfyError,
     ModelUnavailable,
     ProtocolRefused,
     RuntimeRefused,
@@ -199,10 +200,8 @@ class AgentRuntime:
         self._queue.put_nowait(turn.id)
 
     def _end(self, turn: Turn, state: TurnState,
-             error: tuple[ErrorCode, str] | Exception | None = None) -> None:
-        if isinstance(error, tuple):
-            turn.fail(state, error)
-        elif isinstance(error, ModelUnavailable | ProtocolRefused | ToolError | RuntimeRefused):
+             error: tuple[ErrorCode, str] | LabfyError | None = None) -> None:
+        if isinstance(error, tuple | LabfyError):
             turn.fail(state, error)
         else:
             turn.move(state)
@@ -290,7 +289,7 @@ class AgentRuntime:
     def _run_granted_research(self, turn: Turn, context: CallContext) -> bool:
         """Run the granted campaign and give the model its state; False if the turn ended."""
         campaign_id, turn.resume_campaign = turn.resume_campaign, None
-        assert campaign_id is not None and turn.authorization is not None
+        assert campaign_id is not None
         try:
             self.gateway.run_research(campaign_id)
         except (RuntimeRefused, ToolError) as exc:

@@ -1,0 +1,131 @@
+"""Login codes, accounts and sessions (SV-03).
+
+The admin logs in with the launch code printed by ``serve``; ``user``
+accounts come from ``--accounts FILE``, whose tokens are stored only as
+SHA-256 hashes. A login yields a server-side session with its own CSRF
+secret, referenced by a random cookie with a bounded lifetime. Expired
+sessions are invalid for good; logging in again issues fresh secrets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import hmac
+import re
+import secrets
+import time
+import tomllib
+from pathlib import Path
+
+from labfy_ref.errors import ConfigRefused
+
+SESSION_COOKIE = "labfy_session"
+DEFAULT_SESSION_SECONDS = 3600
+MAX_SESSIONS = 1024
+_SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII)
+
+
+class Role(enum.StrEnum):
+    """``admin`` (the launch code) or ``user`` (an account)."""
+
+    ADMIN = "admin"
+    USER = "user"
+
+
+def token_hash(token: str) -> str:
+    """The SHA-256 hex digest under which an account token is stored."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Account:
+    """A ``user`` account: a name and the hash of its token."""
+
+    name: str
+    token_sha256: str
+
+
+def load_accounts(path: Path) -> tuple[Account, ...]:
+    """Read ``[[account]] name = "...", token_sha256 = "..."`` entries; refuse anything else."""
+    try:
+        document = tomllib.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigRefused(f"--accounts: unreadable ({type(exc).__name__})") from exc
+    accounts = []
+    for entry in document.get("account", []):
+        if (not isinstance(entry, dict) or set(entry) != {"name", "token_sha256"}
+                or not _NAME.fullmatch(str(entry["name"]))
+                or not _SHA256.fullmatch(str(entry["token_sha256"]))):
+            raise ConfigRefused("--accounts: each [[account]] needs exactly a name "
+                                "([A-Za-z0-9_.-]) and a token_sha256 (64 lower-case hex)")
+        accounts.append(Account(entry["name"], entry["token_sha256"]))
+    if set(document) - {"account"}:
+        raise ConfigRefused("--accounts: only [[account]] tables are allowed")
+    return tuple(accounts)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Session:
+    """A logged-in browser or client."""
+
+    session_id: str
+    role: Role
+    subject: str
+    csrf_token: str
+    expires_at: float
+
+
+class Authenticator:
+    """Checks login codes and keeps sessions; secrets are compared in constant time."""
+
+    def __init__(self, launch_code: str, accounts: tuple[Account, ...] = (), *,
+                 lifetime_seconds: int = DEFAULT_SESSION_SECONDS) -> None:
+        self._launch_hash = token_hash(launch_code)
+        self._accounts = accounts
+        self.lifetime_seconds = lifetime_seconds
+        self._sessions: dict[str, Session] = {}
+
+    def login(self, token: str) -> Session | None:
+        """A fresh session for a valid code, else None."""
+        if not 0 < len(token) <= 256:
+            return None
+        digest = token_hash(token)
+        role, subject = None, ""
+        if hmac.compare_digest(digest, self._launch_hash):
+            role, subject = Role.ADMIN, "admin"
+        for account in self._accounts:
+            if hmac.compare_digest(digest, account.token_sha256):
+                role, subject = Role.USER, account.name
+        if role is None:
+            return None
+        self._prune()
+        session = Session(secrets.token_urlsafe(32), role, subject, secrets.token_urlsafe(32),
+                          time.monotonic() + self.lifetime_seconds)
+        self._sessions[session.session_id] = session
+        return session
+
+    def session(self, session_id: str | None) -> Session | None:
+        """The live session of a cookie value, or None (expired ones are dropped)."""
+        if not session_id:
+            return None
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        if session.expires_at <= time.monotonic():
+            del self._sessions[session_id]
+            return None
+        return session
+
+    def logout(self, session_id: str) -> None:
+        """Forget a session."""
+        self._sessions.pop(session_id, None)
+
+    def _prune(self) -> None:
+        now = time.monotonic()
+        for sid in [s for s, v in self._sessions.items() if v.expires_at <= now]:
+            del self._sessions[sid]
+        while len(self._sessions) >= MAX_SESSIONS:
+            del self._sessions[next(iter(self._sessions))]

@@ -1,0 +1,215 @@
+"""The request checklist of the workspace server (SV-02..SV-05, SV-07), in one fixed order.
+
+1. Host allowlist — before anything else, so a rebinding name never reaches a route.
+2. Origin (exact) and ``Sec-Fetch-Site`` on state-changing requests.
+3. Session (cookie) on every API route but the public ones.
+4. CSRF token on state-changing requests.
+5. ``application/json`` bodies only, bounded in size, strict JSON.
+Every response gets the security headers. Each check is a small pure function;
+the middleware only calls them in order and answers a refusal itself.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Iterable
+from http.cookies import SimpleCookie
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from labfy_ref.errors import ErrorCode, ProtocolRefused, bounded
+from labfy_ref.protocol.strict_json import loads_strict
+from labfy_ref.server.auth import SESSION_COOKIE, Authenticator, Session
+
+MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+PUBLIC_API = frozenset({("GET", "/api/health"), ("POST", "/api/v1/session"),
+                        ("GET", "/api/cordis/health")})
+DEFAULT_MAX_BODY = 64 * 1024
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+       "base-uri 'none'")
+SECURITY_HEADERS = (
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+    (b"cache-control", b"no-store"),
+)
+
+
+def allowed_hosts(port: int) -> frozenset[str]:
+    """The exact Host values the server answers (SV-02)."""
+    return frozenset({f"127.0.0.1:{port}", f"[::1]:{port}", f"localhost:{port}"})
+
+
+def host_ok(host: str | None, allowed: frozenset[str]) -> bool:
+    """Is the Host header one of the allowlisted values, exactly?"""
+    return host is not None and host in allowed
+
+
+def origin_ok(origin: str | None, host: str, fetch_site: str | None) -> bool:
+    """No Origin, or exactly ours; and no cross-site ``Sec-Fetch-Site``."""
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return False
+    return origin is None or origin == f"http://{host}"
+
+
+def csrf_ok(header: str | None, session: Session) -> bool:
+    """Does ``X-CSRF-Token`` equal the session's secret (constant time)?"""
+    return header is not None and hmac.compare_digest(header.encode(), session.csrf_token.encode())
+
+
+def json_content_type(value: str | None) -> bool:
+    """Is the Content-Type ``application/json`` (optionally with a charset)?"""
+    if value is None:
+        return False
+    media, _, params = value.partition(";")
+    return media.strip().lower() == "application/json" and params.strip().lower() in (
+        "", "charset=utf-8")
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key, value in scope["headers"]:
+        name = key.decode("latin-1").lower()
+        if name not in found:  # the first value wins; duplicates never override
+            found[name] = value.decode("latin-1")
+    return found
+
+
+def _cookie(header: str | None) -> str | None:
+    if not header:
+        return None
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(header)
+    except Exception:  # a malformed cookie header simply means "no session"
+        return None
+    morsel = jar.get(SESSION_COOKIE)
+    return morsel.value if morsel is not None else None
+
+
+def error_body(code: ErrorCode, message: str) -> bytes:
+    """The JSON error shape of SV-05."""
+    return json.dumps({"error": {"code": code.value, "message": bounded(message)}}).encode()
+
+
+class SecurityMiddleware:
+    """Runs the checklist; puts the session in ``scope["state"]["session"]`` for routes."""
+
+    def __init__(self, app: ASGIApp, *, port: int, auth: Authenticator,
+                 max_body: int = DEFAULT_MAX_BODY,
+                 extra_public: Iterable[tuple[str, str]] = ()) -> None:
+        self.app = app
+        self.hosts = allowed_hosts(port)
+        self.auth = auth
+        self.max_body = max_body
+        self.public = PUBLIC_API | frozenset(extra_public)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        send = self._with_headers(send)
+        headers = _headers(scope)
+        method, path = scope["method"], scope["path"]
+        host = headers.get("host")
+        if not host_ok(host, self.hosts):
+            await _refuse(send, 403, ErrorCode.HOST_NOT_ALLOWED, "this Host is not allowed")
+            return
+        assert host is not None
+        mutation = method in MUTATIONS
+        if mutation and not origin_ok(headers.get("origin"), host,
+                                      headers.get("sec-fetch-site")):
+            await _refuse(send, 403, ErrorCode.ORIGIN_NOT_ALLOWED, "cross-origin request refused")
+            return
+        api = path.startswith("/api/")
+        session = self.auth.session(_cookie(headers.get("cookie")))
+        if api and (method, path) not in self.public:
+            if session is None:
+                await _refuse(send, 401, ErrorCode.UNAUTHENTICATED, "log in first")
+                return
+            if mutation and not csrf_ok(headers.get("x-csrf-token"), session):
+                await _refuse(send, 403, ErrorCode.CSRF_FAILED, "missing or wrong X-CSRF-Token")
+                return
+        scope.setdefault("state", {})["session"] = session
+        if mutation:
+            checked = await self._checked_body(scope, headers, receive, send)
+            if checked is None:
+                return
+            receive = checked
+        await self.app(scope, receive, send)
+
+    async def _checked_body(self, scope: Scope, headers: dict[str, str], receive: Receive,
+                            send: Send) -> Receive | None:
+        declared = headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+            await _refuse(send, 413, ErrorCode.BODY_TOO_LARGE,
+                          f"bodies are limited to {self.max_body} bytes")
+            return None
+        body = bytearray()
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.max_body:
+                await _refuse(send, 413, ErrorCode.BODY_TOO_LARGE,
+                              f"bodies are limited to {self.max_body} bytes")
+                return None
+        if body or "content-type" in headers:
+            if not json_content_type(headers.get("content-type")):
+                await _refuse(send, 415, ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+                              "requests that change state take application/json only")
+                return None
+            try:
+                document = loads_strict(body.decode("utf-8"), max_chars=self.max_body)
+            except (UnicodeDecodeError, ProtocolRefused) as exc:
+                reason = exc.message if isinstance(exc, ProtocolRefused) else "not UTF-8"
+                await _refuse(send, 422, ErrorCode.VALIDATION_FAILED, f"body: {reason}")
+                return None
+            if not isinstance(document, dict):
+                await _refuse(send, 422, ErrorCode.VALIDATION_FAILED,
+                              "body must be a JSON object")
+                return None
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        return replay
+
+    @staticmethod
+    def _with_headers(send: Send) -> Send:
+        async def wrapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {name for name, _ in SECURITY_HEADERS}
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in names]
+                message = {**message, "headers": kept + list(SECURITY_HEADERS)}
+            await send(message)
+        return wrapped
+
+
+async def _refuse(send: Send, status: int, code: ErrorCode, message: str) -> None:
+    body = error_body(code, message)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def session_of(state: Any) -> Session:
+    """The session the middleware put on the request (routes behind auth only)."""
+    session: Session | None = getattr(state, "session", None)
+    assert session is not None
+    return session

@@ -1,0 +1,62 @@
+"""What the workspace server owns: one workspace, its gateway, its runtime, its sessions."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from labfy_ref.config import AgentMode, ServeConfig
+from labfy_ref.gateway import AgentGateway
+from labfy_ref.model import LocalModelClient
+from labfy_ref.runtime import AgentRuntime
+from labfy_ref.server.auth import Authenticator
+from labfy_ref.workspace import Workspace, WorkspaceStore
+
+PROBE_INTERVAL_SECONDS = 5.0
+
+
+@dataclasses.dataclass(slots=True)
+class ServerState:
+    """Everything the routes need; built and closed by the server's lifespan."""
+
+    config: ServeConfig
+    workspace: Workspace
+    store: WorkspaceStore
+    gateway: AgentGateway
+    runtime: AgentRuntime
+    auth: Authenticator
+    port: int
+    client: LocalModelClient | None = None
+    _availability: tuple[float, bool, str] = (0.0, True, "ready")
+
+    async def availability(self) -> tuple[bool, str]:
+        """Is the agent's model reachable? (Probed at most every few seconds.)"""
+        if self.client is None:
+            return True, "ready"
+        checked, available, diagnostic = self._availability
+        if time.monotonic() - checked > PROBE_INTERVAL_SECONDS:
+            probe = await self.client.probe()
+            available, diagnostic = probe.available, probe.diagnostic
+            self._availability = (time.monotonic(), available, diagnostic)
+        return available, diagnostic
+
+    async def status(self) -> dict[str, Any]:
+        """The body of ``GET /api/v1/agent-runtime/status``."""
+        available, diagnostic = await self.availability()
+        agent = self.config.agent
+        return {
+            "mode": agent.mode.value,
+            "model": agent.model_id if agent.mode is AgentMode.LOCAL_MODEL else None,
+            "available": available,
+            "diagnostic": diagnostic,
+            "workspace": {"name": self.workspace.name, "kind": self.workspace.kind.value},
+            **self.runtime.status(),
+        }
+
+    async def close(self) -> None:
+        """Stop the runtime, then close the model client and the store; idempotent."""
+        await self.runtime.close()
+        if self.client is not None:
+            await self.client.aclose()
+        self.store.close()

@@ -1,0 +1,1 @@
+"""Static assets of the web UI (served by the workspace server)."""
