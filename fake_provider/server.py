@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -97,6 +98,12 @@ class _Server(ThreadingHTTPServer):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.state = state
         super().__init__((host, port), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (a cancelled or timed-out request) is expected here."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _completion_id() -> str:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fake_provider import FakeProvider, Scenario
 from labfy_ref.model import ClientLimits, LocalModelClient, parse_endpoint
+from labfy_ref.workspace import init_workspace
+from qualification.harness import LiveServer
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -54,3 +57,29 @@ def client_for(provider: FakeProvider, *, model: str = "fake-model",
 def scenario(name: str) -> Scenario:
     """Load ``fixtures/scenarios/<name>.json``."""
     return Scenario.load(SCENARIOS / f"{name}.json")
+
+
+@pytest.fixture
+def specimen(tmp_path: Path) -> Path:
+    """A fresh SPECIMEN workspace directory."""
+    path = tmp_path / "specimen"
+    init_workspace(path, specimen=True)
+    return path
+
+
+ServerFactory = Callable[..., LiveServer]
+
+
+@pytest.fixture
+def server_factory() -> Iterator[ServerFactory]:
+    """Start real workspace servers (threads); all are stopped at teardown."""
+    started: list[LiveServer] = []
+
+    def start(workspace: Path, **options: Any) -> LiveServer:
+        server = LiveServer(workspace, **options).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

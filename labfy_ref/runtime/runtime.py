@@ -220,9 +220,15 @@ class AgentRuntime:
                 continue
             task = asyncio.create_task(self._drive(turn), name=f"turn-{turn_id}")
             self._current = (turn_id, task)
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await task
-            self._current = None
+            except asyncio.CancelledError:
+                worker = asyncio.current_task()
+                if worker is not None and worker.cancelling():
+                    raise  # the worker itself is being stopped
+                # else only that turn was cancelled; the worker goes on
+            finally:
+                self._current = None
 
     def _live(self, turn: Turn) -> bool:
         return turn.state is TurnState.RUNNING

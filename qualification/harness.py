@@ -1,0 +1,207 @@
+"""Real servers for the suite: the workspace server in a thread or a subprocess, and a client.
+
+Everything listens on free loopback ports and is stopped by its owner; every
+wait is bounded in iterations and time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from http.cookies import SimpleCookie
+from pathlib import Path
+from typing import Any, Self
+
+import httpx
+import uvicorn
+
+from labfy_ref.config import RawOptions, resolve
+from labfy_ref.runtime import RuntimeLimits
+from labfy_ref.server.app import create_app
+from labfy_ref.server.auth import SESSION_COOKIE
+from labfy_ref.server.serve import bind_socket, build_state
+from labfy_ref.server.state import ServerState
+from labfy_ref.workspace import open_workspace
+
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "MODEL_UNAVAILABLE", "MODEL_PROTOCOL_ERROR",
+            "BUDGET_EXHAUSTED"}
+LAUNCH_CODE = "test-launch-code-0123456789"
+
+
+def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0,
+               interval: float = 0.02) -> None:
+    """Poll ``predicate`` until true; fail after ``timeout`` seconds (bounded loop)."""
+    for _ in range(int(timeout / interval) + 1):
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+class LiveServer:
+    """The real workspace server (uvicorn + the real app) in a background thread."""
+
+    def __init__(self, workspace: Path, *, limits: RuntimeLimits | None = None,
+                 **options: Any) -> None:
+        self.config = resolve(RawOptions(workspace=str(workspace), **options), {})
+        self.sock = bind_socket(self.config.host.value, None)
+        self.port = int(self.sock.getsockname()[1])
+        self.state: ServerState = build_state(self.config, open_workspace(workspace),
+                                              self.port, LAUNCH_CODE, limits)
+        self.server = uvicorn.Server(uvicorn.Config(create_app(self.state), log_level="warning",
+                                                    access_log=False, lifespan="on"))
+        self._thread = threading.Thread(target=lambda: asyncio.run(
+            self.server.serve(sockets=[self.sock])), daemon=True)
+        self._clients: list[ApiClient] = []
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://{self.config.host.url_form}:{self.port}"
+
+    def start(self) -> Self:
+        """Start and wait until it accepts requests."""
+        self._thread.start()
+        wait_until(lambda: self.server.started)
+        return self
+
+    def stop(self) -> None:
+        """Shut down (lifespan closes the runtime); idempotent."""
+        for client in self._clients:
+            client.close()
+        self.server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self.sock.close()
+
+    def client(self, *, login: bool = True, token: str = LAUNCH_CODE) -> ApiClient:
+        """An API client, logged in as admin by default."""
+        client = ApiClient(self.url)
+        self._clients.append(client)
+        if login:
+            client.login(token)
+        return client
+
+
+class ApiClient:
+    """A small client of the workspace API that does what a browser does: cookie, CSRF, Origin."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.http = httpx.Client(base_url=base_url, trust_env=False, timeout=10)
+        self.cookie: str | None = None
+        self.csrf: str | None = None
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self.http.close()
+
+    def login(self, token: str) -> httpx.Response:
+        """Exchange ``token`` for a session; keeps the cookie and the CSRF token."""
+        response = self.http.post("/api/v1/session", json={"token": token})
+        if response.status_code == 200:
+            jar: SimpleCookie = SimpleCookie()
+            jar.load(response.headers["set-cookie"])
+            self.cookie = jar[SESSION_COOKIE].value
+            self.csrf = response.json()["csrf_token"]
+        return response
+
+    def headers(self, mutation: bool) -> dict[str, str]:
+        """Cookie always; CSRF and Origin on mutations, as the UI sends them."""
+        headers = {"Cookie": f"{SESSION_COOKIE}={self.cookie}"} if self.cookie else {}
+        if mutation and self.csrf:
+            headers["X-CSRF-Token"] = self.csrf
+            headers["Origin"] = self.base_url
+        return headers
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        """GET with the session."""
+        return self.http.get(path, headers=self.headers(False) | kwargs.pop("headers", {}),
+                             **kwargs)
+
+    def post(self, path: str, body: Any = None, **kwargs: Any) -> httpx.Response:
+        """POST JSON with session, CSRF and Origin."""
+        extra = kwargs.pop("headers", {})
+        if body is None:
+            return self.http.post(path, headers=self.headers(True) | extra, **kwargs)
+        return self.http.post(path, json=body, headers=self.headers(True) | extra, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> httpx.Response:
+        """DELETE with session, CSRF and Origin."""
+        return self.http.delete(path, headers=self.headers(True) | kwargs.pop("headers", {}),
+                                **kwargs)
+
+    # -- the runtime flow --------------------------------------------------------------
+
+    def start_turn(self, message: str, client_request_id: str | None = None) -> dict[str, Any]:
+        """POST a turn and return it."""
+        body: dict[str, Any] = {"message": message}
+        if client_request_id is not None:
+            body["client_request_id"] = client_request_id
+        response = self.post("/api/v1/agent-runtime/turns", body)
+        assert response.status_code in (200, 202), response.text
+        turn: dict[str, Any] = response.json()["turn"]
+        return turn
+
+    def turn(self, turn_id: str) -> dict[str, Any]:
+        """GET one turn."""
+        response = self.get(f"/api/v1/agent-runtime/turns/{turn_id}")
+        assert response.status_code == 200, response.text
+        turn: dict[str, Any] = response.json()["turn"]
+        return turn
+
+    def wait_state(self, turn_id: str, states: set[str], timeout: float = 15) -> dict[str, Any]:
+        """Poll a turn until its state is one of ``states`` (bounded)."""
+        seen: dict[str, Any] = {}
+
+        def reached() -> bool:
+            seen.update(self.turn(turn_id))
+            return seen["state"] in states
+
+        wait_until(reached, timeout=timeout, interval=0.05)
+        return seen
+
+    def grant(self, campaign_id: str, **extra: Any) -> httpx.Response:
+        """POST a grant."""
+        return self.post("/api/v1/grants", {"campaign_id": campaign_id, **extra})
+
+
+class ServeProcess:
+    """``labfy-ref serve`` as a real subprocess, with its ready file and output."""
+
+    def __init__(self, *args: str, ready_file: Path, env: dict[str, str] | None = None) -> None:
+        self.ready_file = ready_file
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "labfy_ref.cli.main", "serve", "--ready-file",
+             str(ready_file), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **(env or {})})
+        self.ready: dict[str, Any] = {}
+
+    def wait_ready(self, timeout: float = 30) -> dict[str, Any]:
+        """Wait for the ready file (or an early exit, which fails with the output)."""
+        def ready() -> bool:
+            return self.ready_file.exists() or self.process.poll() is not None
+        wait_until(ready, timeout=timeout, interval=0.05)
+        if self.process.poll() is not None:
+            out, err = self.process.communicate(timeout=5)
+            raise AssertionError(f"serve exited {self.process.returncode}: {out}{err}")
+        self.ready = json.loads(self.ready_file.read_text())
+        return self.ready
+
+    def stop(self) -> tuple[int, str, str]:
+        """SIGTERM, then wait (kill after 10 s); return (code, stdout, stderr)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+        try:
+            out, err = self.process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, err = self.process.communicate(timeout=5)
+        return self.process.returncode, out, err

@@ -1,0 +1,158 @@
+"""RT-08, WS-04, GW-07: research pauses for a human grant and resumes the same turn."""
+
+from __future__ import annotations
+
+import datetime
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from labfy_ref.workspace import init_workspace, open_workspace
+from qualification.conftest import ProviderFactory, ServerFactory, scenario
+from qualification.harness import TERMINAL, LiveServer
+
+QUESTION = "Is the early ivy bee record real?"
+
+
+def _local(provider_url: str) -> dict[str, str]:
+    return {"agent_mode": "local-model", "agent_endpoint": provider_url,
+            "agent_model": "fake-model"}
+
+
+def _paused(server: LiveServer) -> tuple[dict[str, object], str]:
+    client = server.client()
+    turn = client.start_turn(QUESTION)
+    paused = client.wait_state(str(turn["id"]), {"AUTHORIZATION_REQUIRED"} | TERMINAL)
+    assert paused["state"] == "AUTHORIZATION_REQUIRED", paused
+    authorization = paused["authorization"]
+    assert isinstance(authorization, dict)
+    assert authorization["status"] == "REQUIRED"
+    return paused, str(authorization["campaign_id"])
+
+
+@pytest.mark.req("RT-08", "GW-01", "WS-04")
+def test_the_research_flow_with_a_scripted_model(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    provider = provider_factory(scenario("read-prepare-final"))
+    server = server_factory(specimen, **_local(provider.base_url))
+    client = server.client()
+    paused, campaign_id = _paused(server)
+    turn_id = str(paused["id"])
+    assert [c["tool_id"] for c in paused["tool_calls"]] == [  # type: ignore[union-attr]
+        "workspace.list_objects", "research.prepare"]
+    time.sleep(0.3)
+    assert len(provider.chat_requests()) == 2, "no model call while waiting for the grant"
+    refused = client.post(f"/api/v1/agent-runtime/turns/{turn_id}/resume")
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "GRANT_REQUIRED"
+    state = client.get(f"/api/v1/research/campaigns/{campaign_id}").json()["campaign"]
+    assert (state["status"], state["evidence"]) == ("PREPARED", []), "no contact before grant"
+    grant = client.grant(campaign_id)
+    assert grant.status_code == 201
+    assert grant.json()["grant"]["active"] is True
+    resumed = client.post(f"/api/v1/agent-runtime/turns/{turn_id}/resume")
+    assert resumed.status_code == 202
+    done = client.wait_state(turn_id, TERMINAL)
+    assert done["state"] == "COMPLETED"
+    assert done["id"] == turn_id
+    assert done["final_text"].startswith("The evidence suggests")  # type: ignore[union-attr]
+    assert done["authorization"] == {"campaign_id": campaign_id, "status": "GRANTED"}
+    calls = done["tool_calls"]
+    assert [c["tool_id"] for c in calls][-1] == "research.get_state"  # type: ignore[union-attr,index]
+    evidence = calls[-1]["result"]["data"]["evidence"]  # type: ignore[index]
+    assert evidence, "the SPECIMEN adapter returned canned evidence"
+    assert len(provider.chat_requests()) == 3
+
+
+@pytest.mark.req("RT-07", "RT-08")
+def test_the_demo_agent_completes_the_same_flow_with_no_model(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    server = server_factory(specimen)
+    client = server.client()
+    status = client.get("/api/v1/agent-runtime/status").json()
+    assert (status["mode"], status["label"]) == ("demo", "Deterministic demo agent")
+    paused, campaign_id = _paused(server)
+    assert client.grant(campaign_id).status_code == 201
+    assert client.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume").status_code == 202
+    done = client.wait_state(str(paused["id"]), TERMINAL)
+    assert done["state"] == "COMPLETED"
+    assert "evidence item" in str(done["final_text"])
+    assert [c["tool_id"] for c in done["tool_calls"]] == [  # type: ignore[union-attr]
+        "workspace.list_objects", "workspace.read_object", "research.prepare",
+        "research.get_state"]
+
+
+@pytest.mark.req("RT-08")
+def test_a_grant_survives_a_server_restart(specimen: Path,
+                                           server_factory: ServerFactory) -> None:
+    first = server_factory(specimen)
+    _, campaign_id = _paused(first)
+    assert first.client().grant(campaign_id).status_code == 201
+    first.stop()
+    second = server_factory(specimen)
+    client = second.client()
+    campaign = client.get(f"/api/v1/research/campaigns/{campaign_id}").json()["campaign"]
+    assert [g["active"] for g in campaign["grants"]] == [True]
+    assert second.state.gateway.grants.has_active(campaign_id)
+
+
+@pytest.mark.req("RT-08")
+def test_revoked_and_expired_grants_do_not_count(specimen: Path,
+                                                 server_factory: ServerFactory) -> None:
+    server = server_factory(specimen)
+    client = server.client()
+    paused, campaign_id = _paused(server)
+    grant = client.grant(campaign_id).json()["grant"]
+    revoked = client.delete(f"/api/v1/grants/{grant['id']}")
+    assert revoked.status_code == 200
+    assert revoked.json()["grant"]["active"] is False
+    refused = client.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume")
+    assert refused.json()["error"]["code"] == "GRANT_REQUIRED"
+    short = client.grant(campaign_id, expires_in_seconds=1).json()["grant"]
+    assert short["active"] is True
+    time.sleep(1.2)
+    refused = client.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume")
+    assert refused.json()["error"]["code"] == "GRANT_REQUIRED"
+    history = client.get(f"/api/v1/research/campaigns/{campaign_id}").json()["campaign"]
+    assert [g["active"] for g in history["grants"]] == [False, False]
+    assert history["grants"][0]["revoked_at"] is not None
+
+
+@pytest.mark.req("RT-08")
+def test_another_workspaces_campaigns_and_grants_are_invisible_and_unusable(
+        specimen: Path, tmp_path: Path, server_factory: ServerFactory) -> None:
+    server = server_factory(specimen)
+    _, campaign_id = _paused(server)
+    other_dir = tmp_path / "other"
+    init_workspace(other_dir, specimen=True)
+    other = server_factory(other_dir)
+    client = other.client()
+    assert client.get(f"/api/v1/research/campaigns/{campaign_id}").status_code == 404
+    assert client.grant(campaign_id).status_code == 404
+    # A grant row of another workspace planted in this store does not count either.
+    server.stop()
+    workspace = open_workspace(specimen)
+    with sqlite3.connect(workspace.store_path) as db:
+        db.execute("INSERT INTO grants VALUES ('grant_forged', ?, ?, ?, NULL, NULL)",
+                   (campaign_id, open_workspace(other_dir).workspace_id,
+                    datetime.datetime.now(datetime.UTC).isoformat()))
+    again = server_factory(specimen)
+    assert not again.state.gateway.grants.has_active(campaign_id)
+
+
+@pytest.mark.req("WS-04")
+def test_a_live_workspace_has_no_research_adapter(
+        tmp_path: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    live = tmp_path / "live"
+    init_workspace(live, specimen=False)
+    provider = provider_factory(scenario("read-prepare-final"))
+    server = server_factory(live, **_local(provider.base_url))
+    client = server.client()
+    paused, campaign_id = _paused(server)
+    assert client.grant(campaign_id).status_code == 201
+    assert client.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume").status_code == 202
+    failed = client.wait_state(str(paused["id"]), TERMINAL)
+    assert failed["state"] == "FAILED"
+    assert failed["error"]["code"] == "RESEARCH_ADAPTER_UNAVAILABLE"  # type: ignore[index]

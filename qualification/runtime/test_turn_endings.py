@@ -1,0 +1,172 @@
+"""RT-02..RT-05, RT-09, GW-05, PR-03, MC-05: how turns end, against the fake provider."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from labfy_ref.netutil import free_port
+from labfy_ref.runtime import RuntimeLimits
+from qualification.conftest import ProviderFactory, ServerFactory, scenario
+from qualification.harness import TERMINAL
+
+
+def _local(url: str) -> dict[str, str]:
+    return {"agent_mode": "local-model", "agent_endpoint": url, "agent_model": "fake-model"}
+
+
+@pytest.mark.req("PR-03", "RT-02")
+def test_two_malformed_outputs_end_in_protocol_error_with_no_tool_run(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    provider = provider_factory(scenario("two-malformed"))
+    server = server_factory(specimen, **_local(provider.base_url))
+    client = server.client()
+    turn = client.start_turn("list the files")
+    done = client.wait_state(turn["id"], TERMINAL)
+    assert done["state"] == "MODEL_PROTOCOL_ERROR"
+    assert done["error"]["code"] == "MODEL_PROTOCOL_ERROR"
+    assert done["tool_calls"] == []
+    assert list(server.state.gateway.log) == [], "the gateway executed nothing"
+    time.sleep(0.2)
+    assert len(provider.chat_requests()) == 2, "one repair, never a third request"
+
+
+@pytest.mark.req("MC-05", "MC-03", "RT-02")
+def test_an_unreachable_endpoint_is_model_unavailable_with_no_fallback(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    server = server_factory(specimen, **_local(f"http://127.0.0.1:{free_port()}"))
+    client = server.client()
+    status = client.get("/api/v1/agent-runtime/status").json()
+    assert (status["mode"], status["available"]) == ("local-model", False)
+    assert status["label"] == "Local agent · fake-model"
+    turn = client.start_turn("hello")
+    done = client.wait_state(turn["id"], TERMINAL)
+    assert done["state"] == "MODEL_UNAVAILABLE"
+    assert done["error"]["code"] == "MODEL_UNAVAILABLE"
+    assert done["tool_calls"] == [] and done["final_text"] is None
+
+
+@pytest.mark.req("GW-05")
+def test_an_identical_call_after_a_failure_ends_the_turn(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    provider = provider_factory(scenario("repeated-failure"))
+    server = server_factory(specimen, **_local(provider.base_url))
+    client = server.client()
+    done = client.wait_state(client.start_turn("read it")["id"], TERMINAL)
+    assert done["state"] == "FAILED"
+    assert done["error"]["code"] == "REPEATED_TOOL_FAILURE"
+    [call] = done["tool_calls"]
+    assert call["status"] == "error"
+    assert call["result"]["data"]["error"]["code"] == "FILE_NOT_FOUND"
+    assert len(call["result"]["data"]["error"]["message"]) <= 300
+    assert list(server.state.gateway.log) == [("files.read", "error")], "executed once only"
+    assert len(provider.chat_requests()) == 2
+
+
+@pytest.mark.req("RT-03")
+def test_the_round_budget_ends_the_turn(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    provider = provider_factory(scenario("endless-listing"))
+    server = server_factory(specimen, limits=RuntimeLimits(max_rounds=4),
+                            **_local(provider.base_url))
+    client = server.client()
+    done = client.wait_state(client.start_turn("go")["id"], TERMINAL)
+    assert done["state"] == "BUDGET_EXHAUSTED"
+    assert (done["rounds"], len(done["tool_calls"])) == (4, 4)
+    assert client.get("/api/v1/agent-runtime/status").json()["limits"]["max_rounds"] == 4
+
+
+@pytest.mark.req("RT-03")
+def test_the_tool_call_budget_ends_the_turn(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    provider = provider_factory(scenario("endless-listing"))
+    server = server_factory(specimen, limits=RuntimeLimits(max_tool_calls=2),
+                            **_local(provider.base_url))
+    client = server.client()
+    done = client.wait_state(client.start_turn("go")["id"], TERMINAL)
+    assert (done["state"], len(done["tool_calls"])) == ("BUDGET_EXHAUSTED", 2)
+    assert "2 tool calls" in done["error"]["message"]
+
+
+@pytest.mark.req("RT-03")
+def test_the_context_budget_ends_the_turn(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    provider = provider_factory(scenario("endless-listing"))
+    server = server_factory(specimen, limits=RuntimeLimits(max_context_bytes=12_000),
+                            **_local(provider.base_url))
+    client = server.client()
+    done = client.wait_state(client.start_turn("go")["id"], TERMINAL)
+    assert done["state"] == "BUDGET_EXHAUSTED"
+    assert "context exceeds 12000 bytes" in done["error"]["message"]
+
+
+@pytest.mark.req("RT-03")
+def test_a_full_queue_refuses_with_429(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    provider = provider_factory(scenario("slow-final"))
+    server = server_factory(specimen, limits=RuntimeLimits(max_queued_turns=1, max_live_turns=2),
+                            **_local(provider.base_url))
+    client = server.client()
+    first = client.start_turn("one")
+    client.wait_state(first["id"], {"RUNNING"})
+    client.start_turn("two")
+    refused = client.post("/api/v1/agent-runtime/turns", {"message": "three"})
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "QUEUE_FULL"
+
+
+@pytest.mark.req("RT-04")
+def test_turn_start_is_idempotent_by_client_request_id(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    server = server_factory(specimen)
+    client = server.client()
+    first = client.post("/api/v1/agent-runtime/turns", {"message": "m", "client_request_id": "r-1"})
+    again = client.post("/api/v1/agent-runtime/turns", {"message": "m", "client_request_id": "r-1"})
+    other = client.post("/api/v1/agent-runtime/turns", {"message": "m", "client_request_id": "r-2"})
+    assert (first.status_code, again.status_code, other.status_code) == (202, 200, 202)
+    assert first.json()["turn"]["id"] == again.json()["turn"]["id"]
+    assert other.json()["turn"]["id"] != first.json()["turn"]["id"]
+    assert len(client.get("/api/v1/agent-runtime/turns").json()["turns"]) == 2
+
+
+@pytest.mark.req("RT-05", "RT-02")
+def test_cancel_during_an_in_flight_request_discards_its_answer(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    provider = provider_factory(scenario("slow-final"))
+    server = server_factory(specimen, permission_mode="workspace-write",
+                            **_local(provider.base_url))
+    client = server.client()
+    turn = client.start_turn("write late.txt")
+    client.wait_state(turn["id"], {"RUNNING"})
+    for _ in range(100):
+        if provider.chat_requests():
+            break
+        time.sleep(0.02)
+    cancelled = client.post(f"/api/v1/agent-runtime/turns/{turn['id']}/cancel")
+    assert cancelled.json()["turn"]["state"] == "CANCELLED"
+    again = client.post(f"/api/v1/agent-runtime/turns/{turn['id']}/cancel")
+    assert again.status_code == 200 and again.json()["turn"]["state"] == "CANCELLED"
+    time.sleep(2.5)  # the scripted answer (a write) arrives after 2 s
+    final = client.turn(turn["id"])
+    assert final["state"] == "CANCELLED" and final["tool_calls"] == []
+    assert list(server.state.gateway.log) == []
+    assert not (specimen / "files" / "late.txt").exists()
+    assert len(provider.chat_requests()) == 1
+
+
+@pytest.mark.req("RT-09")
+def test_shutdown_cancels_running_turns_and_stops_the_worker(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    provider = provider_factory(scenario("slow-final"))
+    server = server_factory(specimen, **_local(provider.base_url))
+    client = server.client()
+    running = client.start_turn("one")
+    queued = client.start_turn("two")
+    client.wait_state(running["id"], {"RUNNING"})
+    runtime = server.state.runtime
+    server.stop()
+    assert not runtime.running
+    assert runtime.get(running["id"]).state.value == "CANCELLED"
+    assert runtime.get(queued["id"]).state.value == "CANCELLED"
