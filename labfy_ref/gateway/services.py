@@ -9,12 +9,13 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from labfy_ref.clock import utcnow
 from labfy_ref.errors import ErrorCode, RuntimeRefused, ToolError
 from labfy_ref.gateway.files import ConfinedFiles
 from labfy_ref.gateway.policy import research_allowed
 from labfy_ref.gateway.research import NoAdapter, ResearchAdapter, SpecimenAdapter
 from labfy_ref.workspace.layout import Workspace, WorkspaceKind
-from labfy_ref.workspace.store import Campaign, Grant, WorkspaceStore, utcnow
+from labfy_ref.workspace.store import Campaign, Grant, WorkspaceStore
 
 
 class ObjectService:

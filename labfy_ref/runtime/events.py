@@ -6,7 +6,7 @@ import collections
 import dataclasses
 from typing import Any
 
-from labfy_ref.workspace.store import iso, utcnow
+from labfy_ref.clock import iso, utcnow
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

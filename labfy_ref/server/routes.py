@@ -9,12 +9,12 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from labfy_ref.clock import utcnow
 from labfy_ref.errors import ErrorCode
 from labfy_ref.server.auth import SESSION_COOKIE
 from labfy_ref.server.errors import error_response
 from labfy_ref.server.security import session_of
 from labfy_ref.server.state import ServerState
-from labfy_ref.workspace.store import utcnow
 
 MAX_GRANT_SECONDS = 366 * 24 * 3600
 

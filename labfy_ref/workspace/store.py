@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from labfy_ref.clock import iso, parse_iso, utcnow
 from labfy_ref.errors import ErrorCode, WorkspaceError
 from labfy_ref.ids import new_id
 
@@ -59,22 +60,6 @@ CREATE TABLE specimen_evidence (
     excerpt TEXT NOT NULL
 );
 """
-
-
-def utcnow() -> datetime.datetime:
-    """Now, in UTC, to the millisecond."""
-    now = datetime.datetime.now(datetime.UTC)
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
-
-
-def iso(moment: datetime.datetime) -> str:
-    """ISO 8601 text of a UTC moment."""
-    return moment.isoformat().replace("+00:00", "Z")
-
-
-def parse_iso(text: str) -> datetime.datetime:
-    """Inverse of :func:`iso`."""
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
