@@ -6,6 +6,7 @@ import datetime
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ def _local(provider_url: str) -> dict[str, str]:
             "agent_model": "fake-model"}
 
 
-def _paused(server: LiveServer) -> tuple[dict[str, object], str]:
+def _paused(server: LiveServer) -> tuple[dict[str, Any], str]:
     client = server.client()
     turn = client.start_turn(QUESTION)
     paused = client.wait_state(str(turn["id"]), {"AUTHORIZATION_REQUIRED"} | TERMINAL)
@@ -40,7 +41,7 @@ def test_the_research_flow_with_a_scripted_model(
     client = server.client()
     paused, campaign_id = _paused(server)
     turn_id = str(paused["id"])
-    assert [c["tool_id"] for c in paused["tool_calls"]] == [  # type: ignore[union-attr]
+    assert [c["tool_id"] for c in paused["tool_calls"]] == [
         "workspace.list_objects", "research.prepare"]
     time.sleep(0.3)
     assert len(provider.chat_requests()) == 2, "no model call while waiting for the grant"
@@ -57,11 +58,11 @@ def test_the_research_flow_with_a_scripted_model(
     done = client.wait_state(turn_id, TERMINAL)
     assert done["state"] == "COMPLETED"
     assert done["id"] == turn_id
-    assert done["final_text"].startswith("The evidence suggests")  # type: ignore[union-attr]
+    assert done["final_text"].startswith("The evidence suggests")
     assert done["authorization"] == {"campaign_id": campaign_id, "status": "GRANTED"}
     calls = done["tool_calls"]
-    assert [c["tool_id"] for c in calls][-1] == "research.get_state"  # type: ignore[union-attr,index]
-    evidence = calls[-1]["result"]["data"]["evidence"]  # type: ignore[index]
+    assert [c["tool_id"] for c in calls][-1] == "research.get_state"
+    evidence = calls[-1]["result"]["data"]["evidence"]
     assert evidence, "the SPECIMEN adapter returned canned evidence"
     assert len(provider.chat_requests()) == 3
 
@@ -79,7 +80,7 @@ def test_the_demo_agent_completes_the_same_flow_with_no_model(
     done = client.wait_state(str(paused["id"]), TERMINAL)
     assert done["state"] == "COMPLETED"
     assert "evidence item" in str(done["final_text"])
-    assert [c["tool_id"] for c in done["tool_calls"]] == [  # type: ignore[union-attr]
+    assert [c["tool_id"] for c in done["tool_calls"]] == [
         "workspace.list_objects", "workspace.read_object", "research.prepare",
         "research.get_state"]
 
@@ -155,4 +156,4 @@ def test_a_live_workspace_has_no_research_adapter(
     assert client.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume").status_code == 202
     failed = client.wait_state(str(paused["id"]), TERMINAL)
     assert failed["state"] == "FAILED"
-    assert failed["error"]["code"] == "RESEARCH_ADAPTER_UNAVAILABLE"  # type: ignore[index]
+    assert failed["error"]["code"] == "RESEARCH_ADAPTER_UNAVAILABLE"
