@@ -67,6 +67,14 @@ def _os_error(exc: OSError, what: str) -> ToolError:
                      code=ErrorCode.TOOL_UNAVAILABLE)
 
 
+def _is_symlink(name: str, dir_fd: int) -> bool:
+    """Only names the refusal: the open already refused, whatever this answers."""
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 class ConfinedFiles:
     """List, read and write text files under one root, never outside it."""
 
@@ -83,6 +91,8 @@ class ConfinedFiles:
         try:
             fd = os.open(self._root, _DIR_FLAGS)
         except OSError as exc:
+            if exc.errno == errno.ENOTDIR and self._root.is_symlink():
+                raise _outside("files/ is a symlink; it is never followed") from exc
             raise _os_error(exc, "files/") from exc
         try:
             for index, part in enumerate(parts):
@@ -97,6 +107,8 @@ class ConfinedFiles:
                 try:
                     child = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
+                    if exc.errno == errno.ENOTDIR and _is_symlink(part, fd):
+                        raise _outside(f"{where}: symlinks are never followed") from exc
                     raise _os_error(exc, where) from exc
                 os.close(fd)
                 fd = child
@@ -133,6 +145,8 @@ class ConfinedFiles:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise _outside(f"{path}: not a regular file (devices and FIFOs are refused)")
                 data = os.read(fd, self.max_read_bytes + 1)
+            except OSError as exc:
+                raise _os_error(exc, path) from exc
             finally:
                 os.close(fd)
         truncated = len(data) > self.max_read_bytes
@@ -168,16 +182,18 @@ class ConfinedFiles:
                 if info.st_nlink > 1:
                     raise _outside(f"{path}: has other hard links; it is not written")
             temp = f".{name[:64]}.{secrets.token_hex(6)}.tmp"
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
             try:
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
                 with os.fdopen(fd, "wb", closefd=True) as handle:
                     handle.write(data)
                     handle.flush()
                     os.fsync(handle.fileno())
                 os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            except BaseException:
+            except BaseException as exc:
                 with contextlib.suppress(OSError):
                     os.unlink(temp, dir_fd=dir_fd)
+                if isinstance(exc, OSError):
+                    raise _os_error(exc, path) from exc
                 raise
         return {"path": "/".join(parts), "bytes_written": len(data)}

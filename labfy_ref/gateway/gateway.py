@@ -137,6 +137,9 @@ class AgentGateway:
             data = self._services[tool_id](**arguments)
         except ToolError as exc:
             return _failure(tool_id, arguments, "error", exc)
+        except OSError as exc:  # a service's unexpected I/O failure is a tool error too
+            return _failure(tool_id, arguments, "error", ToolError(
+                f"i/o error ({type(exc).__name__})", code=ErrorCode.TOOL_UNAVAILABLE))
         size = len(json.dumps(data, ensure_ascii=False).encode("utf-8"))
         if size > self.max_result_bytes:
             return _failure(tool_id, arguments, "error", ToolError(

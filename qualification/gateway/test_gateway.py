@@ -1,0 +1,122 @@
+"""GW-02..GW-05, GW-07, PR-05: the gateway's catalog, wrapping, references and policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fake_provider import Scenario
+from labfy_ref.config import PermissionMode
+from labfy_ref.errors import RuntimeRefused
+from labfy_ref.gateway import TRUST, AgentGateway, CallContext
+from labfy_ref.protocol import action_schema
+from labfy_ref.tools import default_catalog
+from labfy_ref.workspace import open_workspace
+from qualification.conftest import ProviderFactory, ServerFactory
+from qualification.harness import TERMINAL
+
+READ_ONLY = CallContext(PermissionMode.READ_ONLY)
+
+
+@pytest.fixture
+def gateway(specimen: Path) -> AgentGateway:
+    workspace = open_workspace(specimen)
+    return AgentGateway(workspace, workspace.open_store())
+
+
+@pytest.mark.req("GW-02", "PR-05")
+def test_the_published_catalog_is_the_validation_catalog(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    client = server_factory(specimen).client()
+    tools = client.get("/api/v1/agent-runtime/tools").json()["tools"]
+    assert [t["tool_id"] for t in tools] == list(default_catalog())
+    for entry in tools:
+        spec = default_catalog()[entry["tool_id"]]
+        assert entry["input_schema"] == spec.input_schema
+        assert entry["available"] is True
+        assert entry["effect"] in ("read", "write", "research")
+        assert isinstance(entry["network_contact"], bool)
+        assert isinstance(entry["requires_authorization"], bool)
+    assert action_schema()["title"] == "labfy.agent_model_action.v1"
+
+
+@pytest.mark.req("GW-03")
+@pytest.mark.parametrize(("tool_id", "arguments"), [
+    ("workspace.list_objects", {}), ("files.list", {"path": ""}),
+    ("files.read", {"path": "README.txt"}), ("files.read", {"path": "absent.txt"}),
+    ("files.write", {"path": "x.txt", "content": "x"}), ("nope.tool", {}),
+])
+def test_every_result_is_wrapped_as_untrusted_data(gateway: AgentGateway, tool_id: str,
+                                                   arguments: dict[str, Any]) -> None:
+    outcome = gateway.call(tool_id, arguments, READ_ONLY)
+    assert set(outcome.result) == {"trust", "tool_id", "ok", "data"}
+    assert outcome.result["trust"] == TRUST
+    assert outcome.result["ok"] is outcome.ok
+    if not outcome.ok:
+        error = outcome.result["data"]["error"]
+        assert set(error) == {"code", "message"} and len(error["message"]) <= 300
+
+
+@pytest.mark.req("GW-04")
+def test_an_invented_altered_or_truncated_object_id_is_refused(gateway: AgentGateway) -> None:
+    real = gateway.call("workspace.list_objects", {}, READ_ONLY).result["data"]["objects"][0]
+    oid = real["object_id"]
+    assert gateway.call("workspace.read_object", {"object_id": oid}, READ_ONLY).ok
+    flipped = oid[:-1] + ("A" if oid[-1] != "A" else "B")
+    for bad in (flipped, oid[:-1], "obj_" + "0" * 26, oid.lower()):
+        outcome = gateway.call("workspace.read_object", {"object_id": bad}, READ_ONLY)
+        assert outcome.status == "refused"
+        assert outcome.error_code in ("OBJECT_NOT_FOUND", "INVALID_ARGUMENTS")
+    prepared = gateway.call("research.prepare", {"topic": "t", "questions": ["q"],
+                                                 "object_refs": [oid, flipped]}, READ_ONLY)
+    assert prepared.error_code == "OBJECT_NOT_FOUND"
+    assert len(prepared.result["data"]["error"]["message"]) <= 300
+
+
+@pytest.mark.req("GW-07", "GW-01")
+def test_a_write_in_read_only_is_a_normal_refusal_and_the_turn_goes_on(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    write = json.dumps({"type": "tool_call", "tool_id": "files.write",
+                        "arguments": {"path": "out.txt", "content": "hello"}})
+    provider = provider_factory(Scenario.replies(write, '{"type":"final","text":"could not"}'))
+    server = server_factory(specimen, agent_mode="local-model", agent_endpoint=provider.base_url,
+                            agent_model="fake-model")
+    client = server.client()
+    done = client.wait_state(client.start_turn("write out.txt")["id"], TERMINAL)
+    assert done["state"] == "COMPLETED"
+    [call] = done["tool_calls"]
+    assert (call["status"], call["result"]["data"]["error"]["code"]) == (
+        "refused", "PERMISSION_DENIED")
+    assert not (specimen / "files" / "out.txt").exists()
+    second = json.loads(provider.chat_requests()[1].body)["messages"][-1]["content"]
+    assert "PERMISSION_DENIED" in second and TRUST in second
+
+
+@pytest.mark.req("GW-07")
+def test_workspace_write_permits_writes(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    write = json.dumps({"type": "tool_call", "tool_id": "files.write",
+                        "arguments": {"path": "reports/out.txt", "content": "hello ✓"}})
+    provider = provider_factory(Scenario.replies(write, '{"type":"final","text":"written"}'))
+    server = server_factory(specimen, agent_mode="local-model", agent_endpoint=provider.base_url,
+                            agent_model="fake-model", permission_mode="workspace-write")
+    client = server.client()
+    done = client.wait_state(client.start_turn("write it")["id"], TERMINAL)
+    assert done["tool_calls"][0]["status"] == "ok"
+    assert (specimen / "files" / "reports" / "out.txt").read_text() == "hello ✓"
+    assert client.get("/api/v1/agent-runtime/status").json()["permission_mode"] == \
+        "workspace-write"
+
+
+@pytest.mark.req("GW-07", "RT-08")
+def test_running_research_needs_a_grant_even_from_inside(gateway: AgentGateway) -> None:
+    prepared = gateway.call("research.prepare", {"topic": "t", "questions": ["q"]}, READ_ONLY)
+    campaign_id = prepared.result["data"]["campaign_id"]
+    with pytest.raises(RuntimeRefused) as caught:
+        gateway.run_research(campaign_id)
+    assert caught.value.code.value == "GRANT_REQUIRED"
+    state = gateway.call("research.get_state", {"campaign_id": campaign_id}, READ_ONLY)
+    assert state.result["data"]["status"] == "PREPARED"

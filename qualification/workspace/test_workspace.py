@@ -1,0 +1,141 @@
+"""WS-01..WS-03: the workspace directory, the store and the embedded SPECIMEN."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labfy_ref.errors import ErrorCode, WorkspaceError
+from labfy_ref.gateway import AgentGateway, CallContext
+from labfy_ref.config import PermissionMode
+from labfy_ref.workspace import WorkspaceKind, init_workspace, open_workspace
+from qualification.harness import ServeProcess
+
+OBJECT_ID = re.compile(r"obj_[0-9A-HJKMNP-TV-Z]{26}")
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "labfy_ref.cli.main", *args],
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.req("WS-01", "WS-03")
+def test_workspace_init_creates_the_documented_layout(tmp_path: Path) -> None:
+    target = tmp_path / "ws"
+    done = _cli("workspace", "init", str(target), "--specimen", "--name", "Field lab")
+    assert done.returncode == 0, done.stderr
+    assert {p.name for p in target.iterdir()} >= {"labfy-workspace.toml", "labfy.sqlite",
+                                                  "files", "sessions"}
+    workspace = open_workspace(target)
+    assert (workspace.kind, workspace.name) == (WorkspaceKind.SPECIMEN, "Field lab")
+    assert (target / "files" / "notes" / "field-log.txt").is_file()
+    live = tmp_path / "live"
+    assert _cli("workspace", "init", str(live)).returncode == 0
+    assert open_workspace(live).kind is WorkspaceKind.LIVE
+    assert list((live / "files").iterdir()) == []
+
+
+@pytest.mark.req("WS-01")
+@pytest.mark.parametrize("damage", ["no-manifest", "bad-toml", "bad-kind", "no-files",
+                                    "files-symlink", "no-store", "future-schema", "not-sqlite"])
+def test_a_directory_that_is_not_a_workspace_is_a_clear_error(tmp_path: Path,
+                                                              damage: str) -> None:
+    target = tmp_path / "ws"
+    init_workspace(target, specimen=False)
+    manifest = target / "labfy-workspace.toml"
+    if damage == "no-manifest":
+        manifest.unlink()
+    elif damage == "bad-toml":
+        manifest.write_text("kind = [")
+    elif damage == "bad-kind":
+        manifest.write_text(manifest.read_text().replace('"LIVE"', '"CLOUD"'))
+    elif damage == "no-files":
+        (target / "files").rmdir()
+    elif damage == "files-symlink":
+        (target / "files").rmdir()
+        (target / "files").symlink_to(tmp_path)
+    elif damage == "no-store":
+        (target / "labfy.sqlite").unlink()
+    elif damage == "future-schema":
+        with sqlite3.connect(target / "labfy.sqlite") as db:
+            db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    elif damage == "not-sqlite":
+        (target / "labfy.sqlite").write_bytes(b"not a database" * 100)
+    with pytest.raises(WorkspaceError) as caught:
+        open_workspace(target)
+    assert caught.value.code is ErrorCode.WORKSPACE_INVALID
+    done = _cli("check-config")  # unrelated command still fine
+    assert done.returncode == 0
+    served = _cli("serve", "--workspace", str(target))
+    assert served.returncode == 2
+    assert served.stderr.startswith("WORKSPACE_INVALID: ") and "Traceback" not in served.stderr
+
+
+@pytest.mark.req("WS-01")
+def test_init_refuses_a_non_empty_directory_and_leaves_it_untouched(tmp_path: Path) -> None:
+    target = tmp_path / "busy"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    done = _cli("workspace", "init", str(target))
+    assert done.returncode == 2
+    assert done.stderr.startswith("WORKSPACE_EXISTS: ")
+    assert [p.name for p in target.iterdir()] == ["keep.txt"]
+
+
+@pytest.mark.req("WS-02")
+def test_objects_have_opaque_ids_kinds_titles_and_bodies(specimen: Path) -> None:
+    workspace = open_workspace(specimen)
+    store = workspace.open_store()
+    try:
+        objects = store.list_objects()
+        assert len(objects) == 12
+        assert {o.kind for o in objects} == {"fact", "observation", "source", "note"}
+        assert all(OBJECT_ID.fullmatch(o.object_id) for o in objects)
+        assert len({o.object_id for o in objects}) == 12
+        assert all(o.title and o.body for o in objects)
+    finally:
+        store.close()
+
+
+@pytest.mark.req("WS-02", "GW-02")
+def test_no_tool_writes_objects(specimen: Path) -> None:
+    workspace = open_workspace(specimen)
+    gateway = AgentGateway(workspace, workspace.open_store())
+    writers = [spec.tool_id for spec in gateway.catalog.values()
+               if spec.tool_id.startswith("workspace.") and spec.effect.value != "read"]
+    assert writers == []
+    before = gateway.list_objects()
+    for tool_id, args in [("workspace.list_objects", {}), ("files.list", {"path": ""})]:
+        gateway.call(tool_id, args, CallContext(PermissionMode.WORKSPACE_WRITE))
+    assert gateway.list_objects() == before
+
+
+@pytest.mark.req("WS-03", "SV-01")
+def test_serve_without_workspace_copies_the_embedded_specimen_once(tmp_path: Path) -> None:
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    first = ServeProcess(ready_file=tmp_path / "ready1.json", env=env)
+    try:
+        first.wait_ready()
+    finally:
+        code, out, _ = first.stop()
+    assert code == 0
+    copied = tmp_path / "data" / "labfy-ref" / "specimen"
+    workspace = open_workspace(copied)
+    assert workspace.kind is WorkspaceKind.SPECIMEN
+    assert "(SPECIMEN)" in out
+    marker = copied / "files" / "mine.txt"
+    marker.write_text("kept across runs")
+    second = ServeProcess(ready_file=tmp_path / "ready2.json", env=env)
+    try:
+        second.wait_ready()
+    finally:
+        second.stop()
+    assert marker.read_text() == "kept across runs"
+    assert open_workspace(copied).workspace_id == workspace.workspace_id
