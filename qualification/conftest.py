@@ -11,7 +11,7 @@ import pytest
 from fake_provider import FakeProvider, Scenario
 from labfy_ref.model import ClientLimits, LocalModelClient, parse_endpoint
 from labfy_ref.workspace import init_workspace
-from qualification.harness import LiveServer
+from qualification.harness import ApiClient, LiveServer
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -83,3 +83,19 @@ def server_factory() -> Iterator[ServerFactory]:
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One demo-agent server on a fresh SPECIMEN workspace, shared by a module's tests."""
+    path = tmp_path_factory.mktemp("shared") / "specimen"
+    init_workspace(path, specimen=True)
+    server = LiveServer(path).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def demo_client(demo_server: LiveServer) -> ApiClient:
+    """An admin client of :func:`demo_server` (logged in once per module)."""
+    return demo_server.client()
