@@ -25,7 +25,7 @@ from labfy_ref.config import RawOptions, resolve
 from labfy_ref.runtime import RuntimeLimits
 from labfy_ref.server.app import create_app
 from labfy_ref.server.auth import SESSION_COOKIE
-from labfy_ref.server.serve import bind_socket, build_state
+from labfy_ref.server.serve import bind_socket, build_state, uvicorn_config
 from labfy_ref.server.state import ServerState
 from labfy_ref.workspace import open_workspace
 
@@ -54,8 +54,7 @@ class LiveServer:
         self.port = int(self.sock.getsockname()[1])
         self.state: ServerState = build_state(self.config, open_workspace(workspace),
                                               self.port, LAUNCH_CODE, limits)
-        self.server = uvicorn.Server(uvicorn.Config(create_app(self.state), log_level="warning",
-                                                    access_log=False, lifespan="on"))
+        self.server = uvicorn.Server(uvicorn_config(create_app(self.state)))
         self._thread = threading.Thread(target=lambda: asyncio.run(
             self.server.serve(sockets=[self.sock])), daemon=True)
         self._clients: list[ApiClient] = []

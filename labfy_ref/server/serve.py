@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import uvicorn
+from fastapi import FastAPI
 
 from labfy_ref.config import AgentMode, ServeConfig
 from labfy_ref.errors import ConfigRefused
@@ -86,6 +87,12 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
                        client=client)
 
 
+def uvicorn_config(app: FastAPI) -> uvicorn.Config:
+    """How uvicorn runs our app: quiet, no access log (no URLs in logs), no Server header."""
+    return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                          server_header=False)
+
+
 def _write_ready_file(path: Path, document: dict[str, object]) -> None:
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -118,9 +125,7 @@ def serve(config: ServeConfig) -> int:
             print(f"Open {url} and log in with this one-time code:", flush=True)
             print(launch_code, flush=True)
 
-        app = create_app(state, on_started=announce)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
-                                               lifespan="on", server_header=False))
+        server = uvicorn.Server(uvicorn_config(create_app(state, on_started=announce)))
         asyncio.run(_run(server, sock))
         return 0
     finally:

@@ -89,7 +89,8 @@ def test_an_expired_session_is_401_and_a_new_login_issues_fresh_secrets(
 def test_user_accounts_log_in_with_hashed_tokens(specimen: Path, tmp_path: Path,
                                                  server_factory: ServerFactory) -> None:
     accounts = tmp_path / "accounts.toml"
-    accounts.write_text(f'[[account]]\nname = "alice"\ntoken_sha256 = "{token_hash("alice-token")}"\n')
+    digest = token_hash("alice-token")
+    accounts.write_text(f'[[account]]\nname = "alice"\ntoken_sha256 = "{digest}"\n')
     server = server_factory(specimen, accounts=str(accounts))
     client = server.client(token="alice-token")
     assert client.get("/api/v1/session").json()["role"] == "user"

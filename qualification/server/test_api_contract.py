@@ -1,0 +1,149 @@
+"""SV-05..SV-07: error shapes, exact bodies, routes, OpenAPI and security headers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from qualification.harness import ApiClient, LiveServer
+from qualification.security.server_routes import PROTECTED
+
+
+def _error(response: Any) -> dict[str, str]:
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    assert len(body["error"]["message"]) <= 300
+    assert "Traceback" not in body["error"]["message"]
+    error: dict[str, str] = body["error"]
+    return error
+
+
+@pytest.mark.req("SV-05")
+@pytest.mark.parametrize(("body", "code"), [
+    ({"message": "hi", "extra": 1}, "VALIDATION_FAILED"),
+    ({}, "VALIDATION_FAILED"),
+    ({"message": 5}, "VALIDATION_FAILED"),
+    ({"message": ""}, "VALIDATION_FAILED"),
+    ({"message": "x" * 9000}, "VALIDATION_FAILED"),
+    ({"message": "hi", "client_request_id": ""}, "VALIDATION_FAILED"),
+    ([1, 2], "VALIDATION_FAILED"),
+])
+def test_exact_field_sets_or_422(demo_client: ApiClient, body: Any, code: str) -> None:
+    response = demo_client.post("/api/v1/agent-runtime/turns", body)
+    assert response.status_code == 422
+    assert _error(response)["code"] == code
+
+
+@pytest.mark.req("SV-05")
+@pytest.mark.parametrize("raw", [b'{"message":"a","message":"b"}', b'{"message":NaN}',
+                                 b'{"message":"a"} x', b"\xff\xfe", b"[" * 5000])
+def test_non_json_or_ambiguous_json_is_422(demo_client: ApiClient, raw: bytes) -> None:
+    headers = demo_client.headers(True) | {"Content-Type": "application/json"}
+    response = demo_client.http.post("/api/v1/agent-runtime/turns", content=raw,
+                                     headers=headers)
+    assert response.status_code == 422
+    assert _error(response)["code"] == "VALIDATION_FAILED"
+
+
+@pytest.mark.req("SV-05")
+def test_bodies_are_bounded_413(demo_client: ApiClient) -> None:
+    big = {"message": "x" * 70_000}
+    response = demo_client.post("/api/v1/agent-runtime/turns", big)
+    assert response.status_code == 413
+    assert _error(response)["code"] == "BODY_TOO_LARGE"
+
+    def chunks() -> Any:
+        for _ in range(100):
+            yield b"x" * 1024
+
+    headers = demo_client.headers(True) | {"Content-Type": "application/json"}
+    streamed = demo_client.http.post("/api/v1/agent-runtime/turns", content=chunks(),
+                                     headers=headers)
+    assert streamed.status_code == 413
+
+
+@pytest.mark.req("SV-05")
+@pytest.mark.parametrize(("method", "path", "status", "code"), [
+    ("GET", "/api/v1/nope", 404, "NOT_FOUND"),
+    ("GET", "/api/v1/agent-runtime/turns/turn_nope", 404, "TURN_NOT_FOUND"),
+    ("GET", "/api/v1/research/campaigns/camp_nope", 404, "CAMPAIGN_NOT_FOUND"),
+    ("DELETE", "/api/v1/grants/grant_nope", 404, "GRANT_NOT_FOUND"),
+    ("POST", "/api/v1/grants", 404, "CAMPAIGN_NOT_FOUND"),
+    ("PUT", "/api/v1/objects", 405, "METHOD_NOT_ALLOWED"),
+    ("POST", "/api/v1/agent-runtime/turns/turn_nope/resume", 404, "TURN_NOT_FOUND"),
+])
+def test_errors_have_stable_codes(demo_client: ApiClient, method: str, path: str, status: int,
+                                  code: str) -> None:
+    body = {"campaign_id": "camp_nope"} if path == "/api/v1/grants" else None
+    headers = demo_client.headers(method != "GET")
+    response = demo_client.http.request(method, path, json=body, headers=headers)
+    assert response.status_code == status
+    assert _error(response)["code"] == code
+
+
+@pytest.mark.req("SV-06")
+def test_every_route_is_served_and_in_the_openapi_document(demo_client: ApiClient) -> None:
+    document = demo_client.get("/api/openapi.json").json()
+    published = {(method.upper(), path) for path, item in document["paths"].items()
+                 for method in item}
+    wanted = {("GET", "/api/v1/agent-runtime/status"), ("POST", "/api/v1/agent-runtime/turns"),
+              ("GET", "/api/v1/agent-runtime/turns/{turn_id}"),
+              ("POST", "/api/v1/agent-runtime/turns/{turn_id}/resume"),
+              ("POST", "/api/v1/agent-runtime/turns/{turn_id}/cancel"),
+              ("GET", "/api/v1/agent-runtime/events"), ("GET", "/api/v1/agent-runtime/tools"),
+              ("GET", "/api/v1/objects"), ("GET", "/api/v1/research/campaigns/{campaign_id}"),
+              ("POST", "/api/v1/grants"), ("DELETE", "/api/v1/grants/{grant_id}"),
+              ("POST", "/api/v1/session"), ("GET", "/api/v1/session")}
+    assert wanted <= published
+
+
+@pytest.mark.req("SV-06", "WS-02")
+def test_objects_route_wire_shape(demo_client: ApiClient) -> None:
+    objects = demo_client.get("/api/v1/objects").json()["objects"]
+    assert len(objects) == 12
+    assert all(set(o) == {"object_id", "kind", "title"} for o in objects)
+
+
+@pytest.mark.req("SV-06")
+def test_turn_wire_shape(demo_client: ApiClient) -> None:
+    turn = demo_client.start_turn("shape check")
+    done = demo_client.wait_state(turn["id"], {"AUTHORIZATION_REQUIRED"})
+    assert set(done) == {"id", "state", "client_request_id", "message", "rounds", "tool_calls",
+                         "final_text", "error", "authorization", "created_at", "updated_at"}
+    call = done["tool_calls"][0]
+    assert set(call) == {"call_id", "tool_id", "arguments", "status", "result"}
+    assert set(call["result"]) == {"trust", "tool_id", "ok", "data"}
+    grant = demo_client.grant(done["authorization"]["campaign_id"]).json()["grant"]
+    assert {"id", "campaign_id", "workspace", "active", "created_at"} <= set(grant)
+
+
+@pytest.mark.req("SV-07")
+@pytest.mark.parametrize(("method", "path", "body"), [("GET", "/", None),
+                                                      ("GET", "/ui/app.js", None),
+                                                      ("GET", "/api/health", None),
+                                                      ("GET", "/api/v1/nope", None), *PROTECTED])
+def test_security_headers_on_every_response(demo_server: LiveServer, method: str, path: str,
+                                            body: Any) -> None:
+    client = demo_server.client()  # its own session: one of the routes logs out
+    response = client.http.request(method, path, json=body,
+                                   headers=client.headers(method != "GET"))
+    headers = response.headers
+    csp = headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src 'self'" in csp
+    assert "frame-ancestors 'none'" in csp
+    assert "unsafe-inline" not in csp and "http" not in csp
+    assert headers["x-content-type-options"] == "nosniff"
+    assert headers["referrer-policy"] == "no-referrer"
+    assert headers["x-frame-options"] == "DENY"
+    assert headers["cache-control"] == "no-store"
+    assert "server" not in headers
+
+
+@pytest.mark.req("SV-07", "UI-02")
+def test_the_page_has_no_inline_script(demo_client: ApiClient) -> None:
+    page = demo_client.get("/").text
+    assert "<script>" not in page and "onclick" not in page and "javascript:" not in page
+    script = demo_client.get("/ui/app.js").text
+    assert "innerHTML" not in script and "insertAdjacentHTML" not in script
+    assert "textContent" in script
