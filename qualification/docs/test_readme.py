@@ -1,0 +1,53 @@
+"""The README's commands work exactly as written (DOC-01, RT-07, RT-08)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labfy_ref.cli.main import build_parser
+from qualification.conftest import REPO
+
+README = (REPO / "README.md").read_text("utf-8")
+
+
+def _block(name: str) -> str:
+    match = re.search(rf"<!-- {name}:start -->\n```sh\n(.*?)```\n<!-- {name}:end -->", README,
+                      re.S)
+    assert match, f"README block {name} is missing"
+    return match.group(1)
+
+
+@pytest.mark.req("DOC-01", "RT-07", "RT-08")
+def test_the_readme_curl_flow_runs_as_written(tmp_path: Path) -> None:
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed (.ci/run installs it)")
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"),
+           "READY": str(tmp_path / "ready.json"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", _block("readme-flow")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert '"code":"GRANT_REQUIRED"' in lines[0]
+    assert '"active":true' in lines[1]
+    assert lines[-1].startswith("COMPLETED: Research campaign camp_")
+    assert "evidence item" in lines[-1]
+
+
+@pytest.mark.req("DOC-01")
+def test_every_cli_command_of_the_readme_exists() -> None:
+    parser = build_parser()
+    for command in re.findall(r"^labfy-ref ([a-z-]+(?: init)?)", README, re.M):
+        words = command.split()
+        args = [*words, "--help"]
+        with pytest.raises(SystemExit) as caught:
+            parser.parse_args(args)
+        assert caught.value.code == 0, command
