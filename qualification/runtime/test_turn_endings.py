@@ -66,40 +66,23 @@ def test_an_identical_call_after_a_failure_ends_the_turn(
 
 
 @pytest.mark.req("RT-03")
-def test_the_round_budget_ends_the_turn(
-        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+@pytest.mark.parametrize(("limits", "rounds", "calls", "reason"), [
+    (RuntimeLimits(max_rounds=4), 4, 4, "4 rounds used"),
+    (RuntimeLimits(max_tool_calls=2), 3, 2, "2 tool calls used"),
+    (RuntimeLimits(max_context_bytes=12_000), None, None, "context exceeds 12000 bytes"),
+])
+def test_each_budget_ends_the_turn(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory,
+        limits: RuntimeLimits, rounds: int | None, calls: int | None, reason: str) -> None:
     provider = provider_factory(scenario("endless-listing"))
-    server = server_factory(specimen, limits=RuntimeLimits(max_rounds=4),
-                            **_local(provider.base_url))
+    server = server_factory(specimen, limits=limits, **_local(provider.base_url))
     client = server.client()
     done = client.wait_state(client.start_turn("go")["id"], TERMINAL)
     assert done["state"] == "BUDGET_EXHAUSTED"
-    assert (done["rounds"], len(done["tool_calls"])) == (4, 4)
-    assert client.get("/api/v1/agent-runtime/status").json()["limits"]["max_rounds"] == 4
-
-
-@pytest.mark.req("RT-03")
-def test_the_tool_call_budget_ends_the_turn(
-        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
-    provider = provider_factory(scenario("endless-listing"))
-    server = server_factory(specimen, limits=RuntimeLimits(max_tool_calls=2),
-                            **_local(provider.base_url))
-    client = server.client()
-    done = client.wait_state(client.start_turn("go")["id"], TERMINAL)
-    assert (done["state"], len(done["tool_calls"])) == ("BUDGET_EXHAUSTED", 2)
-    assert "2 tool calls" in done["error"]["message"]
-
-
-@pytest.mark.req("RT-03")
-def test_the_context_budget_ends_the_turn(
-        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
-    provider = provider_factory(scenario("endless-listing"))
-    server = server_factory(specimen, limits=RuntimeLimits(max_context_bytes=12_000),
-                            **_local(provider.base_url))
-    client = server.client()
-    done = client.wait_state(client.start_turn("go")["id"], TERMINAL)
-    assert done["state"] == "BUDGET_EXHAUSTED"
-    assert "context exceeds 12000 bytes" in done["error"]["message"]
+    assert done["error"] == {"code": "BUDGET_EXHAUSTED", "message": reason}
+    if rounds is not None:
+        assert (done["rounds"], len(done["tool_calls"])) == (rounds, calls)
+    assert client.get("/api/v1/agent-runtime/status").json()["limits"] == limits.as_json()
 
 
 @pytest.mark.req("RT-03")
