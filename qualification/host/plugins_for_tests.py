@@ -1,0 +1,83 @@
+"""Small plugins used by the host tests (referenced as ``module:attr`` in compositions)."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from typing import Any, ClassVar
+
+from labfy_ref.host import PluginContext
+
+#: What the plugins did and undid, in order, for the tests to check.
+JOURNAL: list[str] = []
+#: Handles the plugins opened, to check they were really released.
+RESOURCES: dict[str, Any] = {}
+
+
+class Base:
+    provides: ClassVar[tuple[str, ...]] = ()
+    requires: ClassVar[tuple[str, ...]] = ()
+    optional: ClassVar[tuple[str, ...]] = ()
+
+    async def activate(self, context: PluginContext) -> None:
+        for name in self.provides:
+            context.provide(name, f"{name}-from-{context.row_id}")
+        JOURNAL.append(f"activate {context.row_id}")
+        context.scope.defer(lambda: JOURNAL.append(f"undo {context.row_id}"),
+                            f"journal {context.row_id}")
+
+
+class SystemPrompt(Base):
+    provides = ("system_prompt",)
+
+
+class Tools(Base):
+    provides = ("tools",)
+    requires = ("system_prompt",)
+
+
+class Engine(Base):
+    provides = ("engine",)
+    requires = ("tools",)
+    optional = ("metrics",)
+
+    async def activate(self, context: PluginContext) -> None:
+        await super().activate(context)
+        RESOURCES["metrics_seen"] = context.get("metrics")
+
+
+class Metrics(Base):
+    provides = ("metrics",)
+
+
+class Exploding(Base):
+    provides = ("boom",)
+
+    async def activate(self, context: PluginContext) -> None:
+        raise RuntimeError("kaboom " + "x" * 1000)
+
+
+class Effects(Base):
+    """Registers one of each effect kind: service, listener, task, file handle."""
+
+    provides = ("effects",)
+
+    async def activate(self, context: PluginContext) -> None:
+        await super().activate(context)
+        listeners: list[str] = RESOURCES.setdefault("listeners", [])
+        listeners.append("listener")
+        context.scope.defer(lambda: listeners.remove("listener"), "listener")
+        RESOURCES["task"] = context.scope.spawn(asyncio.sleep(3600), "sleeper")
+        RESOURCES["file"] = context.scope.own_file(tempfile.TemporaryFile(), "scratch")
+
+
+class BadUndo(Base):
+    provides = ("bad_undo",)
+
+    async def activate(self, context: PluginContext) -> None:
+        await super().activate(context)
+
+        def fail() -> None:
+            raise OSError("undo failed")
+
+        context.scope.defer(fail, "failing undo")
