@@ -1,0 +1,133 @@
+"""BR-02, BR-03, UI-06 (framing): the stream handle and NDJSON, under ATTACKS.md §F."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from labfy_ref.bridge.ndjson import NdjsonDecoder, encode_line
+from labfy_ref.bridge.stream import StreamHandle
+
+
+def _handle(**limits: int) -> StreamHandle:
+    return StreamHandle("ses_X", "assistant", **limits)
+
+
+@pytest.mark.req("BR-03")
+def test_a_chunk_emitted_before_anyone_subscribes_is_delivered() -> None:
+    handle = _handle()
+    handle.emit("text", text="first!")
+    seen: list[dict[str, Any]] = []
+    handle.subscribe(seen.append)
+    handle.emit("done", reason="completed", interrupted=False)
+    assert [c["type"] for c in seen] == ["text", "done"]
+    assert seen[0]["text"] == "first!"
+    late: list[dict[str, Any]] = []
+    handle.subscribe(late.append)
+    assert late == seen, "a subscriber attaching after done gets the whole turn"
+
+
+@pytest.mark.req("BR-02")
+def test_chunks_carry_ids_and_seq_one_error_at_most_and_done_last() -> None:
+    handle = _handle()
+    assert handle.emit("text", text="a")
+    assert handle.emit("error", code="MODEL_PROTOCOL_ERROR", message="bad")
+    assert not handle.emit("error", code="OTHER", message="second")
+    assert handle.emit("done", reason="error", interrupted=False)
+    assert not handle.emit("text", text="after done")
+    chunks = handle.chunks
+    assert [c["seq"] for c in chunks] == [1, 2, 3]
+    assert all(c["session_id"] == "ses_X" and c["agent_id"] == "assistant" for c in chunks)
+    assert [c["type"] for c in chunks] == ["text", "error", "done"]
+    with pytest.raises(ValueError, match="unknown chunk type"):
+        _handle().emit("shout")
+
+
+@pytest.mark.req("BR-03")
+@pytest.mark.parametrize("limits", [{"max_chunks": 10}, {"max_bytes": 2000}])
+def test_overflow_emits_stream_limit_then_done_and_cancels(limits: dict[str, int]) -> None:
+    handle = _handle(**limits)
+    cancelled: list[bool] = []
+    handle.on_cancel(lambda: cancelled.append(True))
+    for _ in range(100):
+        if not handle.emit("text", text="x" * 100):
+            break
+    tail = handle.chunks[-2:]
+    assert [c["type"] for c in tail] == ["error", "done"]
+    assert tail[0]["code"] == "STREAM_LIMIT"
+    assert tail[1]["interrupted"] is True
+    assert cancelled == [True]
+    assert len(handle.chunks) <= limits.get("max_chunks", 10_000)
+
+
+@pytest.mark.req("BR-03")
+def test_a_throwing_subscriber_cannot_break_the_stream_for_others() -> None:
+    handle = _handle()
+    good: list[str] = []
+
+    def bad(_: dict[str, Any]) -> None:
+        raise RuntimeError("subscriber bug")
+
+    handle.subscribe(bad)
+    handle.subscribe(lambda c: good.append(c["type"]))
+    handle.emit("text", text="a")
+    handle.emit("done", reason="completed", interrupted=False)
+    assert good == ["text", "done"]
+    assert handle.dropped_subscribers == 1
+
+
+@pytest.mark.req("BR-03")
+def test_iterate_replays_then_follows_live() -> None:
+    async def scenario() -> list[str]:
+        handle = _handle()
+        handle.emit("text", text="early")
+
+        async def produce() -> None:
+            await asyncio.sleep(0.01)
+            handle.emit("text", text="late")
+            handle.emit("done", reason="completed", interrupted=False)
+
+        producer = asyncio.create_task(produce())
+        seen = [chunk["type"] async for chunk in handle.iterate()]
+        await producer
+        return seen
+
+    assert asyncio.run(scenario()) == ["text", "text", "done"]
+
+
+HOSTILE_TEXTS = ["line\rreturn", "sep\u2028arator", "next\u0085line", "para\u2029graph",
+                 "lone \ud800 surrogate", "nul \x00 byte", "emoji 𝄞 😀", "new\nline",
+                 "x" * (1024 * 1024)]
+
+
+@pytest.mark.req("BR-04", "UI-06")
+@pytest.mark.parametrize("text", HOSTILE_TEXTS, ids=range(len(HOSTILE_TEXTS)))
+def test_ndjson_framing_keeps_one_chunk_per_line(text: str) -> None:
+    line = encode_line({"type": "text", "text": text})
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert len(line.decode("utf-8").splitlines()) == 1, "no reader sees a second line"
+    [value] = list(NdjsonDecoder().feed(line))
+    expected = text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+    assert value["text"] == expected
+
+
+@pytest.mark.req("BR-04", "UI-06")
+@given(st.lists(st.text(max_size=30), min_size=1, max_size=8),
+       st.lists(st.integers(min_value=0, max_value=2000), max_size=12))
+def test_a_client_reading_in_arbitrary_splits_reassembles_exactly(
+        texts: list[str], cuts: list[int]) -> None:
+    stream = b"".join(encode_line({"type": "text", "seq": i, "text": t})
+                      for i, t in enumerate(texts))
+    decoder = NdjsonDecoder()
+    values: list[Any] = []
+    last = 0
+    for cut in sorted({c for c in cuts if c <= len(stream)}) + [len(stream)]:
+        values.extend(decoder.feed(stream[last:cut]))  # mid-line, mid-UTF-8, several lines
+        last = cut
+    decoder.close()
+    assert [v["text"] for v in values] == [json.loads(json.dumps(t)) for t in texts]
