@@ -110,6 +110,12 @@ class AgentGateway:
         self.log.append((tool_id, outcome.status))
         return outcome
 
+    def refuse(self, tool_id: str, arguments: dict[str, Any], error: ToolError) -> ToolOutcome:
+        """A call refused before reaching the gateway's checks (a denied approval, BR-12)."""
+        outcome = _failure(tool_id, arguments, "refused", error)
+        self.log.append((tool_id, outcome.status))
+        return outcome
+
     def _call(self, tool_id: str, arguments: dict[str, Any],
               context: CallContext) -> ToolOutcome:
         spec = self.catalog.get(tool_id)

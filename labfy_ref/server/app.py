@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 
 from labfy_ref import __version__
+from labfy_ref.server.bridge_routes import router as bridge_router
 from labfy_ref.server.errors import install_error_handlers
 from labfy_ref.server.routes import router
 from labfy_ref.server.security import SecurityMiddleware
@@ -40,7 +41,7 @@ def create_app(state: ServerState,
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        state.runtime.start()
+        await state.start()
         if on_started is not None:
             on_started()
         try:
@@ -53,6 +54,7 @@ def create_app(state: ServerState,
     app.state.server = state
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(bridge_router)
     for path, (name, media_type) in _UI_FILES.items():
         app.add_api_route(path, _ui_route(name, media_type), methods=["GET"],
                           include_in_schema=False)

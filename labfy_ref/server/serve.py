@@ -20,9 +20,11 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from labfy_ref.bridge.service import Bridge
 from labfy_ref.config import AgentMode, ServeConfig
 from labfy_ref.errors import ConfigRefused
 from labfy_ref.gateway import AgentGateway
+from labfy_ref.host import default_composition, load_composition
 from labfy_ref.model import ClientLimits, LocalModelClient
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol import ChatModel
@@ -82,9 +84,13 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
         model, label = DemoAgent(), DEMO_LABEL
     runtime = AgentRuntime(model, gateway, label=label, permission_mode=config.permission_mode,
                            limits=limits)
+    composition = (load_composition(config.composition) if config.composition is not None
+                   else default_composition())
+    bridge = Bridge(composition, {"workspace": workspace, "gateway": gateway,
+                                  "agent_config": config.agent}, enabled=config.bridge)
     return ServerState(config=config, workspace=workspace, store=store, gateway=gateway,
                        runtime=runtime, auth=Authenticator(launch_code, accounts), port=port,
-                       client=client)
+                       bridge=bridge, client=client)
 
 
 def uvicorn_config(app: FastAPI) -> uvicorn.Config:

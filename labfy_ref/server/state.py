@@ -6,6 +6,7 @@ import dataclasses
 import time
 from typing import Any
 
+from labfy_ref.bridge.service import Bridge
 from labfy_ref.config import AgentMode, ServeConfig
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.model import LocalModelClient
@@ -27,6 +28,7 @@ class ServerState:
     runtime: AgentRuntime
     auth: Authenticator
     port: int
+    bridge: Bridge
     client: LocalModelClient | None = None
     _availability: tuple[float, bool, str] = (0.0, True, "ready")
 
@@ -54,8 +56,14 @@ class ServerState:
             **self.runtime.status(),
         }
 
+    async def start(self) -> None:
+        """Start the runtime's worker, then the bridge (if enabled)."""
+        self.runtime.start()
+        await self.bridge.start()
+
     async def close(self) -> None:
-        """Stop the runtime, then close the model client and the store; idempotent."""
+        """Stop the bridge and the runtime, then close the model client and the store."""
+        await self.bridge.stop()
         await self.runtime.close()
         if self.client is not None:
             await self.client.aclose()

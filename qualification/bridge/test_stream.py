@@ -126,7 +126,7 @@ def test_a_client_reading_in_arbitrary_splits_reassembles_exactly(
     decoder = NdjsonDecoder()
     values: list[Any] = []
     last = 0
-    for cut in sorted({c for c in cuts if c <= len(stream)}) + [len(stream)]:
+    for cut in [*sorted({c for c in cuts if c <= len(stream)}), len(stream)]:
         values.extend(decoder.feed(stream[last:cut]))  # mid-line, mid-UTF-8, several lines
         last = cut
     decoder.close()

@@ -68,7 +68,9 @@ class Effects(Base):
         listeners.append("listener")
         context.scope.defer(lambda: listeners.remove("listener"), "listener")
         RESOURCES["task"] = context.scope.spawn(asyncio.sleep(3600), "sleeper")
-        RESOURCES["file"] = context.scope.own_file(tempfile.TemporaryFile(), "scratch")
+        # The scope owns the file: that is what this plugin tests.
+        scratch = tempfile.TemporaryFile()  # noqa: SIM115
+        RESOURCES["file"] = context.scope.own_file(scratch, "scratch")
 
 
 class BadUndo(Base):

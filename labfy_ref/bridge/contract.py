@@ -1,0 +1,72 @@
+"""The engine contract (BR-01): only the shapes the HTTP API needs, no engine vocabulary.
+
+A host publishes an object satisfying :class:`Engine` as service ``engine``;
+the bridge routes get it by name and know nothing else about it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from labfy_ref.bridge.stream import StreamHandle
+
+Decision = Literal["allowed-once", "rejected"]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What a web host may ask of an embedded agent engine."""
+
+    def status(self) -> dict[str, Any]:
+        """Lifecycle of the engine's services."""
+        ...
+
+    def model_configuration(self) -> dict[str, Any]:
+        """The default model and provider of the active composition."""
+        ...
+
+    def list_sessions(self) -> list[dict[str, Any]]:
+        """Session summaries, newest first."""
+        ...
+
+    def get_session(self, session_id: str) -> dict[str, Any]:
+        """A session with its projected messages."""
+        ...
+
+    def create_session(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Reserve an opaque id (and its log) for a new session."""
+        ...
+
+    def update_session_settings(self, session_id: str,
+                                settings: dict[str, Any]) -> dict[str, Any]:
+        """Save the model or permission mode of an idle session."""
+        ...
+
+    def decide_approval(self, session_id: str, approval_id: str,
+                        decision: Decision) -> dict[str, Any]:
+        """Resolve a pending approval of the session's running turn."""
+        ...
+
+    async def delete_session(self, session_id: str) -> None:
+        """End the session (cancel, release) and remove its log."""
+        ...
+
+    def list_agents(self) -> list[dict[str, Any]]:
+        """Active agents."""
+        ...
+
+    def list_tools(self) -> list[dict[str, Any]]:
+        """Tools visible to the model."""
+        ...
+
+    async def list_models(self) -> dict[str, Any]:
+        """The provider's real models and the current default."""
+        ...
+
+    def send_message(self, session_id: str, text: str, *, headless: bool = False) -> StreamHandle:
+        """Start a turn; the handle replays everything already emitted."""
+        ...
+
+    async def cancel(self, session_id: str) -> bool:
+        """Cancel the session's running turn, if any."""
+        ...

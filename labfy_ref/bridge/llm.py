@@ -1,0 +1,124 @@
+"""The engine's model providers and their qualified routes (BR-10).
+
+A model keeps its provider identity as ``engine:<provider>:<model>`` with
+percent-encoded components, so any model name round-trips. Two providers
+exist in this reference: ``local`` (the configured llama-server, through
+:class:`~labfy_ref.model.LocalModelClient`) and ``demo`` (the deterministic
+demo policy, offline). There is never a fallback from one to the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Protocol
+from urllib.parse import quote, unquote
+
+from labfy_ref.config import AgentConfig, AgentMode
+from labfy_ref.errors import ErrorCode, ModelUnavailable, RuntimeRefused
+from labfy_ref.model import ClientLimits, LocalModelClient, StreamDelta
+from labfy_ref.runtime.demo import DemoAgent
+
+ROUTE_PREFIX = "engine"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelRoute:
+    """A provider and a model id, qualified as ``engine:<provider>:<model>``."""
+
+    provider: str
+    model: str
+
+    def __str__(self) -> str:
+        return f"{ROUTE_PREFIX}:{quote(self.provider, safe='')}:{quote(self.model, safe='')}"
+
+    @classmethod
+    def parse(cls, text: str) -> ModelRoute:
+        """Inverse of ``str()``; refuses anything not of that form."""
+        parts = text.split(":")
+        if len(parts) != 3 or parts[0] != ROUTE_PREFIX or not parts[1] or not parts[2]:
+            raise RuntimeRefused(ErrorCode.MODEL_NOT_FOUND,
+                                 "a model is written engine:<provider>:<model>", status=422)
+        return cls(unquote(parts[1]), unquote(parts[2]))
+
+
+class ModelProvider(Protocol):
+    """Streams chat completions for the engine."""
+
+    name: str
+
+    async def models(self) -> list[str]:
+        """The provider's real model ids."""
+        ...
+
+    def stream(self, model: str, messages: Sequence[Mapping[str, Any]],
+               response_format: Mapping[str, Any]) -> AsyncIterator[StreamDelta]:
+        """Stream one completion."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...
+
+
+class LocalProvider:
+    """The configured local llama-server."""
+
+    name = "local"
+
+    def __init__(self, config: AgentConfig) -> None:
+        assert config.endpoint is not None
+        assert config.model_id is not None
+        self._endpoint = config.endpoint
+        self._limits = ClientLimits.with_timeout(config.timeout_seconds)
+        self.default_model = config.model_id
+        self._clients: dict[str, LocalModelClient] = {}
+
+    def _client(self, model: str) -> LocalModelClient:
+        if model not in self._clients:
+            self._clients[model] = LocalModelClient(self._endpoint, model, limits=self._limits)
+        return self._clients[model]
+
+    async def models(self) -> list[str]:
+        """``GET /v1/models`` of the server; MODEL_UNAVAILABLE if it cannot be read."""
+        return list(await self._client(self.default_model).list_models())
+
+    def stream(self, model: str, messages: Sequence[Mapping[str, Any]],
+               response_format: Mapping[str, Any]) -> AsyncIterator[StreamDelta]:
+        """Stream from llama-server."""
+        return self._client(model).stream_chat(messages, response_format=response_format)
+
+    async def aclose(self) -> None:
+        """Close every client."""
+        for client in self._clients.values():
+            await client.aclose()
+
+
+class DemoProvider:
+    """The deterministic demo policy, delivered as one delta per reply."""
+
+    name = "demo"
+    default_model = "deterministic-demo"
+
+    def __init__(self) -> None:
+        self._agent = DemoAgent()
+
+    async def models(self) -> list[str]:
+        """The one demo model."""
+        return [self.default_model]
+
+    async def stream(self, model: str, messages: Sequence[Mapping[str, Any]],
+                     response_format: Mapping[str, Any]) -> AsyncIterator[StreamDelta]:
+        """The demo's decision, as a model would stream it."""
+        if model != self.default_model:
+            raise ModelUnavailable(f"the demo provider has no model {model[:60]}")
+        reply = await self._agent.chat(messages, response_format=response_format)
+        yield StreamDelta(content=reply.content, finish_reason="stop")
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+def provider_for(config: AgentConfig) -> LocalProvider | DemoProvider:
+    """The provider the agent configuration names."""
+    return LocalProvider(config) if config.mode is AgentMode.LOCAL_MODEL else DemoProvider()

@@ -1,0 +1,127 @@
+"""The reference engine's pieces as plugins (HO-01): registered like third-party ones.
+
+Entry points of group ``labfy_ref.plugins`` (see pyproject.toml) name these
+classes; ``labfy_ref/host/default-composition.yaml`` lists one row each. The
+host seeds three services from the server: ``workspace``, ``gateway`` and
+``agent_config``. Removing a row leaves its dependants PENDING, and health
+says which service they wait for.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from labfy_ref.bridge.engine import ReferenceEngine
+from labfy_ref.bridge.llm import provider_for
+from labfy_ref.bridge.loop import AGENT_ID, AgentLoop
+from labfy_ref.bridge.projection import project_messages
+from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.host import PluginContext
+from labfy_ref.protocol import system_prompt
+
+#: What the bridge needs before it may publish an engine (HO-04).
+MANDATORY = ("engine", "agent_loop", "agents", "sessions", "llm", "tools", "system_prompt",
+             "session_projections")
+
+
+class _Plugin:
+    provides: ClassVar[tuple[str, ...]] = ()
+    requires: ClassVar[tuple[str, ...]] = ()
+    optional: ClassVar[tuple[str, ...]] = ()
+
+
+class SystemPromptPlugin(_Plugin):
+    """``system_prompt``: the action contract and the catalog, as the model reads it."""
+
+    provides = ("system_prompt",)
+    requires = ("gateway",)
+
+    async def activate(self, context: PluginContext) -> None:
+        """Publish the prompt text."""
+        context.provide("system_prompt", system_prompt(context.get("gateway").catalog))
+
+
+class ToolsPlugin(_Plugin):
+    """``tools``: the gateway the model's calls go through (needs the prompt that lists them)."""
+
+    provides = ("tools",)
+    requires = ("gateway", "system_prompt")
+
+    async def activate(self, context: PluginContext) -> None:
+        """Publish the gateway as the engine's tools."""
+        context.provide("tools", context.get("gateway"))
+
+
+class SessionsPlugin(_Plugin):
+    """``sessions``: the JSONL store under the workspace's ``sessions/``."""
+
+    provides = ("sessions",)
+    requires = ("workspace",)
+
+    async def activate(self, context: PluginContext) -> None:
+        """Open the store; its directory handle is owned by this row's scope."""
+        store = JsonlSessionStore(context.get("workspace").sessions_dir)
+        context.scope.defer(store.close, "file sessions/")
+        context.provide("sessions", store)
+
+
+class SessionProjectionsPlugin(_Plugin):
+    """``session_projections``: events → visible messages."""
+
+    provides = ("session_projections",)
+
+    async def activate(self, context: PluginContext) -> None:
+        """Publish the projection function."""
+        context.provide("session_projections", project_messages)
+
+
+class LlmPlugin(_Plugin):
+    """``llm``: the configured provider (local llama-server, or the demo policy)."""
+
+    provides = ("llm",)
+    requires = ("agent_config",)
+
+    async def activate(self, context: PluginContext) -> None:
+        """Publish the provider; its connections close with the row."""
+        provider = provider_for(context.get("agent_config"))
+        context.scope.defer(provider.aclose, "llm connections")
+        context.provide("llm", provider)
+
+
+class AgentsPlugin(_Plugin):
+    """``agents``: the agents the engine may run (one root agent here)."""
+
+    provides = ("agents",)
+
+    async def activate(self, context: PluginContext) -> None:
+        """Publish the agent list."""
+        context.provide("agents", (AGENT_ID,))
+
+
+class AgentLoopPlugin(_Plugin):
+    """``agent_loop``: runs turns; waits for every piece it needs."""
+
+    provides = ("agent_loop",)
+    requires = ("agents", "sessions", "llm", "tools", "system_prompt", "session_projections")
+
+    async def activate(self, context: PluginContext) -> None:
+        """Compose the loop."""
+        settings = context.config
+        context.provide("agent_loop", AgentLoop(
+            context.get("llm"), context.get("tools"), context.get("system_prompt"),
+            approval_seconds=float(settings.get("approval_seconds", 300)),
+            max_rounds=int(settings.get("max_rounds", 16))))
+
+
+class EnginePlugin(_Plugin):
+    """``engine``: the contract consumers ask for by name."""
+
+    provides = ("engine",)
+    requires = ("agent_loop", "sessions")
+
+    async def activate(self, context: PluginContext) -> None:
+        """Publish the engine; its turns are tasks of this row's scope."""
+        engine = ReferenceEngine(context.get("sessions"), context.get("agent_loop"),
+                                 context.scope.child("turns"))
+        context.scope.defer(engine.close, "engine turns")
+        context.provide("engine", engine)

@@ -1,0 +1,155 @@
+"""The engine bridge's HTTP API (BR-04, HO-06): admin only but health; turns as NDJSON.
+
+These routes know only the engine contract. A client that disconnects
+cancels its turn (BR-05): the streaming body's ``finally`` cancels the handle,
+which cancels the turn's task, its model request and any approval wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import Field
+
+from labfy_ref.bridge.contract import Decision, Engine
+from labfy_ref.bridge.engine import MAX_MESSAGE_CHARS
+from labfy_ref.bridge.ndjson import encode_line
+from labfy_ref.bridge.service import Bridge
+from labfy_ref.errors import ErrorCode, RuntimeRefused
+from labfy_ref.server.auth import Role
+from labfy_ref.server.routes import Strict
+from labfy_ref.server.security import session_of
+
+NDJSON = "application/x-ndjson"
+
+
+def bridge_of(request: Request) -> Bridge:
+    """The server's bridge."""
+    bridge: Bridge = request.app.state.server.bridge
+    return bridge
+
+
+def admin_engine(request: Request) -> Engine:
+    """The engine, for an admin session only (403 for ``user``; 503 while it cannot serve)."""
+    if session_of(request.state).role is not Role.ADMIN:
+        raise RuntimeRefused(ErrorCode.FORBIDDEN, "the engine is for administrators only",
+                             status=403)
+    return bridge_of(request).engine()
+
+
+EngineDep = Annotated[Engine, Depends(admin_engine)]
+router = APIRouter(prefix="/api/cordis")
+
+
+class SessionBody(Strict):
+    """``POST /api/cordis/sessions``."""
+
+    model: str | None = Field(default=None, max_length=512)
+    permission_mode: str | None = Field(default=None, max_length=32)
+
+
+class SettingsBody(SessionBody):
+    """``PATCH /api/cordis/sessions/<id>/settings``."""
+
+
+class MessageBody(Strict):
+    """``POST /api/cordis/sessions/<id>/messages``; ``headless`` callers cannot show approvals."""
+
+    text: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    headless: bool = False
+
+
+class DecisionBody(Strict):
+    """``POST /api/cordis/sessions/<id>/approvals/<approval_id>``."""
+
+    decision: Decision
+
+
+@router.get("/health")
+async def health(request: Request) -> dict[str, Any]:
+    """Bridge state, rows, services and missing requirements (no auth)."""
+    return bridge_of(request).health()
+
+
+@router.get("/sessions")
+async def list_sessions(engine: EngineDep) -> dict[str, Any]:
+    """Sessions, newest first."""
+    return {"sessions": engine.list_sessions()}
+
+
+@router.post("/sessions", status_code=201)
+async def create_session(body: SessionBody, engine: EngineDep) -> dict[str, Any]:
+    """Reserve a session (its header is written at once)."""
+    return {"session": engine.create_session(body.model_dump(exclude_none=True))}
+
+
+@router.get("/sessions/{session_id}")
+async def get_session(session_id: str, engine: EngineDep) -> dict[str, Any]:
+    """A session with its messages."""
+    return {"session": engine.get_session(session_id)}
+
+
+@router.delete("/sessions/{session_id}")
+async def delete_session(session_id: str, engine: EngineDep) -> dict[str, Any]:
+    """Cancel, release, then remove the log."""
+    await engine.delete_session(session_id)
+    return {"deleted": session_id}
+
+
+@router.patch("/sessions/{session_id}/settings")
+async def update_settings(session_id: str, body: SettingsBody,
+                          engine: EngineDep) -> dict[str, Any]:
+    """Model or permission mode of an idle session (409 SESSION_BUSY during a turn)."""
+    return {"session": engine.update_session_settings(
+        session_id, body.model_dump(exclude_none=True))}
+
+
+@router.post("/sessions/{session_id}/messages")
+async def send_message(session_id: str, body: MessageBody,
+                       engine: EngineDep) -> StreamingResponse:
+    """Start a turn and stream its chunks as NDJSON, one per line."""
+    handle = engine.send_message(session_id, body.text, headless=body.headless)
+
+    async def lines() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in handle.iterate():
+                yield encode_line(chunk)
+        finally:
+            handle.cancel()  # a client that went away cancels the turn; a no-op after done
+
+    return StreamingResponse(lines(), media_type=NDJSON,
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+@router.post("/sessions/{session_id}/cancel")
+async def cancel(session_id: str, engine: EngineDep) -> dict[str, Any]:
+    """Cancel the running turn."""
+    return {"cancelled": await engine.cancel(session_id)}
+
+
+@router.post("/sessions/{session_id}/approvals/{approval_id}")
+async def decide_approval(session_id: str, approval_id: str, body: DecisionBody,
+                          engine: EngineDep) -> JSONResponse:
+    """Allow once or deny a pending approval (409 when not pending)."""
+    return JSONResponse(engine.decide_approval(session_id, approval_id, body.decision))
+
+
+@router.get("/agents")
+async def agents(engine: EngineDep) -> dict[str, Any]:
+    """Active agents."""
+    return {"agents": engine.list_agents()}
+
+
+@router.get("/tools")
+async def tools(engine: EngineDep) -> dict[str, Any]:
+    """Tools visible to the model (same shape as the runtime's catalog)."""
+    return {"tools": engine.list_tools()}
+
+
+@router.get("/models")
+async def models(engine: EngineDep) -> dict[str, Any]:
+    """The provider's real models and the current default."""
+    return await engine.list_models()
