@@ -21,6 +21,7 @@ from typing import Any, Self
 import httpx
 import uvicorn
 
+from labfy_ref.bridge.ndjson import NdjsonDecoder
 from labfy_ref.config import RawOptions, resolve
 from labfy_ref.runtime import RuntimeLimits
 from labfy_ref.server.app import create_app
@@ -131,6 +132,11 @@ class ApiClient:
             return self.http.post(path, headers=self.headers(True) | extra, **kwargs)
         return self.http.post(path, json=body, headers=self.headers(True) | extra, **kwargs)
 
+    def patch(self, path: str, body: Any, **kwargs: Any) -> httpx.Response:
+        """PATCH JSON with session, CSRF and Origin."""
+        return self.http.patch(path, json=body, headers=self.headers(True)
+                               | kwargs.pop("headers", {}), **kwargs)
+
     def delete(self, path: str, **kwargs: Any) -> httpx.Response:
         """DELETE with session, CSRF and Origin."""
         return self.http.delete(path, headers=self.headers(True) | kwargs.pop("headers", {}),
@@ -204,3 +210,57 @@ class ServeProcess:
             self.process.kill()
             out, err = self.process.communicate(timeout=5)
         return self.process.returncode, out, err
+
+
+class TurnReader:
+    """Reads one NDJSON turn in a background thread, chunk by chunk, as a browser would."""
+
+    def __init__(self, client: ApiClient, session_id: str, text: str, *,
+                 headless: bool = False) -> None:
+        self.chunks: list[dict[str, Any]] = []
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
+        self.error_body: bytes = b""
+        self._client = client
+        self._body = {"text": text, "headless": headless} if headless else {"text": text}
+        self._path = f"/api/cordis/sessions/{session_id}/messages"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        decoder = NdjsonDecoder()
+        with self._client.http.stream("POST", self._path, json=self._body,
+                                      headers=self._client.headers(True), timeout=30) as reply:
+            self.status = reply.status_code
+            self.headers = dict(reply.headers)
+            if reply.status_code != 200:
+                self.error_body = reply.read()
+                return
+            for data in reply.iter_raw():
+                for start in range(0, len(data), 7):  # small, odd reads: lines arrive split
+                    self.chunks.extend(decoder.feed(data[start : start + 7]))
+                if self._stop.is_set():
+                    return  # closing the response = the client disconnects
+            decoder.close()
+
+    def types(self) -> list[str]:
+        """Chunk types so far."""
+        return [chunk["type"] for chunk in list(self.chunks)]
+
+    def wait_for(self, chunk_type: str, timeout: float = 15) -> dict[str, Any]:
+        """The first chunk of ``chunk_type`` (bounded wait)."""
+        wait_until(lambda: chunk_type in self.types() or not self._thread.is_alive(),
+                   timeout=timeout)
+        return next(c for c in list(self.chunks) if c["type"] == chunk_type)
+
+    def disconnect(self) -> None:
+        """Stop reading and close the connection."""
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def join(self, timeout: float = 30) -> list[dict[str, Any]]:
+        """Wait for the end of the stream; return every chunk."""
+        self._thread.join(timeout=timeout)
+        assert not self._thread.is_alive(), "the turn did not finish"
+        return list(self.chunks)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -32,6 +33,7 @@ from labfy_ref.protocol import (
 )
 from labfy_ref.runtime.turn import TOOL_RESULT_PREFIX, canonical
 
+log = logging.getLogger("labfy_ref.bridge")
 AGENT_ID = "assistant"
 DEFAULT_APPROVAL_SECONDS = 300.0
 DEFAULT_MAX_ROUNDS = 16
@@ -105,6 +107,9 @@ class AgentLoop:
             handle.emit("done", reason="cancelled", interrupted=True)
         except (ModelUnavailable, ProtocolRefused) as exc:
             self._fail(handle, exc.code, exc.message)
+        except Exception as exc:  # the stream must still end with error + done
+            log.exception("turn of %s failed", turn.session_id)
+            self._fail(handle, ErrorCode.INTERNAL_ERROR, f"internal error ({type(exc).__name__})")
 
     @staticmethod
     def _fail(handle: StreamHandle, code: ErrorCode, message: str) -> None:
