@@ -53,8 +53,12 @@ class LiveServer:
         self.config = resolve(RawOptions(workspace=str(workspace), **options), {})
         self.sock = bind_socket(self.config.host.value, None)
         self.port = int(self.sock.getsockname()[1])
-        self.state: ServerState = build_state(self.config, open_workspace(workspace),
-                                              self.port, LAUNCH_CODE, limits)
+        try:
+            self.state: ServerState = build_state(self.config, open_workspace(workspace),
+                                                  self.port, LAUNCH_CODE, limits)
+        except BaseException:
+            self.sock.close()
+            raise
         self.server = uvicorn.Server(uvicorn_config(create_app(self.state)))
         self._thread = threading.Thread(target=lambda: asyncio.run(
             self.server.serve(sockets=[self.sock])), daemon=True)
@@ -221,6 +225,7 @@ class TurnReader:
         self.status: int | None = None
         self.headers: dict[str, str] = {}
         self.error_body: bytes = b""
+        self.transport_error: httpx.HTTPError | None = None
         self._client = client
         self._body = {"text": text, "headless": headless} if headless else {"text": text}
         self._path = f"/api/cordis/sessions/{session_id}/messages"
@@ -229,6 +234,12 @@ class TurnReader:
         self._thread.start()
 
     def _read(self) -> None:
+        try:
+            self._read_stream()
+        except httpx.HTTPError as exc:  # the server or the test closed the connection
+            self.transport_error = exc
+
+    def _read_stream(self) -> None:
         decoder = NdjsonDecoder()
         with self._client.http.stream("POST", self._path, json=self._body,
                                       headers=self._client.headers(True), timeout=30) as reply:

@@ -12,6 +12,7 @@ the rows that never activated: never an engine with empty lists.
 from __future__ import annotations
 
 import enum
+import functools
 import importlib
 from collections.abc import Iterable
 from importlib.metadata import entry_points
@@ -128,6 +129,7 @@ class Host:
         self._stopped = False
         for name, value in (seed or {}).items():
             self._register(name, value, "host")
+            self.root.defer(functools.partial(self._retract, name), f"service {name}")
 
     # -- services -----------------------------------------------------------------
 
