@@ -105,7 +105,7 @@ HOSTILE_TEXTS = ["line\rreturn", "sep\u2028arator", "next\u0085line", "para\u202
                  "x" * (1024 * 1024)]
 
 
-@pytest.mark.req("BR-04", "UI-06")
+@pytest.mark.req("BR-04")
 @pytest.mark.parametrize("text", HOSTILE_TEXTS, ids=range(len(HOSTILE_TEXTS)))
 def test_ndjson_framing_keeps_one_chunk_per_line(text: str) -> None:
     line = encode_line({"type": "text", "text": text})
@@ -116,7 +116,7 @@ def test_ndjson_framing_keeps_one_chunk_per_line(text: str) -> None:
     assert value["text"] == expected
 
 
-@pytest.mark.req("BR-04", "UI-06")
+@pytest.mark.req("BR-04")
 @given(st.lists(st.text(max_size=30), min_size=1, max_size=8),
        st.lists(st.integers(min_value=0, max_value=2000), max_size=12))
 def test_a_client_reading_in_arbitrary_splits_reassembles_exactly(

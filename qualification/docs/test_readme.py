@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from labfy_ref.cli.main import build_parser
+from labfy_ref.host import default_composition, parse_composition
 from qualification.conftest import REPO
 
 README = (REPO / "README.md").read_text("utf-8")
@@ -51,3 +53,30 @@ def test_every_cli_command_of_the_readme_exists() -> None:
         with pytest.raises(SystemExit) as caught:
             parser.parse_args(args)
         assert caught.value.code == 0, command
+
+
+@pytest.mark.req("DOC-01", "BR-04", "HO-01")
+def test_the_readme_bridge_flow_streams_a_turn_as_written(tmp_path: Path) -> None:
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed (.ci/run installs it)")
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"),
+           "READY": str(tmp_path / "ready.json"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", _block("bridge-flow")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    chunks = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    assert chunks[0]["type"] == "tool-call"
+    assert chunks[0]["tool_id"] == "workspace.list_objects"
+    assert chunks[-1]["type"] == "done" and chunks[-1]["reason"] == "completed"
+
+
+@pytest.mark.req("DOC-01", "HO-01")
+def test_the_readme_composition_is_the_shipped_default() -> None:
+    match = re.search(r"```yaml\n(rows:.*?)```", README, re.S)
+    assert match
+    documented = parse_composition(match.group(1))
+    shipped = default_composition()
+    assert [(r.id, r.plugin) for r in documented.rows] == [(r.id, r.plugin)
+                                                         for r in shipped.rows]

@@ -140,7 +140,7 @@ def test_security_headers_on_every_response(demo_server: LiveServer, method: str
     assert "server" not in headers
 
 
-@pytest.mark.req("SV-07", "UI-02")
+@pytest.mark.req("SV-07")
 def test_the_page_has_no_inline_script(demo_client: ApiClient) -> None:
     page = demo_client.get("/").text
     assert "<script>" not in page and "onclick" not in page and "javascript:" not in page
