@@ -96,7 +96,9 @@ class ActionParser:
         if spec is None:
             raise refuse(Defect.UNKNOWN_TOOL, "choose one of " + ", ".join(sorted(self._catalog)))
         arguments = document["arguments"]
-        error = next(iter(sorted(spec.input_validator.iter_errors(arguments), key=str)), None)
+        if spec.input_validator.is_valid(arguments):
+            return ToolCall(tool_id=spec.tool_id, arguments=arguments)
+        error = min(spec.input_validator.iter_errors(arguments), key=str, default=None)
         if error is not None:
             where = "/".join(str(part) for part in error.absolute_path) or "arguments"
             detail = f"{spec.tool_id} at '{_safe(where)}' ({error.validator})"

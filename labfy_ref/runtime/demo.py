@@ -87,4 +87,7 @@ class DemoAgent:
             return _final(f"Research campaign {data['campaign_id']} is {data['status']} with "
                           f"{len(evidence)} evidence item(s)"
                           + (f" from: {sources}." if sources else "."))
+        if tool == "research.prepare":
+            return _final(f"Research campaign {data['campaign_id']} is prepared; it runs only "
+                          "after a human grants it.")
         return _final(f"Done ({tool}).")

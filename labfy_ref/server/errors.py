@@ -9,7 +9,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused, ToolError, bounded
+from labfy_ref.errors import (
+    ErrorCode,
+    LabfyError,
+    ModelUnavailable,
+    RuntimeRefused,
+    ToolError,
+    bounded,
+)
 
 log = logging.getLogger("labfy_ref.server")
 _HTTP_CODES = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED,
@@ -34,6 +41,10 @@ def install_error_handlers(app: FastAPI) -> None:
         status = 404 if exc.code in (ErrorCode.CAMPAIGN_NOT_FOUND,
                                      ErrorCode.OBJECT_NOT_FOUND) else 409
         return error_response(status, exc.code, exc.message)
+
+    @app.exception_handler(ModelUnavailable)
+    async def unavailable(_: Request, exc: ModelUnavailable) -> JSONResponse:
+        return error_response(503, exc.code, exc.message)
 
     @app.exception_handler(LabfyError)
     async def labfy_error(_: Request, exc: LabfyError) -> JSONResponse:

@@ -11,6 +11,7 @@ import pytest
 
 from fake_provider import Answer, Scenario
 from labfy_ref.bridge import Engine
+from labfy_ref.netutil import free_port
 from qualification.conftest import ProviderFactory, ServerFactory
 from qualification.harness import ApiClient, LiveServer, TurnReader, wait_until
 
@@ -241,3 +242,19 @@ def test_models_are_the_providers_real_models_with_qualified_routes(
         "engine:local:fake-model"
     for bad in ("fake-model", "engine:cloud:gpt", "engine::x"):
         assert client.post("/api/cordis/sessions", {"model": bad}).status_code == 422
+
+
+@pytest.mark.req("BR-10", "MC-05")
+def test_models_of_an_unreachable_provider_are_503_not_a_fallback(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    server = server_factory(specimen, bridge=True, agent_mode="local-model",
+                            agent_endpoint=f"http://127.0.0.1:{free_port()}",
+                            agent_model="fake-model")
+    client = server.client()
+    response = client.get("/api/cordis/models")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "MODEL_UNAVAILABLE"
+    sid = _session(client)
+    chunks = TurnReader(client, sid, "hello").join()
+    assert [c["type"] for c in chunks] == ["error", "done"]
+    assert chunks[0]["code"] == "MODEL_UNAVAILABLE"
