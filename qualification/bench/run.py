@@ -121,7 +121,7 @@ def main() -> None:
         confined = ConfinedFiles(files)
         line("files.read (dir-fd walk, 3 levels)",
              best(lambda: confined.read("a/b/c.txt"), 5000),
-             best(lambda: target.read_text(), 5000), "Path.read_text")
+             best(target.read_text, 5000), "Path.read_text")
     print(f"(python {sys.version.split()[0]}, {os.cpu_count()} cpu)")
 
 
