@@ -34,7 +34,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _check_config(args: argparse.Namespace) -> int:
+    # The files serve would read are read here too, with the same functions; no socket opens.
+    from labfy_ref.host import load_composition  # noqa: PLC0415
+    from labfy_ref.server.auth import load_accounts  # noqa: PLC0415
+
     config = resolve(raw_options(args), os.environ)
+    if config.composition is not None:
+        load_composition(config.composition)
+    if config.accounts is not None:
+        load_accounts(config.accounts)
     print(json.dumps(config.as_json(), indent=2))
     return EXIT_OK
 

@@ -15,7 +15,6 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import Field
 
 from labfy_ref.bridge.contract import Decision, Engine
-from labfy_ref.bridge.engine import MAX_MESSAGE_CHARS
 from labfy_ref.bridge.ndjson import encode_line
 from labfy_ref.bridge.service import Bridge
 from labfy_ref.errors import ErrorCode, RuntimeRefused
@@ -58,7 +57,7 @@ class SettingsBody(SessionBody):
 class MessageBody(Strict):
     """``POST /api/cordis/sessions/<id>/messages``; ``headless`` callers cannot show approvals."""
 
-    text: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    text: str  # its length is the engine's to check
     headless: bool = False
 
 

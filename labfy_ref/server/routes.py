@@ -32,10 +32,10 @@ class LoginBody(Strict):
 
 
 class TurnBody(Strict):
-    """``POST /api/v1/agent-runtime/turns``."""
+    """``POST /api/v1/agent-runtime/turns`` (lengths are the runtime's to check: RT-03)."""
 
-    message: str = Field(min_length=1, max_length=8000)
-    client_request_id: str | None = Field(default=None, min_length=1, max_length=128)
+    message: str
+    client_request_id: str | None = None
 
 
 class GrantBody(Strict):

@@ -69,6 +69,8 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
         raise ConfigRefused("a supervised llama-server (--llama-server) is not available in "
                             "this build yet; start llama-server yourself and pass "
                             "--agent-endpoint")
+    composition = (load_composition(config.composition) if config.composition is not None
+                   else default_composition())
     store = workspace.open_store()
     limits = limits or RuntimeLimits()
     gateway = AgentGateway(workspace, store, max_result_bytes=limits.max_result_bytes)
@@ -84,8 +86,6 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
         model, label = DemoAgent(), DEMO_LABEL
     runtime = AgentRuntime(model, gateway, label=label, permission_mode=config.permission_mode,
                            limits=limits)
-    composition = (load_composition(config.composition) if config.composition is not None
-                   else default_composition())
     bridge = Bridge(composition, {"workspace": workspace, "gateway": gateway,
                                   "agent_config": config.agent}, enabled=config.bridge)
     return ServerState(config=config, workspace=workspace, store=store, gateway=gateway,

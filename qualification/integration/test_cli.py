@@ -69,3 +69,19 @@ def test_a_runtime_failure_exits_1_with_one_line(tmp_path: os.PathLike[str]) -> 
                 os.path.join(tmp_path, "missing.toml"))
     assert done.returncode == 1
     assert done.stderr.startswith("REPORT_INVALID: ") and "Traceback" not in done.stderr
+
+
+@pytest.mark.req("CLI-01", "HO-01", "SV-03")
+@pytest.mark.parametrize(("flag", "content", "fragment"), [
+    ("--composition", "rows: [", "not YAML"),
+    ("--composition", "rows:\n  - id: a\n", "needs id and plugin"),
+    ("--accounts", "[[account]]\nname = 'x'\n", "token_sha256"),
+])
+def test_check_config_reads_the_files_serve_would_read(
+        tmp_path: os.PathLike[str], flag: str, content: str, fragment: str) -> None:
+    path = os.path.join(tmp_path, "file")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(content)
+    done = _run("check-config", flag, path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("CONFIG_INVALID: ") and fragment in done.stderr
