@@ -25,7 +25,7 @@ from labfy_ref.bridge.ndjson import NdjsonDecoder
 from labfy_ref.config import RawOptions, resolve
 from labfy_ref.runtime import RuntimeLimits
 from labfy_ref.server.app import create_app
-from labfy_ref.server.auth import SESSION_COOKIE
+from labfy_ref.server.auth import cookie_name
 from labfy_ref.server.serve import bind_socket, build_state, uvicorn_config
 from labfy_ref.server.state import ServerState
 from labfy_ref.workspace import open_workspace
@@ -98,6 +98,7 @@ class ApiClient:
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
+        self.cookie_name = cookie_name(int(base_url.rsplit(":", 1)[1]))
         self.http = httpx.Client(base_url=base_url, trust_env=False, timeout=10)
         self.cookie: str | None = None
         self.csrf: str | None = None
@@ -112,13 +113,13 @@ class ApiClient:
         if response.status_code == 200:
             jar: SimpleCookie = SimpleCookie()
             jar.load(response.headers["set-cookie"])
-            self.cookie = jar[SESSION_COOKIE].value
+            self.cookie = jar[self.cookie_name].value
             self.csrf = response.json()["csrf_token"]
         return response
 
     def headers(self, mutation: bool) -> dict[str, str]:
         """Cookie always; CSRF and Origin on mutations, as the UI sends them."""
-        headers = {"Cookie": f"{SESSION_COOKIE}={self.cookie}"} if self.cookie else {}
+        headers = {"Cookie": f"{self.cookie_name}={self.cookie}"} if self.cookie else {}
         if mutation and self.csrf:
             headers["X-CSRF-Token"] = self.csrf
             headers["Origin"] = self.base_url

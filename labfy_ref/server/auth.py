@@ -21,7 +21,7 @@ from pathlib import Path
 
 from labfy_ref.errors import ConfigRefused
 
-SESSION_COOKIE = "labfy_session"
+SESSION_COOKIE_PREFIX = "labfy_session_"
 DEFAULT_SESSION_SECONDS = 3600
 MAX_SESSIONS = 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
@@ -33,6 +33,14 @@ class Role(enum.StrEnum):
 
     ADMIN = "admin"
     USER = "user"
+
+
+def cookie_name(port: int) -> str:
+    """The session cookie's name: per port, since browsers share cookies across ports of a host.
+
+    Two servers on one machine (two workspaces) would otherwise log each other out.
+    """
+    return f"{SESSION_COOKIE_PREFIX}{port}"
 
 
 def token_hash(token: str) -> str:
@@ -81,8 +89,9 @@ class Session:
 class Authenticator:
     """Checks login codes and keeps sessions; secrets are compared in constant time."""
 
-    def __init__(self, launch_code: str, accounts: tuple[Account, ...] = (), *,
+    def __init__(self, launch_code: str, accounts: tuple[Account, ...] = (), *, cookie: str,
                  lifetime_seconds: int = DEFAULT_SESSION_SECONDS) -> None:
+        self.cookie = cookie
         self._launch_hash = token_hash(launch_code)
         self._accounts = accounts
         self.lifetime_seconds = lifetime_seconds

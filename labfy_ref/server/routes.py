@@ -11,7 +11,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from labfy_ref.clock import utcnow
 from labfy_ref.errors import ErrorCode
-from labfy_ref.server.auth import SESSION_COOKIE
 from labfy_ref.server.errors import error_response
 from labfy_ref.server.security import session_of
 from labfy_ref.server.state import ServerState
@@ -67,7 +66,7 @@ async def login(body: LoginBody, state: State, response: Response) -> Any:
     session = state.auth.login(body.token)
     if session is None:
         return error_response(401, ErrorCode.UNAUTHENTICATED, "invalid login code")
-    response.set_cookie(SESSION_COOKIE, session.session_id, max_age=state.auth.lifetime_seconds,
+    response.set_cookie(state.auth.cookie, session.session_id, max_age=state.auth.lifetime_seconds,
                         path="/", httponly=True, samesite="strict", secure=False)
     return {"role": session.role.value, "csrf_token": session.csrf_token}
 
@@ -83,7 +82,7 @@ async def current_session(request: Request) -> dict[str, str]:
 async def logout(request: Request, state: State, response: Response) -> dict[str, bool]:
     """End the session."""
     state.auth.logout(session_of(request.state).session_id)
-    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+    response.delete_cookie(state.auth.cookie, path="/", httponly=True, samesite="strict")
     return {"ok": True}
 
 

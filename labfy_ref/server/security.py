@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labfy_ref.errors import ErrorCode, ProtocolRefused, bounded
 from labfy_ref.protocol.strict_json import loads_strict
-from labfy_ref.server.auth import SESSION_COOKIE, Authenticator, Session
+from labfy_ref.server.auth import Authenticator, Session
 
 MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PUBLIC_API = frozenset({("GET", "/api/health"), ("POST", "/api/v1/session"),
@@ -81,7 +81,7 @@ def _headers(scope: Scope) -> dict[str, str]:
     return found
 
 
-def _cookie(header: str | None) -> str | None:
+def _cookie(header: str | None, name: str) -> str | None:
     if not header:
         return None
     jar: SimpleCookie = SimpleCookie()
@@ -89,7 +89,7 @@ def _cookie(header: str | None) -> str | None:
         jar.load(header)
     except Exception:  # a malformed cookie header simply means "no session"
         return None
-    morsel = jar.get(SESSION_COOKIE)
+    morsel = jar.get(name)
     return morsel.value if morsel is not None else None
 
 
@@ -128,7 +128,7 @@ class SecurityMiddleware:
             await _refuse(send, 403, ErrorCode.ORIGIN_NOT_ALLOWED, "cross-origin request refused")
             return
         api = path.startswith("/api/")
-        session = self.auth.session(_cookie(headers.get("cookie")))
+        session = self.auth.session(_cookie(headers.get("cookie"), self.auth.cookie))
         if api and (method, path) not in self.public:
             if session is None:
                 await _refuse(send, 401, ErrorCode.UNAUTHENTICATED, "log in first")

@@ -30,7 +30,7 @@ from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol import ChatModel
 from labfy_ref.runtime import DEMO_LABEL, AgentRuntime, DemoAgent, RuntimeLimits
 from labfy_ref.server.app import create_app
-from labfy_ref.server.auth import Authenticator, load_accounts
+from labfy_ref.server.auth import Authenticator, cookie_name, load_accounts
 from labfy_ref.server.state import ServerState
 from labfy_ref.workspace import (
     Workspace,
@@ -88,8 +88,9 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
                            limits=limits)
     bridge = Bridge(composition, {"workspace": workspace, "gateway": gateway,
                                   "agent_config": config.agent}, enabled=config.bridge)
+    auth = Authenticator(launch_code, accounts, cookie=cookie_name(port))
     return ServerState(config=config, workspace=workspace, store=store, gateway=gateway,
-                       runtime=runtime, auth=Authenticator(launch_code, accounts), port=port,
+                       runtime=runtime, auth=auth, port=port,
                        bridge=bridge, client=client)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from labfy_ref.server.auth import SESSION_COOKIE, token_hash
+from labfy_ref.server.auth import cookie_name, token_hash
 from qualification.conftest import ServerFactory
 from qualification.harness import LAUNCH_CODE, ApiClient, LiveServer
 from qualification.security.server_routes import PROTECTED
@@ -20,7 +20,8 @@ from qualification.security.server_routes import PROTECTED
 def test_without_a_valid_session_every_api_route_answers_401(
         demo_server: LiveServer, cookie: str | None, method: str, path: str, body: Any) -> None:
     client = ApiClient(demo_server.url)
-    headers = {} if cookie is None else {"Cookie": f"{SESSION_COOKIE}={cookie}"}
+    name = cookie_name(demo_server.port)
+    headers = {} if cookie is None else {"Cookie": f"{name}={cookie}"}
     response = client.http.request(method, path, json=body, headers=headers | {
         "Origin": demo_server.url})
     client.close()
@@ -103,3 +104,16 @@ def test_logout_invalidates_the_session(demo_server: LiveServer) -> None:
     client = demo_server.client()
     assert client.delete("/api/v1/session").status_code == 200
     assert client.get("/api/v1/session").status_code == 401
+
+
+@pytest.mark.req("SV-03")
+def test_two_servers_on_one_host_keep_separate_cookies(
+        demo_server: LiveServer, specimen: Path, server_factory: ServerFactory) -> None:
+    other = server_factory(specimen)
+    first, second = demo_server.client(), other.client()
+    assert first.cookie_name != second.cookie_name
+    both = {"Cookie": f"{first.cookie_name}={first.cookie}; {second.cookie_name}={second.cookie}"}
+    assert first.http.get("/api/v1/session", headers=both).status_code == 200
+    assert second.http.get("/api/v1/session", headers=both).status_code == 200
+    swapped = {"Cookie": f"{first.cookie_name}={second.cookie}"}
+    assert first.http.get("/api/v1/session", headers=swapped).status_code == 401
