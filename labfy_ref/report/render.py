@@ -28,10 +28,19 @@ def _md_cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
+def _grouped(nodeids: tuple[str, ...]) -> str:
+    """Tests by function: parametrized cases are counted, not listed one by one."""
+    counts: dict[str, int] = {}
+    for nodeid in nodeids:
+        base = nodeid.split("[", 1)[0]
+        counts[base] = counts.get(base, 0) + 1
+    return ", ".join(f"`{base}`" + (f" ×{n}" if n > 1 else "") for base, n in counts.items())
+
+
 def _md_row(line: Line, *, tests: bool) -> str:
     cells = [line.name, line.status.value, _md_cell(line.title)]
     if tests:
-        cells.append(_md_cell(", ".join(f"`{t}`" for t in line.tests)) or "—")
+        cells.append(_md_cell(_grouped(line.tests)) or "—")
     cells.append(_md_cell(line.reason or ""))
     return "| " + " | ".join(cells) + " |"
 

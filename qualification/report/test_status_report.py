@@ -166,3 +166,11 @@ def test_later_runs_override_earlier_results_of_the_same_test(
     project.runpytest_subprocess(*_args(("--run-name", "rerun")))
     assert _status(project.path)["AA-02"] == "CURRENT"
     shutil.rmtree(project.path / "qualification-report" / "results")
+
+
+@pytest.mark.req("QR-01")
+def test_parametrized_cases_are_counted_in_status_md() -> None:
+    from labfy_ref.report.render import _grouped  # noqa: PLC0415 - a private helper under test
+
+    assert _grouped(("a.py::t[1]", "a.py::t[2]", "a.py::u", "a.py::t[x-y]")) == \
+        "`a.py::t` ×3, `a.py::u`"
