@@ -34,7 +34,7 @@ def _grouped(nodeids: tuple[str, ...]) -> str:
     for nodeid in nodeids:
         base = nodeid.split("[", 1)[0]
         counts[base] = counts.get(base, 0) + 1
-    return ", ".join(f"`{base}`" + (f" ×{n}" if n > 1 else "") for base, n in counts.items())
+    return ", ".join(f"`{base}`" + (f" x{n}" if n > 1 else "") for base, n in counts.items())
 
 
 def _md_row(line: Line, *, tests: bool) -> str:

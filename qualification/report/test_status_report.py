@@ -173,4 +173,4 @@ def test_parametrized_cases_are_counted_in_status_md() -> None:
     from labfy_ref.report.render import _grouped  # noqa: PLC0415 - a private helper under test
 
     assert _grouped(("a.py::t[1]", "a.py::t[2]", "a.py::u", "a.py::t[x-y]")) == \
-        "`a.py::t` ×3, `a.py::u`"
+        "`a.py::t` x3, `a.py::u`"
