@@ -68,7 +68,9 @@ class AgentRuntime:
     def start(self) -> None:
         """Start the single worker (inside the running event loop); idempotent."""
         if self._worker is None:
-            self._queue = asyncio.Queue(self.limits.max_queued_turns)
+            # Admission is bounded by counting QUEUED turns (see _check_capacity), so a
+            # cancelled turn frees its place at once instead of when the worker skips it.
+            self._queue = asyncio.Queue()
             self._worker = asyncio.create_task(self._work(), name="agent-runtime-worker")
 
     async def close(self) -> None:
@@ -149,8 +151,7 @@ class AgentRuntime:
         if not self.gateway.grants.has_active(campaign_id):
             raise RuntimeRefused(ErrorCode.GRANT_REQUIRED,
                                  f"campaign {campaign_id} has no active grant in this workspace")
-        if self._queue is not None and self._queue.full():
-            raise RuntimeRefused(ErrorCode.QUEUE_FULL, "too many queued turns", status=429)
+        self._check_capacity(resuming=True)
         turn.resume_campaign = campaign_id
         turn.move(TurnState.QUEUED)
         self._enqueue(turn)
@@ -176,10 +177,11 @@ class AgentRuntime:
             raise RuntimeRefused(ErrorCode.RUNTIME_CLOSED, "the runtime is not running",
                                  status=503)
 
-    def _check_capacity(self) -> None:
-        live = sum(not t.state.terminal for t in self._turns.values())
-        assert self._queue is not None
-        if self._queue.full() or live >= self.limits.max_live_turns:
+    def _check_capacity(self, *, resuming: bool = False) -> None:
+        states = [t.state for t in self._turns.values()]
+        live = sum(not s.terminal for s in states) - resuming  # a resumed turn is live already
+        if (states.count(TurnState.QUEUED) >= self.limits.max_queued_turns
+                or live >= self.limits.max_live_turns):
             raise RuntimeRefused(ErrorCode.QUEUE_FULL, "too many queued or live turns",
                                  status=429)
 

@@ -94,10 +94,13 @@ def test_a_full_queue_refuses_with_429(
     client = server.client()
     first = client.start_turn("one")
     client.wait_state(first["id"], {"RUNNING"})
-    client.start_turn("two")
+    second = client.start_turn("two")
     refused = client.post("/api/v1/agent-runtime/turns", {"message": "three"})
     assert refused.status_code == 429
     assert refused.json()["error"]["code"] == "QUEUE_FULL"
+    client.post(f"/api/v1/agent-runtime/turns/{second['id']}/cancel")
+    again = client.post("/api/v1/agent-runtime/turns", {"message": "three"})
+    assert again.status_code == 202, "a cancelled turn frees its place at once"
 
 
 @pytest.mark.req("RT-04")
