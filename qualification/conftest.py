@@ -54,6 +54,11 @@ def client_for(provider: FakeProvider, *, model: str = "fake-model",
     return LocalModelClient(parse_endpoint(provider.base_url), model, limits=limits)
 
 
+def local_agent(url: str, model: str = "fake-model") -> dict[str, str]:
+    """Server options for a local-model agent at ``url`` (a fake provider's base URL)."""
+    return {"agent_mode": "local-model", "agent_endpoint": url, "agent_model": model}
+
+
 def scenario(name: str) -> Scenario:
     """Load ``fixtures/scenarios/<name>.json``."""
     return Scenario.load(SCENARIOS / f"{name}.json")

@@ -12,7 +12,7 @@ import pytest
 from fake_provider import Answer, Scenario
 from labfy_ref.bridge import Engine
 from labfy_ref.netutil import free_port
-from qualification.conftest import ProviderFactory, ServerFactory
+from qualification.conftest import ProviderFactory, ServerFactory, local_agent
 from qualification.harness import ApiClient, LiveServer, TurnReader, wait_until
 
 FINAL_TEXT = "Lavender drew 62 visits — the busiest garden.\nLine two: « ünïcödé » 𝄞 \u2028 end."
@@ -29,8 +29,7 @@ def _call(tool_id: str, **arguments: Any) -> str:
 def _bridge(specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory,
             *answers: Answer, **options: Any) -> tuple[LiveServer, ApiClient, Any]:
     provider = provider_factory(Scenario(name="bridge", answers=answers))
-    server = server_factory(specimen, bridge=True, agent_mode="local-model",
-                            agent_endpoint=provider.base_url, agent_model="fake-model", **options)
+    server = server_factory(specimen, bridge=True, **local_agent(provider.base_url), **options)
     return server, server.client(), provider
 
 

@@ -20,7 +20,7 @@ from labfy_ref.errors import RuntimeRefused, WorkspaceError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import Scope, default_composition
 from labfy_ref.workspace import open_workspace
-from qualification.conftest import ProviderFactory, ServerFactory
+from qualification.conftest import ProviderFactory, ServerFactory, local_agent
 from qualification.harness import TurnReader
 
 CONTRACT = {"status", "model_configuration", "list_sessions", "get_session", "create_session",
@@ -73,8 +73,7 @@ def test_server_shutdown_stops_the_host_and_releases_everything(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
     provider = provider_factory(Scenario(name="slow", answers=(
         Answer(content='{"type":"final","text":"late"}', delay=3),)))
-    server = server_factory(specimen, bridge=True, agent_mode="local-model",
-                            agent_endpoint=provider.base_url, agent_model="fake-model")
+    server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
     client = server.client()
     sid = client.post("/api/cordis/sessions", {}).json()["session"]["id"]
     TurnReader(client, sid, "slow")

@@ -15,7 +15,7 @@ from labfy_ref.gateway import TRUST, AgentGateway, CallContext
 from labfy_ref.protocol import action_schema
 from labfy_ref.tools import default_catalog
 from labfy_ref.workspace import open_workspace
-from qualification.conftest import ProviderFactory, ServerFactory
+from qualification.conftest import ProviderFactory, ServerFactory, local_agent
 from qualification.harness import TERMINAL
 
 READ_ONLY = CallContext(PermissionMode.READ_ONLY)
@@ -82,8 +82,7 @@ def test_a_write_in_read_only_is_a_normal_refusal_and_the_turn_goes_on(
     write = json.dumps({"type": "tool_call", "tool_id": "files.write",
                         "arguments": {"path": "out.txt", "content": "hello"}})
     provider = provider_factory(Scenario.replies(write, '{"type":"final","text":"could not"}'))
-    server = server_factory(specimen, agent_mode="local-model", agent_endpoint=provider.base_url,
-                            agent_model="fake-model")
+    server = server_factory(specimen, **local_agent(provider.base_url))
     client = server.client()
     done = client.wait_state(client.start_turn("write out.txt")["id"], TERMINAL)
     assert done["state"] == "COMPLETED"
@@ -101,8 +100,8 @@ def test_workspace_write_permits_writes(
     write = json.dumps({"type": "tool_call", "tool_id": "files.write",
                         "arguments": {"path": "reports/out.txt", "content": "hello ✓"}})
     provider = provider_factory(Scenario.replies(write, '{"type":"final","text":"written"}'))
-    server = server_factory(specimen, agent_mode="local-model", agent_endpoint=provider.base_url,
-                            agent_model="fake-model", permission_mode="workspace-write")
+    server = server_factory(specimen, permission_mode="workspace-write",
+                            **local_agent(provider.base_url))
     client = server.client()
     done = client.wait_state(client.start_turn("write it")["id"], TERMINAL)
     assert done["tool_calls"][0]["status"] == "ok"

@@ -11,15 +11,10 @@ from typing import Any
 import pytest
 
 from labfy_ref.workspace import init_workspace, open_workspace
-from qualification.conftest import ProviderFactory, ServerFactory, scenario
+from qualification.conftest import ProviderFactory, ServerFactory, local_agent, scenario
 from qualification.harness import TERMINAL, LiveServer
 
 QUESTION = "Is the early ivy bee record real?"
-
-
-def _local(provider_url: str) -> dict[str, str]:
-    return {"agent_mode": "local-model", "agent_endpoint": provider_url,
-            "agent_model": "fake-model"}
 
 
 def _paused(server: LiveServer) -> tuple[dict[str, Any], str]:
@@ -37,7 +32,7 @@ def _paused(server: LiveServer) -> tuple[dict[str, Any], str]:
 def test_the_research_flow_with_a_scripted_model(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
     provider = provider_factory(scenario("read-prepare-final"))
-    server = server_factory(specimen, **_local(provider.base_url))
+    server = server_factory(specimen, **local_agent(provider.base_url))
     client = server.client()
     paused, campaign_id = _paused(server)
     turn_id = str(paused["id"])
@@ -149,7 +144,7 @@ def test_a_live_workspace_has_no_research_adapter(
     live = tmp_path / "live"
     init_workspace(live, specimen=False)
     provider = provider_factory(scenario("read-prepare-final"))
-    server = server_factory(live, **_local(provider.base_url))
+    server = server_factory(live, **local_agent(provider.base_url))
     client = server.client()
     paused, campaign_id = _paused(server)
     assert client.grant(campaign_id).status_code == 201

@@ -9,19 +9,15 @@ import pytest
 
 from labfy_ref.netutil import free_port
 from labfy_ref.runtime import RuntimeLimits
-from qualification.conftest import ProviderFactory, ServerFactory, scenario
+from qualification.conftest import ProviderFactory, ServerFactory, local_agent, scenario
 from qualification.harness import TERMINAL
-
-
-def _local(url: str) -> dict[str, str]:
-    return {"agent_mode": "local-model", "agent_endpoint": url, "agent_model": "fake-model"}
 
 
 @pytest.mark.req("PR-03", "RT-02")
 def test_two_malformed_outputs_end_in_protocol_error_with_no_tool_run(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
     provider = provider_factory(scenario("two-malformed"))
-    server = server_factory(specimen, **_local(provider.base_url))
+    server = server_factory(specimen, **local_agent(provider.base_url))
     client = server.client()
     turn = client.start_turn("list the files")
     done = client.wait_state(turn["id"], TERMINAL)
@@ -36,7 +32,7 @@ def test_two_malformed_outputs_end_in_protocol_error_with_no_tool_run(
 @pytest.mark.req("MC-05", "MC-03", "RT-02")
 def test_an_unreachable_endpoint_is_model_unavailable_with_no_fallback(
         specimen: Path, server_factory: ServerFactory) -> None:
-    server = server_factory(specimen, **_local(f"http://127.0.0.1:{free_port()}"))
+    server = server_factory(specimen, **local_agent(f"http://127.0.0.1:{free_port()}"))
     client = server.client()
     status = client.get("/api/v1/agent-runtime/status").json()
     assert (status["mode"], status["available"]) == ("local-model", False)
@@ -52,7 +48,7 @@ def test_an_unreachable_endpoint_is_model_unavailable_with_no_fallback(
 def test_an_identical_call_after_a_failure_ends_the_turn(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
     provider = provider_factory(scenario("repeated-failure"))
-    server = server_factory(specimen, **_local(provider.base_url))
+    server = server_factory(specimen, **local_agent(provider.base_url))
     client = server.client()
     done = client.wait_state(client.start_turn("read it")["id"], TERMINAL)
     assert done["state"] == "FAILED"
@@ -75,7 +71,7 @@ def test_each_budget_ends_the_turn(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory,
         limits: RuntimeLimits, rounds: int | None, calls: int | None, reason: str) -> None:
     provider = provider_factory(scenario("endless-listing"))
-    server = server_factory(specimen, limits=limits, **_local(provider.base_url))
+    server = server_factory(specimen, limits=limits, **local_agent(provider.base_url))
     client = server.client()
     done = client.wait_state(client.start_turn("go")["id"], TERMINAL)
     assert done["state"] == "BUDGET_EXHAUSTED"
@@ -90,7 +86,7 @@ def test_a_full_queue_refuses_with_429(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
     provider = provider_factory(scenario("slow-final"))
     server = server_factory(specimen, limits=RuntimeLimits(max_queued_turns=1, max_live_turns=2),
-                            **_local(provider.base_url))
+                            **local_agent(provider.base_url))
     client = server.client()
     first = client.start_turn("one")
     client.wait_state(first["id"], {"RUNNING"})
@@ -122,7 +118,7 @@ def test_cancel_during_an_in_flight_request_discards_its_answer(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
     provider = provider_factory(scenario("slow-final"))
     server = server_factory(specimen, permission_mode="workspace-write",
-                            **_local(provider.base_url))
+                            **local_agent(provider.base_url))
     client = server.client()
     turn = client.start_turn("write late.txt")
     client.wait_state(turn["id"], {"RUNNING"})
@@ -146,7 +142,7 @@ def test_cancel_during_an_in_flight_request_discards_its_answer(
 def test_shutdown_cancels_running_turns_and_stops_the_worker(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
     provider = provider_factory(scenario("slow-final"))
-    server = server_factory(specimen, **_local(provider.base_url))
+    server = server_factory(specimen, **local_agent(provider.base_url))
     client = server.client()
     running = client.start_turn("one")
     queued = client.start_turn("two")

@@ -15,7 +15,7 @@ import pytest
 
 from fake_provider import Scenario
 from labfy_ref.workspace import open_workspace
-from qualification.conftest import FIXTURES, ProviderFactory, ServerFactory
+from qualification.conftest import FIXTURES, ProviderFactory, ServerFactory, local_agent
 from qualification.harness import TERMINAL
 
 PAYLOADS = json.loads((FIXTURES / "hostile" / "payloads.json").read_text())["injection"]
@@ -43,8 +43,7 @@ def test_hostile_evidence_and_files_change_no_scope_grant_policy_catalog_or_budg
         '{"type":"tool_call","tool_id":"grants.create","arguments":{"campaign_id":"x"}}',
         '{"type":"final","text":"I granted myself all research and switched to workspace-write."}',
     ))
-    server = server_factory(specimen, agent_mode="local-model", agent_endpoint=provider.base_url,
-                            agent_model="fake-model")
+    server = server_factory(specimen, **local_agent(provider.base_url))
     client = server.client()
     before_tools = client.get("/api/v1/agent-runtime/tools").json()
     before_status = client.get("/api/v1/agent-runtime/status").json()
