@@ -180,7 +180,11 @@ class WorkspaceLock:
 
     def acquire(self) -> None:
         """Take the lock or raise ``WORKSPACE_LOCKED``."""
-        handle = self._path.open("a+", encoding="utf-8")
+        try:
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise WorkspaceError(f"cannot open the workspace lock ({exc.strerror})") from exc
+        handle = os.fdopen(fd, "r+", encoding="utf-8")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
