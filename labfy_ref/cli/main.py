@@ -14,12 +14,13 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from labfy_ref import __version__
 from labfy_ref.cli.options import add_serve_options, raw_options
 from labfy_ref.config import resolve
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError, bounded
+from labfy_ref.model.gguf import verify_gguf
 from labfy_ref.report import DEFAULT_REPORT_DIR, DEFAULT_REQUIREMENTS, FORMATS, regenerate
 
 EXIT_OK, EXIT_FAILURE, EXIT_REFUSED = 0, 1, 2
@@ -62,6 +63,28 @@ def _workspace_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _progress_bar(stream: TextIO) -> Callable[[int, int], None] | None:
+    """A one-line progress bar on a terminal; nothing when output is not a TTY."""
+    if not stream.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        share = done / total if total else 1.0
+        stream.write(f"\r[{'#' * int(share * 30):<30}] {share:6.1%} of {total} bytes")
+        if done >= total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+def _verify_gguf(args: argparse.Namespace) -> int:
+    info = verify_gguf(Path(args.file), args.sha256, _progress_bar(sys.stderr))
+    print(json.dumps({"file": str(info.path), "size": info.size, "gguf_version": info.version,
+                      "sha256": info.sha256}))
+    return EXIT_OK
+
+
 def _formats(text: str) -> tuple[str, ...]:
     chosen = tuple(part.strip() for part in text.split(",") if part.strip())
     unknown = [fmt for fmt in chosen if fmt not in FORMATS]
@@ -100,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="fill it with the bundled SPECIMEN objects, evidence and files")
     init.add_argument("--name", metavar="N")
     init.set_defaults(handler=_workspace_init)
+
+    gguf = commands.add_parser("verify-gguf", help="check a GGUF's magic and SHA-256")
+    gguf.add_argument("file", metavar="FILE")
+    gguf.add_argument("--sha256", required=True, metavar="HEX")
+    gguf.set_defaults(handler=_verify_gguf)
 
     check = commands.add_parser("check-config", help="resolve flags and env as serve would")
     add_serve_options(check)
