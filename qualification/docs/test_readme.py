@@ -26,17 +26,22 @@ def _block(name: str) -> str:
     return match.group(1)
 
 
-@pytest.mark.req("DOC-01", "RT-07", "RT-08")
-def test_the_readme_curl_flow_runs_as_written(tmp_path: Path) -> None:
+def _run_block(name: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run a README shell block exactly as written, in ``tmp_path``, with bash -euo pipefail."""
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed (.ci/run installs it)")
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"),
            "READY": str(tmp_path / "ready.json"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", _block("readme-flow")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", _block(name)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+@pytest.mark.req("DOC-01", "RT-07", "RT-08")
+def test_the_readme_curl_flow_runs_as_written(tmp_path: Path) -> None:
+    done = _run_block("readme-flow", tmp_path)
     lines = done.stdout.splitlines()
     assert '"code":"GRANT_REQUIRED"' in lines[0]
     assert '"active":true' in lines[1]
@@ -57,15 +62,7 @@ def test_every_cli_command_of_the_readme_exists() -> None:
 
 @pytest.mark.req("DOC-01", "BR-04", "HO-01")
 def test_the_readme_bridge_flow_streams_a_turn_as_written(tmp_path: Path) -> None:
-    if shutil.which("curl") is None:
-        pytest.skip("curl is not installed (.ci/run installs it)")
-    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"),
-           "READY": str(tmp_path / "ready.json"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", _block("bridge-flow")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = _run_block("bridge-flow", tmp_path)
     chunks = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     assert chunks[0]["type"] == "tool-call"
     assert chunks[0]["tool_id"] == "workspace.list_objects"
