@@ -1,0 +1,80 @@
+"""Inputs written nowhere (SV-05, BR-04): arbitrary bodies and ids never cause a 5xx or a trace.
+
+Hypothesis sends arbitrary JSON values and arbitrary path ids to every route
+that takes them; every answer is below 500 and every error has the JSON shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from labfy_ref.workspace import init_workspace
+from qualification.harness import ApiClient, LiveServer
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["message", "client_request_id", "campaign_id", "expires_in_seconds",
+                         "text", "headless", "model", "permission_mode", "decision", "token",
+                         "x"]), inner, max_size=4),
+    max_leaves=10)
+ids = st.text(alphabet=st.characters(blacklist_categories=["Cs", "Cc"],
+                                     blacklist_characters="/?#%"), min_size=1, max_size=60)
+BODY_ROUTES = ["/api/v1/agent-runtime/turns", "/api/v1/grants", "/api/cordis/sessions",
+               "/api/cordis/sessions/{sid}/messages", "/api/cordis/sessions/{sid}/approvals/a"]
+FUZZ = settings(max_examples=25, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
+    root = tmp_path_factory.mktemp("fuzz") / "ws"
+    init_workspace(root, specimen=True)
+    server = LiveServer(root, bridge=True).start()
+    sid = server.client().post("/api/cordis/sessions", {}).json()["session"]["id"]
+    yield server, sid
+    server.stop()
+
+
+def _check(response: Any) -> None:
+    assert response.status_code < 500, response.text
+    if response.status_code >= 400:
+        error = response.json()["error"]
+        assert set(error) == {"code", "message"} and "Traceback" not in error["message"]
+
+
+@pytest.mark.req("SV-05", "BR-04")
+@pytest.mark.parametrize("route", BODY_ROUTES)
+@FUZZ
+@given(body=json_values)
+def test_arbitrary_json_bodies_never_fail_the_server(
+        fuzz_server: tuple[LiveServer, str], route: str, body: Any) -> None:
+    server, sid = fuzz_server
+    client: ApiClient = server.client()
+    response = client.post(route.format(sid=sid), body)
+    _check(response)
+    client.close()
+
+
+@pytest.mark.req("SV-05", "BR-04")
+@FUZZ
+@given(identifier=ids)
+def test_arbitrary_ids_never_fail_the_server(fuzz_server: tuple[LiveServer, str],
+                                             identifier: str) -> None:
+    server, _ = fuzz_server
+    client: ApiClient = server.client()
+    for path in (f"/api/v1/agent-runtime/turns/{identifier}",
+                 f"/api/v1/research/campaigns/{identifier}",
+                 f"/api/cordis/sessions/{identifier}"):
+        _check(client.get(path))
+    for path in (f"/api/v1/agent-runtime/turns/{identifier}/cancel",
+                 f"/api/cordis/sessions/{identifier}/cancel"):
+        _check(client.post(path))
+    _check(client.delete(f"/api/v1/grants/{identifier}"))
+    client.close()
