@@ -31,7 +31,7 @@ from labfy_ref.protocol import (
     repair_message,
     response_format_for,
 )
-from labfy_ref.runtime.turn import TOOL_RESULT_PREFIX, canonical
+from labfy_ref.runtime.turn import tool_exchange
 
 log = logging.getLogger("labfy_ref.bridge")
 AGENT_ID = "assistant"
@@ -94,11 +94,7 @@ class AgentLoop:
                     handle.emit("done", reason="completed", interrupted=False)
                     return
                 outcome = await self._tool(turn, action)
-                messages += [
-                    {"role": "assistant", "content": canonical(
-                        {"type": "tool_call", "tool_id": action.tool_id,
-                         "arguments": action.arguments})},
-                    {"role": "user", "content": TOOL_RESULT_PREFIX + canonical(outcome.result)}]
+                messages += tool_exchange(action.tool_id, action.arguments, outcome.result)
             self._fail(handle, ErrorCode.BUDGET_EXHAUSTED, f"{self.max_rounds} rounds used")
         except asyncio.CancelledError:
             for approval in turn.approvals.values():

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from labfy_ref.protocol import ChatMessage
-from labfy_ref.runtime.turn import TOOL_RESULT_PREFIX, canonical
+from labfy_ref.runtime.turn import canonical, tool_exchange
 
 Event = dict[str, Any]
 
@@ -49,9 +49,5 @@ def chat_history(messages: Iterable[dict[str, Any]]) -> list[ChatMessage]:
             history.append({"role": "assistant",
                             "content": canonical({"type": "final", "text": message["text"]})})
         elif role == "tool":
-            history.append({"role": "assistant", "content": canonical(
-                {"type": "tool_call", "tool_id": message["tool_id"],
-                 "arguments": message["arguments"]})})
-            history.append({"role": "user",
-                            "content": TOOL_RESULT_PREFIX + canonical(message["result"])})
+            history += tool_exchange(message["tool_id"], message["arguments"], message["result"])
     return history

@@ -19,7 +19,7 @@ from labfy_ref.errors import ErrorCode, ToolError
 from labfy_ref.gateway.policy import CallContext, decide, needs_approval
 from labfy_ref.gateway.services import FileService, GrantService, ObjectService, ResearchService
 from labfy_ref.tools.catalog import ToolCatalog, ToolSpec, default_catalog
-from labfy_ref.workspace.layout import Workspace, WorkspaceKind
+from labfy_ref.workspace.layout import Workspace
 from labfy_ref.workspace.store import Campaign, Grant, WorkspaceStore
 
 TRUST = "UNTRUSTED_DATA"
@@ -179,7 +179,3 @@ class AgentGateway:
         """A human grant for a campaign of this workspace."""
         return self.grants.create(campaign_id, expires_at)
 
-    @property
-    def is_specimen(self) -> bool:
-        """Is this a SPECIMEN workspace?"""
-        return self.workspace.kind is WorkspaceKind.SPECIMEN

@@ -96,9 +96,6 @@ class PluginContext:
         self._host._register(name, value, self.row_id)
         self.scope.defer(lambda: self._host._retract(name), f"service {name}")
 
-    def fail_service(self, name: str, detail: str) -> None:
-        """Mark a declared service unusable, with a detail for status."""
-        self._host._failed[name] = (self.row_id, bounded(detail, 300))
 
 
 def resolve_plugin(reference: str) -> Plugin:

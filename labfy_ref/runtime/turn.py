@@ -20,6 +20,14 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def tool_exchange(tool_id: str, arguments: dict[str, Any],
+                  result: dict[str, Any]) -> list[ChatMessage]:
+    """The two messages a model sees for one call: its action, then the wrapped result."""
+    action = {"type": "tool_call", "tool_id": tool_id, "arguments": arguments}
+    return [{"role": "assistant", "content": canonical(action)},
+            {"role": "user", "content": TOOL_RESULT_PREFIX + canonical(result)}]
+
+
 @dataclasses.dataclass(slots=True)
 class ToolCallRecord:
     """One call as shown on the wire."""
@@ -71,10 +79,7 @@ class Turn:
         record = ToolCallRecord(f"call_{len(self.tool_calls) + 1}", outcome.tool_id,
                                 outcome.arguments, outcome.status, outcome.result)
         self.tool_calls.append(record)
-        self.messages.append({"role": "assistant", "content": canonical(
-            {"type": "tool_call", "tool_id": outcome.tool_id, "arguments": outcome.arguments})})
-        self.messages.append({"role": "user",
-                              "content": TOOL_RESULT_PREFIX + canonical(outcome.result)})
+        self.messages += tool_exchange(outcome.tool_id, outcome.arguments, outcome.result)
         return record
 
     def context_bytes(self) -> int:

@@ -12,16 +12,16 @@ the middleware only calls them in order and answers a refusal itself.
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Iterable
 from http.cookies import SimpleCookie
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from labfy_ref.errors import ErrorCode, ProtocolRefused, bounded
+from labfy_ref.errors import ErrorCode, ProtocolRefused
 from labfy_ref.protocol.strict_json import loads_strict
 from labfy_ref.server.auth import Authenticator, Session
+from labfy_ref.server.errors import error_response
 
 MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PUBLIC_API = frozenset({("GET", "/api/health"), ("POST", "/api/v1/session"),
@@ -91,11 +91,6 @@ def _cookie(header: str | None, name: str) -> str | None:
         return None
     morsel = jar.get(name)
     return morsel.value if morsel is not None else None
-
-
-def error_body(code: ErrorCode, message: str) -> bytes:
-    """The JSON error shape of SV-05."""
-    return json.dumps({"error": {"code": code.value, "message": bounded(message)}}).encode()
 
 
 class SecurityMiddleware:
@@ -201,11 +196,11 @@ class SecurityMiddleware:
 
 
 async def _refuse(send: Send, status: int, code: ErrorCode, message: str) -> None:
-    body = error_body(code, message)
+    """Answer a refused request ourselves, with the one JSON error shape of the server."""
+    response = error_response(status, code, message)
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+                "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})
 
 
 def session_of(state: Any) -> Session:

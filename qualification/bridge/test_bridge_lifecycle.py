@@ -43,7 +43,7 @@ def test_the_contract_is_a_protocol_with_exactly_the_api_shapes() -> None:
 
 def _composition_without(tmp_path: Path, row: str) -> Path:
     path = tmp_path / "composition.yaml"
-    rows = [r for r in default_composition().rows if r.id != row]
+    rows = default_composition().without(row).rows
     path.write_text(json.dumps({"rows": [{"id": r.id, "plugin": r.plugin, "config": r.config}
                                          for r in rows]}))  # JSON is YAML
     return path
