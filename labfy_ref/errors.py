@@ -14,12 +14,22 @@ Hierarchy::
     ├── ProtocolRefused          -- one refused model output (PR-01, PR-02)
     ├── WorkspaceError           -- WORKSPACE_* (WS-01)
     ├── ToolError                -- a tool's bounded diagnostic (GW-05), given to the model
-    └── RuntimeRefused           -- a refused runtime request (RT-03, RT-08), HTTP 4xx
+    ├── RuntimeRefused           -- a refused request (RT-03, RT-08, BR-*), HTTP 4xx/5xx
+    ├── SessionInvalid           -- SESSION_INVALID: a corrupt or unsafe session log (BR-07)
+    ├── RecordTooLarge           -- RECORD_TOO_LARGE: one log record over its bound
+    ├── SessionFull              -- SESSION_FULL: a session log at its size limit
+    ├── IllegalTransition        -- a turn state change outside the table (RT-02), a bug
+    ├── HostStartupError         -- CORDIS_UNAVAILABLE: mandatory services missing (HO-04)
+    └── ReportInvalid            -- REPORT_INVALID: unreadable requirements or results
+
+The HTTP status of every code is decided once, in :data:`HTTP_STATUS`, next to
+the codes; no raise site names a status.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 #: Longest message an error may carry (GW-05 asks for at most 300 characters).
 MAX_MESSAGE_CHARS = 300
@@ -89,6 +99,44 @@ class ErrorCode(enum.StrEnum):
     STREAM_LIMIT = "STREAM_LIMIT"
     MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
     DELETE_UNSUPPORTED = "DELETE_UNSUPPORTED"
+    RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
+    SESSION_FULL = "SESSION_FULL"
+    TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
+
+
+#: The HTTP status of each code, decided once (a test checks every code has one).
+HTTP_STATUS: Mapping[ErrorCode, int] = {
+    ErrorCode.CONFIG_INVALID: 422, ErrorCode.ENDPOINT_REFUSED: 422,
+    ErrorCode.HOST_REFUSED: 422, ErrorCode.PORT_REFUSED: 422,
+    ErrorCode.MODEL_UNAVAILABLE: 503, ErrorCode.MODEL_PROTOCOL_ERROR: 502,
+    ErrorCode.REPORT_INVALID: 422, ErrorCode.INTERNAL_ERROR: 500,
+    ErrorCode.GGUF_INVALID: 422, ErrorCode.GGUF_SHA256_MISMATCH: 422,
+    ErrorCode.WORKSPACE_INVALID: 409, ErrorCode.WORKSPACE_EXISTS: 409,
+    ErrorCode.WORKSPACE_LOCKED: 409,
+    ErrorCode.TOOL_UNAVAILABLE: 409, ErrorCode.INVALID_ARGUMENTS: 422,
+    ErrorCode.OBJECT_NOT_FOUND: 404, ErrorCode.CAMPAIGN_NOT_FOUND: 404,
+    ErrorCode.PATH_OUTSIDE_WORKSPACE: 403, ErrorCode.FILE_NOT_FOUND: 404,
+    ErrorCode.NOT_A_FILE: 409, ErrorCode.NOT_A_DIRECTORY: 409, ErrorCode.FILE_TOO_LARGE: 413,
+    ErrorCode.NOT_UTF8: 422, ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.RESEARCH_ADAPTER_UNAVAILABLE: 409, ErrorCode.RESULT_TOO_LARGE: 413,
+    ErrorCode.GRANT_REQUIRED: 409, ErrorCode.GRANT_NOT_FOUND: 404,
+    ErrorCode.TURN_NOT_FOUND: 404, ErrorCode.TURN_NOT_RESUMABLE: 409,
+    ErrorCode.QUEUE_FULL: 429, ErrorCode.BUDGET_EXHAUSTED: 409,
+    ErrorCode.REPEATED_TOOL_FAILURE: 409, ErrorCode.RUNTIME_CLOSED: 503,
+    ErrorCode.CANCELLED: 409,
+    ErrorCode.HOST_NOT_ALLOWED: 403, ErrorCode.ORIGIN_NOT_ALLOWED: 403,
+    ErrorCode.CSRF_FAILED: 403, ErrorCode.UNAUTHENTICATED: 401, ErrorCode.FORBIDDEN: 403,
+    ErrorCode.NOT_FOUND: 404, ErrorCode.METHOD_NOT_ALLOWED: 405,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415, ErrorCode.BODY_TOO_LARGE: 413,
+    ErrorCode.VALIDATION_FAILED: 422,
+    ErrorCode.CORDIS_DISABLED: 503, ErrorCode.CORDIS_STARTING: 503,
+    ErrorCode.CORDIS_UNAVAILABLE: 503, ErrorCode.SESSION_NOT_FOUND: 404,
+    ErrorCode.SESSION_INVALID: 409, ErrorCode.SESSION_BUSY: 409,
+    ErrorCode.APPROVAL_NOT_PENDING: 409, ErrorCode.STREAM_LIMIT: 409,
+    ErrorCode.MODEL_NOT_FOUND: 422, ErrorCode.DELETE_UNSUPPORTED: 501,
+    ErrorCode.RECORD_TOO_LARGE: 413, ErrorCode.SESSION_FULL: 409,
+    ErrorCode.TOO_MANY_SESSIONS: 429,
+}
 
 
 def bounded(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -120,6 +168,11 @@ class LabfyError(Exception):
     def as_dict(self) -> dict[str, str]:
         """The JSON error shape of SV-05: ``{"code", "message"}``."""
         return {"code": self.code.value, "message": self.message}
+
+    @property
+    def status(self) -> int:
+        """The HTTP status of this error's code (:data:`HTTP_STATUS`)."""
+        return HTTP_STATUS[self.code]
 
 
 class ConfigRefused(LabfyError):
@@ -167,8 +220,43 @@ class ToolError(LabfyError):
 
 
 class RuntimeRefused(LabfyError):
-    """The runtime refused a request; ``status`` is the HTTP status it maps to."""
+    """A request was refused; its HTTP status follows from the code."""
 
-    def __init__(self, code: ErrorCode, message: str, *, status: int = 409) -> None:
-        self.status = status
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message, code=code)
+
+
+class SessionInvalid(LabfyError):
+    """A session log is corrupt, a symlink, or not a regular file (409)."""
+
+    code = ErrorCode.SESSION_INVALID
+
+
+class RecordTooLarge(LabfyError):
+    """One record is larger than a log admits; nothing was written."""
+
+    code = ErrorCode.RECORD_TOO_LARGE
+
+
+class SessionFull(LabfyError):
+    """A session log reached its size limit: it stays readable, appends are refused."""
+
+    code = ErrorCode.SESSION_FULL
+
+
+class IllegalTransition(LabfyError):
+    """A turn state change outside the table of RT-02 was attempted (a bug)."""
+
+    code = ErrorCode.INTERNAL_ERROR
+
+
+class HostStartupError(LabfyError):
+    """Mandatory services are missing once the composition settled (HO-04)."""
+
+    code = ErrorCode.CORDIS_UNAVAILABLE
+
+
+class ReportInvalid(LabfyError):
+    """The requirements file or a results file is unreadable or malformed."""
+
+    code = ErrorCode.REPORT_INVALID

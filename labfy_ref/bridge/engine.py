@@ -17,11 +17,10 @@ from labfy_ref.bridge.contract import Decision
 from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop, Approval, TurnContext, decide
 from labfy_ref.bridge.projection import chat_history, project_messages, project_settings
-from labfy_ref.bridge.sessions import SessionInvalid
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.config import PermissionMode
-from labfy_ref.errors import ErrorCode, LabfyError, ModelUnavailable, RuntimeRefused
+from labfy_ref.errors import ErrorCode, LabfyError, ModelUnavailable, RuntimeRefused, SessionInvalid
 from labfy_ref.host.scope import Scope
 from labfy_ref.ids import new_id
 
@@ -127,7 +126,7 @@ class ReferenceEngine:
         unknown = set(raw) - _SETTINGS
         if unknown:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
-                                 f"unknown settings: {', '.join(sorted(unknown))}", status=422)
+                                 f"unknown settings: {', '.join(sorted(unknown))}")
         settings: dict[str, Any] = {} if partial else {
             "model": self.model_configuration()["route"],
             "permission_mode": PermissionMode.READ_ONLY.value}
@@ -136,12 +135,12 @@ class ReferenceEngine:
                 settings["permission_mode"] = PermissionMode(raw["permission_mode"]).value
             except ValueError:
                 raise RuntimeRefused(ErrorCode.VALIDATION_FAILED, "permission_mode must be "
-                                     "read-only or workspace-write", status=422) from None
+                                     "read-only or workspace-write") from None
         if raw.get("model") is not None:
             route = ModelRoute.parse(str(raw["model"]))
             if route.provider != self._loop.provider.name:
                 raise RuntimeRefused(ErrorCode.MODEL_NOT_FOUND,
-                                     f"no provider {route.provider[:40]}", status=422)
+                                     f"no provider {route.provider[:40]}")
             settings["model"] = str(route)
         return settings
 
@@ -168,7 +167,7 @@ class ReferenceEngine:
         """Answer a pending approval of this session's running turn."""
         if decision not in _DECISIONS:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
-                                 "decision must be allowed-once or rejected", status=422)
+                                 "decision must be allowed-once or rejected")
         self._read(session_id)
         running = self._running.get(session_id)
         decide(running.approvals if running else {}, approval_id, decision)
@@ -178,7 +177,7 @@ class ReferenceEngine:
         """Start a turn and return its handle (it replays everything already emitted)."""
         if not 0 < len(text) <= MAX_MESSAGE_CHARS:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
-                                 f"text must be 1-{MAX_MESSAGE_CHARS} characters", status=422)
+                                 f"text must be 1-{MAX_MESSAGE_CHARS} characters")
         header, events = self._read(session_id)
         if self._busy(session_id):
             raise RuntimeRefused(ErrorCode.SESSION_BUSY, "a turn is running in this session")
@@ -221,7 +220,7 @@ class ReferenceEngine:
         delete = getattr(self._store, "delete", None)
         if delete is None:
             raise RuntimeRefused(ErrorCode.DELETE_UNSUPPORTED,
-                                 "this session store cannot delete", status=501)
+                                 "this session store cannot delete")
         with contextlib.suppress(SessionInvalid):
             await self.cancel(session_id)
         self._running.pop(session_id, None)

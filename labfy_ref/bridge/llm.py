@@ -38,7 +38,7 @@ class ModelRoute:
         parts = text.split(":")
         if len(parts) != 3 or parts[0] != ROUTE_PREFIX or not parts[1] or not parts[2]:
             raise RuntimeRefused(ErrorCode.MODEL_NOT_FOUND,
-                                 "a model is written engine:<provider>:<model>", status=422)
+                                 "a model is written engine:<provider>:<model>")
         return cls(unquote(parts[1]), unquote(parts[2]))
 
 

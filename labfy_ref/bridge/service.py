@@ -70,9 +70,9 @@ class Bridge:
             return self._engine
         if self.state is BridgeState.FAILED:
             raise RuntimeRefused(ErrorCode.CORDIS_UNAVAILABLE,
-                                 self.detail or "the bridge failed", status=503)
+                                 self.detail or "the bridge failed")
         code, message = _REFUSALS.get(self.state, _REFUSALS[BridgeState.STARTING])
-        raise RuntimeRefused(code, message, status=503)
+        raise RuntimeRefused(code, message)
 
     def health(self) -> dict[str, Any]:
         """``GET /api/cordis/health``: state, detail, and the host's rows and services."""

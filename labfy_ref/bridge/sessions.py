@@ -21,7 +21,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused
+from labfy_ref.errors import ErrorCode, RuntimeRefused, SessionInvalid
 from labfy_ref.ids import id_pattern
 
 SESSION_ID = id_pattern("ses")
@@ -31,15 +31,8 @@ _SUFFIX = ".jsonl"
 _OPEN = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class SessionInvalid(LabfyError):
-    """A session log is corrupt, a symlink, or not a regular file (409)."""
-
-    code = ErrorCode.SESSION_INVALID
-
-
 def _not_found(session_id: str) -> RuntimeRefused:
-    return RuntimeRefused(ErrorCode.SESSION_NOT_FOUND, f"no session {session_id[:40]}",
-                          status=404)
+    return RuntimeRefused(ErrorCode.SESSION_NOT_FOUND, f"no session {session_id[:40]}")
 
 
 class JsonlSessionStore:

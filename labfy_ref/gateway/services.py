@@ -97,15 +97,14 @@ class GrantService:
         """Grant a campaign of this workspace."""
         if self._store.get_campaign(campaign_id, self.workspace_id) is None:
             raise RuntimeRefused(ErrorCode.CAMPAIGN_NOT_FOUND,
-                                 f"unknown campaign_id {campaign_id}", status=404)
+                                 f"unknown campaign_id {campaign_id}")
         return self._store.add_grant(campaign_id, self.workspace_id, expires_at)
 
     def revoke(self, grant_id: str) -> Grant:
         """Revoke a grant (kept as history)."""
         grant = self._store.get_grant(grant_id)
         if grant is None or grant.workspace_id != self.workspace_id:
-            raise RuntimeRefused(ErrorCode.GRANT_NOT_FOUND, f"unknown grant {grant_id}",
-                                 status=404)
+            raise RuntimeRefused(ErrorCode.GRANT_NOT_FOUND, f"unknown grant {grant_id}")
         self._store.revoke_grant(grant_id)
         revoked = self._store.get_grant(grant_id)
         assert revoked is not None

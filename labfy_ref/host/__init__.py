@@ -1,5 +1,6 @@
 """The composition host: rows, services, scopes (SPEC §9)."""
 
+from labfy_ref.errors import HostStartupError
 from labfy_ref.host.composition import (
     Composition,
     RowSpec,
@@ -10,7 +11,6 @@ from labfy_ref.host.composition import (
 from labfy_ref.host.host import (
     ENTRY_POINT_GROUP,
     Host,
-    HostStartupError,
     Plugin,
     PluginContext,
     RowState,

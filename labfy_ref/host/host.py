@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol
 
-from labfy_ref.errors import ErrorCode, LabfyError, bounded
+from labfy_ref.errors import HostStartupError, bounded
 from labfy_ref.host.composition import Composition, RowSpec
 from labfy_ref.host.scope import Scope
 
@@ -41,12 +41,6 @@ class ServiceState(enum.StrEnum):
     PENDING = "pending"
     READY = "ready"
     FAILED = "failed"
-
-
-class HostStartupError(LabfyError):
-    """Mandatory services are missing once the composition settled."""
-
-    code = ErrorCode.CORDIS_UNAVAILABLE
 
 
 class Plugin(Protocol):

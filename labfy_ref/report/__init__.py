@@ -3,9 +3,9 @@
 import datetime
 from pathlib import Path
 
+from labfy_ref.errors import ReportInvalid
 from labfy_ref.report.model import (
     Outcome,
-    ReportInvalid,
     Requirements,
     Run,
     Status,

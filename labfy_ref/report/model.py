@@ -15,17 +15,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from labfy_ref.errors import ErrorCode, LabfyError
+from labfy_ref.errors import ReportInvalid
 
 RESULTS_DIRNAME = "results"
 SMOKE_RECORD = "smoke-record.json"
 _ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
-
-
-class ReportInvalid(LabfyError):
-    """The requirements file or a results file is unreadable or malformed."""
-
-    code = ErrorCode.REPORT_INVALID
 
 
 class Outcome(enum.StrEnum):

@@ -103,14 +103,12 @@ class AgentRuntime:
                 return self._turns[existing], False
         if not 0 < len(message) <= self.limits.max_message_chars:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
-                                 f"message must be 1-{self.limits.max_message_chars} characters",
-                                 status=422)
+                                 f"message must be 1-{self.limits.max_message_chars} characters")
         if client_request_id is not None and not (
                 0 < len(client_request_id) <= _MAX_CLIENT_REQUEST_ID
                 and client_request_id.isprintable()):
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
-                                 "client_request_id must be 1-128 printable characters",
-                                 status=422)
+                                 "client_request_id must be 1-128 printable characters")
         self._check_capacity()
         turn = Turn(new_id("turn"), message, client_request_id)
         turn.messages = [self._system, {"role": "user", "content": message}]
@@ -123,7 +121,7 @@ class AgentRuntime:
         """A retained turn, or 404 TURN_NOT_FOUND."""
         turn = self._turns.get(turn_id)
         if turn is None:
-            raise RuntimeRefused(ErrorCode.TURN_NOT_FOUND, "no such turn", status=404)
+            raise RuntimeRefused(ErrorCode.TURN_NOT_FOUND, "no such turn")
         return turn
 
     def list_turns(self) -> list[Turn]:
@@ -174,16 +172,14 @@ class AgentRuntime:
 
     def _refuse_if_closed(self) -> None:
         if self._closed or self._queue is None:
-            raise RuntimeRefused(ErrorCode.RUNTIME_CLOSED, "the runtime is not running",
-                                 status=503)
+            raise RuntimeRefused(ErrorCode.RUNTIME_CLOSED, "the runtime is not running")
 
     def _check_capacity(self, *, resuming: bool = False) -> None:
         states = [t.state for t in self._turns.values()]
         live = sum(not s.terminal for s in states) - resuming  # a resumed turn is live already
         if (states.count(TurnState.QUEUED) >= self.limits.max_queued_turns
                 or live >= self.limits.max_live_turns):
-            raise RuntimeRefused(ErrorCode.QUEUE_FULL, "too many queued or live turns",
-                                 status=429)
+            raise RuntimeRefused(ErrorCode.QUEUE_FULL, "too many queued or live turns")
 
     def _retain(self, turn: Turn) -> None:
         self._turns[turn.id] = turn

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from labfy_ref.errors import ErrorCode, LabfyError
+from labfy_ref.errors import IllegalTransition
 
 
 class TurnState(enum.StrEnum):
@@ -37,12 +37,6 @@ TRANSITIONS: dict[TurnState, frozenset[TurnState]] = {
     TurnState.AUTHORIZATION_REQUIRED: frozenset({TurnState.QUEUED, TurnState.CANCELLED}),
     **{state: frozenset() for state in _ENDINGS},
 }
-
-
-class IllegalTransition(LabfyError):
-    """A transition outside :data:`TRANSITIONS` was attempted."""
-
-    code = ErrorCode.INTERNAL_ERROR
 
 
 def check_transition(current: TurnState, target: TurnState) -> None:

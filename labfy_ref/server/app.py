@@ -1,7 +1,9 @@
 """The FastAPI application of the workspace server (SV-01..SV-07).
 
-The middleware stack is data, ordered once: the security checklist wraps
-everything. Swagger/ReDoc pages are off (they load remote assets the CSP
+The security checklist is the one added middleware; Starlette puts its own
+``ServerErrorMiddleware`` outside it, so the checklist answers unexpected
+errors itself (with every security header) and no ``Exception`` handler is
+registered. Swagger/ReDoc pages are off (they load remote assets the CSP
 forbids); the OpenAPI document itself is served at ``/api/openapi.json``.
 """
 

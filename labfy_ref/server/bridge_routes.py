@@ -34,8 +34,7 @@ def bridge_of(request: Request) -> Bridge:
 def admin_engine(request: Request) -> Engine:
     """The engine, for an admin session only (403 for ``user``; 503 while it cannot serve)."""
     if session_of(request.state).role is not Role.ADMIN:
-        raise RuntimeRefused(ErrorCode.FORBIDDEN, "the engine is for administrators only",
-                             status=403)
+        raise RuntimeRefused(ErrorCode.FORBIDDEN, "the engine is for administrators only")
     return bridge_of(request).engine()
 
 

@@ -1,24 +1,21 @@
-"""Every error answer of the server is ``{"error": {"code", "message"}}`` (SV-05)."""
+"""Every error answer of the server is ``{"error": {"code", "message"}}`` (SV-05).
+
+A :class:`~labfy_ref.errors.LabfyError` answers with the status its code maps
+to (:data:`~labfy_ref.errors.HTTP_STATUS`); framework errors map to the codes
+of their status. An unexpected exception is not handled here: the security
+middleware, which wraps everything, answers it (with the security headers) and
+logs one incident line.
+"""
 
 from __future__ import annotations
-
-import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from labfy_ref.errors import (
-    ErrorCode,
-    LabfyError,
-    ModelUnavailable,
-    RuntimeRefused,
-    ToolError,
-    bounded,
-)
+from labfy_ref.errors import ErrorCode, LabfyError, bounded
 
-log = logging.getLogger("labfy_ref.server")
 _HTTP_CODES = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED,
                401: ErrorCode.UNAUTHENTICATED, 403: ErrorCode.FORBIDDEN}
 
@@ -29,26 +26,17 @@ def error_response(status: int, code: ErrorCode | str, message: str) -> JSONResp
     return JSONResponse({"error": {"code": value, "message": bounded(message)}}, status_code=status)
 
 
+def refusal(error: LabfyError) -> JSONResponse:
+    """The answer to a refused request: the status of its code, its one-line message."""
+    return error_response(error.status, error.code, error.message)
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Map every exception to the JSON error shape; never a traceback on the wire."""
-
-    @app.exception_handler(RuntimeRefused)
-    async def refused(_: Request, exc: RuntimeRefused) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message)
-
-    @app.exception_handler(ToolError)
-    async def tool_error(_: Request, exc: ToolError) -> JSONResponse:
-        status = 404 if exc.code in (ErrorCode.CAMPAIGN_NOT_FOUND,
-                                     ErrorCode.OBJECT_NOT_FOUND) else 409
-        return error_response(status, exc.code, exc.message)
-
-    @app.exception_handler(ModelUnavailable)
-    async def unavailable(_: Request, exc: ModelUnavailable) -> JSONResponse:
-        return error_response(503, exc.code, exc.message)
+    """Map refusals and framework errors to the JSON error shape; never a traceback."""
 
     @app.exception_handler(LabfyError)
     async def labfy_error(_: Request, exc: LabfyError) -> JSONResponse:
-        return error_response(409, exc.code, exc.message)
+        return refusal(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -61,8 +49,3 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, ErrorCode.INTERNAL_ERROR)
         return error_response(exc.status_code, code, str(exc.detail))
-
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.error("unexpected %s", type(exc).__name__)
-        return error_response(500, ErrorCode.INTERNAL_ERROR, "internal error")

@@ -5,24 +5,29 @@
 3. Session (cookie) on every API route but the public ones.
 4. CSRF token on state-changing requests.
 5. ``application/json`` bodies only, bounded in size, strict JSON.
-Every response gets the security headers. Each check is a small pure function;
-the middleware only calls them in order and answers a refusal itself.
+Every response gets the security headers — an unexpected error's 500 too: this
+middleware answers it itself (Starlette's ``ServerErrorMiddleware`` sits outside
+every added middleware, so its answers would carry none of them). Each check is
+a small pure function; the middleware only calls them in order and answers a
+refusal itself.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Iterable
-from http.cookies import SimpleCookie
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from labfy_ref.errors import ErrorCode, ProtocolRefused
+from labfy_ref.errors import HTTP_STATUS, ErrorCode, ProtocolRefused
+from labfy_ref.logs import incident
 from labfy_ref.protocol.strict_json import loads_strict
 from labfy_ref.server.auth import Authenticator, Session
 from labfy_ref.server.errors import error_response
 
+log = logging.getLogger("labfy_ref.server")
 MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PUBLIC_API = frozenset({("GET", "/api/health"), ("POST", "/api/v1/session"),
                         ("GET", "/api/cordis/health")})
@@ -81,16 +86,23 @@ def _headers(scope: Scope) -> dict[str, str]:
     return found
 
 
-def _cookie(header: str | None, name: str) -> str | None:
+def cookie_value(header: str | None, name: str) -> str | None:
+    """The value of cookie ``name`` in a ``Cookie`` header, read as RFC 6265 §5.4 says.
+
+    Pairs are split on ``;`` and each on its first ``=``; a malformed neighbour
+    (a stray quote, no ``=``) is skipped and never hides ours. The first pair
+    with our name wins. A value wrapped in double quotes loses them.
+    """
     if not header:
         return None
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(header)
-    except Exception:  # a malformed cookie header simply means "no session"
-        return None
-    morsel = jar.get(name)
-    return morsel.value if morsel is not None else None
+    for pair in header.split(";"):
+        key, sep, value = pair.partition("=")
+        if sep and key.strip(" \t") == name:
+            value = value.strip(" \t")
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1]
+            return value
+    return None
 
 
 class SecurityMiddleware:
@@ -114,22 +126,22 @@ class SecurityMiddleware:
         method, path = scope["method"], scope["path"]
         host = headers.get("host")
         if not host_ok(host, self.hosts):
-            await _refuse(send, 403, ErrorCode.HOST_NOT_ALLOWED, "this Host is not allowed")
+            await _refuse(send, ErrorCode.HOST_NOT_ALLOWED, "this Host is not allowed")
             return
         assert host is not None
         mutation = method in MUTATIONS
         if mutation and not origin_ok(headers.get("origin"), host,
                                       headers.get("sec-fetch-site")):
-            await _refuse(send, 403, ErrorCode.ORIGIN_NOT_ALLOWED, "cross-origin request refused")
+            await _refuse(send, ErrorCode.ORIGIN_NOT_ALLOWED, "cross-origin request refused")
             return
         api = path.startswith("/api/")
-        session = self.auth.session(_cookie(headers.get("cookie"), self.auth.cookie))
+        session = self.auth.session(cookie_value(headers.get("cookie"), self.auth.cookie))
         if api and (method, path) not in self.public:
             if session is None:
-                await _refuse(send, 401, ErrorCode.UNAUTHENTICATED, "log in first")
+                await _refuse(send, ErrorCode.UNAUTHENTICATED, "log in first")
                 return
             if mutation and not csrf_ok(headers.get("x-csrf-token"), session):
-                await _refuse(send, 403, ErrorCode.CSRF_FAILED, "missing or wrong X-CSRF-Token")
+                await _refuse(send, ErrorCode.CSRF_FAILED, "missing or wrong X-CSRF-Token")
                 return
         scope.setdefault("state", {})["session"] = session
         if mutation:
@@ -137,13 +149,31 @@ class SecurityMiddleware:
             if checked is None:
                 return
             receive = checked
-        await self.app(scope, receive, send)
+        await self._guarded(scope, receive, send)
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the app; an unexpected error becomes a 500 incident with every header."""
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception as exc:
+            incident_id = incident(log, exc, f"{scope['method']} {scope['path']}")
+            if started:
+                raise  # the answer is under way: only closing the connection is left
+            await _refuse(send, ErrorCode.INTERNAL_ERROR,
+                          f"internal error (incident {incident_id})")
 
     async def _checked_body(self, scope: Scope, headers: dict[str, str], receive: Receive,
                             send: Send) -> Receive | None:
         declared = headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
-            await _refuse(send, 413, ErrorCode.BODY_TOO_LARGE,
+            await _refuse(send, ErrorCode.BODY_TOO_LARGE,
                           f"bodies are limited to {self.max_body} bytes")
             return None
         body = bytearray()
@@ -155,23 +185,22 @@ class SecurityMiddleware:
             body += message.get("body", b"")
             more = message.get("more_body", False)
             if len(body) > self.max_body:
-                await _refuse(send, 413, ErrorCode.BODY_TOO_LARGE,
+                await _refuse(send, ErrorCode.BODY_TOO_LARGE,
                               f"bodies are limited to {self.max_body} bytes")
                 return None
         if body:  # an empty body (resume, cancel, delete) carries nothing to check
             if not json_content_type(headers.get("content-type")):
-                await _refuse(send, 415, ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+                await _refuse(send, ErrorCode.UNSUPPORTED_MEDIA_TYPE,
                               "requests that change state take application/json only")
                 return None
             try:
                 document = loads_strict(body.decode("utf-8"), max_chars=self.max_body)
             except (UnicodeDecodeError, ProtocolRefused) as exc:
                 reason = exc.message if isinstance(exc, ProtocolRefused) else "not UTF-8"
-                await _refuse(send, 422, ErrorCode.VALIDATION_FAILED, f"body: {reason}")
+                await _refuse(send, ErrorCode.VALIDATION_FAILED, f"body: {reason}")
                 return None
             if not isinstance(document, dict):
-                await _refuse(send, 422, ErrorCode.VALIDATION_FAILED,
-                              "body must be a JSON object")
+                await _refuse(send, ErrorCode.VALIDATION_FAILED, "body must be a JSON object")
                 return None
         replayed = False
 
@@ -195,8 +224,9 @@ class SecurityMiddleware:
         return wrapped
 
 
-async def _refuse(send: Send, status: int, code: ErrorCode, message: str) -> None:
+async def _refuse(send: Send, code: ErrorCode, message: str) -> None:
     """Answer a refused request ourselves, with the one JSON error shape of the server."""
+    status = HTTP_STATUS[code]
     response = error_response(status, code, message)
     await send({"type": "http.response.start", "status": status,
                 "headers": response.raw_headers})

@@ -16,8 +16,7 @@ from fake_provider import Answer, Scenario
 from labfy_ref.bridge import Engine, JsonlSessionStore, ModelRoute, ReferenceEngine
 from labfy_ref.bridge.llm import DemoProvider
 from labfy_ref.bridge.loop import AgentLoop
-from labfy_ref.bridge.sessions import SessionInvalid
-from labfy_ref.errors import RuntimeRefused, WorkspaceError
+from labfy_ref.errors import RuntimeRefused, SessionInvalid, WorkspaceError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import Scope, default_composition
 from labfy_ref.workspace import open_workspace

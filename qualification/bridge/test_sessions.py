@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from labfy_ref.bridge.sessions import JsonlSessionStore, SessionInvalid
-from labfy_ref.errors import RuntimeRefused
+from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.errors import RuntimeRefused, SessionInvalid
 from labfy_ref.ids import new_id
 
 
