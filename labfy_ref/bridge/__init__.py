@@ -6,8 +6,8 @@ from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.ndjson import NdjsonDecoder, encode_line
 from labfy_ref.bridge.service import Bridge, BridgeState
 from labfy_ref.bridge.sessions import JsonlSessionStore
-from labfy_ref.errors import SessionInvalid
 from labfy_ref.bridge.stream import StreamHandle
+from labfy_ref.errors import SessionInvalid
 
 __all__ = ["Bridge", "BridgeState", "Decision", "Engine", "JsonlSessionStore", "ModelRoute",
            "NdjsonDecoder", "ReferenceEngine", "SessionInvalid", "StreamHandle", "encode_line"]

@@ -2,9 +2,11 @@
 
 ``json.loads`` keeps the last of two duplicate keys, reads ``NaN`` and
 ``Infinity``, turns ``1e400`` into ``inf``, raises a bare ``ValueError`` on a
-5,000-digit integer and ``RecursionError`` on deep nesting. Here every one of
-those is a :class:`~labfy_ref.errors.ProtocolRefused` with a fixed defect name,
-and nothing else ever escapes.
+5,000-digit integer and ``RecursionError`` on deep nesting, and decodes
+``"\ud800"`` into a lone surrogate that no UTF-8 writer can encode later. Here
+every one of those is a :class:`~labfy_ref.errors.ProtocolRefused` with a fixed
+defect name (I-JSON, RFC 7493), and nothing else ever escapes. Only JSON's own
+whitespace (space, tab, LF, CR) may surround the document.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from typing import Any
 
 from labfy_ref.errors import ProtocolRefused
+from labfy_ref.text import find_surrogate, has_surrogate
 
 #: Deepest nesting of arrays and objects we read (an action needs about 6).
 MAX_DEPTH = 32
@@ -22,6 +26,10 @@ MAX_DEPTH = 32
 MAX_INT_DIGITS = 20
 #: Largest document we read, in characters.
 MAX_DOCUMENT_CHARS = 256 * 1024
+#: The whitespace of RFC 8259 §2; U+00A0, U+2028, U+3000 or ``\x1c`` are not JSON.
+JSON_WHITESPACE = " \t\n\r"
+#: A ``\uD8xx``-``\uDFxx`` escape: the decoded value may hold a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class Defect(enum.StrEnum):
@@ -36,6 +44,7 @@ class Defect(enum.StrEnum):
     NON_FINITE_NUMBER = "NaN or Infinity is not JSON"
     NUMBER_OUT_OF_RANGE = "number out of range"
     TOO_DEEP = "nesting too deep"
+    LONE_SURROGATE = "lone surrogate: not Unicode text (I-JSON)"
     NOT_AN_OBJECT = "the reply must be one JSON object"
     WRONG_FIELDS = "wrong, missing or extra fields"
     UNKNOWN_TOOL = "unknown tool_id"
@@ -99,12 +108,22 @@ def loads_strict(text: str, *, max_chars: int = MAX_DOCUMENT_CHARS) -> Any:
     """Decode one JSON document, tolerating only surrounding whitespace."""
     if len(text) > max_chars:
         raise refuse(Defect.TOO_LARGE)
-    body = text.strip()
+    body = text.strip(JSON_WHITESPACE)
     if not body:
         raise refuse(Defect.EMPTY)
     if body.startswith("\ufeff"):
         raise refuse(Defect.BYTE_ORDER_MARK)
+    position = find_surrogate(body)
+    if position is not None:
+        raise refuse(Defect.LONE_SURROGATE, f"at position {position}")
     _check_depth(body)
+    document = _decode(body)
+    if _SURROGATE_ESCAPE.search(body) and has_surrogate(document):
+        raise refuse(Defect.LONE_SURROGATE, "in an escape")
+    return document
+
+
+def _decode(body: str) -> Any:
     try:
         return json.loads(
             body,
