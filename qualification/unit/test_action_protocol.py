@@ -44,7 +44,8 @@ action_like = st.fixed_dictionaries(
     optional={"tool_id": st.sampled_from([*default_catalog(), "grants.create", ""]),
               "arguments": json_values, "text": json_values, "authorized": st.booleans()},
 )
-whitespace = st.text(alphabet=" \t\r\n\u00a0\u2028\u3000\x0b\x0c", max_size=6)
+whitespace = st.text(alphabet=" \t\r\n", max_size=6)
+NOT_JSON_WHITESPACE = ["\u00a0", "\u2028", "\u3000", "\x1c", "\x0b", "\x0c", "\u0085", "\ufeff"]
 
 
 def _parses(text: str) -> bool:
@@ -77,6 +78,15 @@ def test_every_valid_action_survives_whitespace_and_round_trips(
     again = PARSER.parse(json.dumps(_to_wire(parsed)))
     assert parsed == again
     assert _to_wire(parsed) == action
+
+
+@pytest.mark.req("PR-01")
+@pytest.mark.parametrize("space", NOT_JSON_WHITESPACE)
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_only_json_whitespace_may_surround_an_action(space: str, where: str) -> None:
+    text = json.dumps(VALID_ACTIONS[0])
+    with pytest.raises(ProtocolRefused):
+        PARSER.parse(space + text if where == "before" else text + space)
 
 
 def _to_wire(action: ToolCall | Final) -> dict[str, Any]:
