@@ -1,4 +1,4 @@
-"""QR-01, QR-02, QR-04: the report plugin, run on generated projects with pytester."""
+"""QR-01, QR-02, RPT-01: the report plugin, run on generated projects with pytester."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def test_the_report_is_the_same_under_xdist(project: pytest.Pytester) -> None:
     _check(project.path)
 
 
-@pytest.mark.req("QR-04")
+@pytest.mark.req("RPT-01")
 def test_an_unknown_or_missing_id_fails_the_test(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", requirements=REQUIREMENTS)
     pytester.makepyfile(test_typo="""
@@ -124,7 +124,7 @@ def test_empty(): pass
     assert "@pytest.mark.req() needs at least one requirement ID" in output
 
 
-@pytest.mark.req("QR-04")
+@pytest.mark.req("RPT-01")
 def test_an_unregistered_marker_is_refused(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", requirements=REQUIREMENTS)
     pytester.makepyfile(test_marker="""
