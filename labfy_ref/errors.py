@@ -46,6 +46,7 @@ class ErrorCode(enum.StrEnum):
     MODEL_PROTOCOL_ERROR = "MODEL_PROTOCOL_ERROR"
     REPORT_INVALID = "REPORT_INVALID"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    SERVE_FAILED = "SERVE_FAILED"  # serve could not write its ready or log file, or start
     # real model stage (SM)
     GGUF_INVALID = "GGUF_INVALID"
     GGUF_SHA256_MISMATCH = "GGUF_SHA256_MISMATCH"
@@ -109,7 +110,7 @@ HTTP_STATUS: Mapping[ErrorCode, int] = {
     ErrorCode.CONFIG_INVALID: 422, ErrorCode.ENDPOINT_REFUSED: 422,
     ErrorCode.HOST_REFUSED: 422, ErrorCode.PORT_REFUSED: 422,
     ErrorCode.MODEL_UNAVAILABLE: 503, ErrorCode.MODEL_PROTOCOL_ERROR: 502,
-    ErrorCode.REPORT_INVALID: 422, ErrorCode.INTERNAL_ERROR: 500,
+    ErrorCode.REPORT_INVALID: 422, ErrorCode.INTERNAL_ERROR: 500, ErrorCode.SERVE_FAILED: 500,
     ErrorCode.GGUF_INVALID: 422, ErrorCode.GGUF_SHA256_MISMATCH: 422,
     ErrorCode.WORKSPACE_INVALID: 409, ErrorCode.WORKSPACE_EXISTS: 409,
     ErrorCode.WORKSPACE_LOCKED: 409,
@@ -198,12 +199,16 @@ class ProtocolRefused(LabfyError):
 
     ``defect`` names what was wrong in a few fixed words; it is what the single
     repair message (PR-03) tells the model, so it never quotes the model's text.
+    A refusal is repaired at most once per round, and never once the reply's
+    text has been streamed to the user.
     """
 
     code = ErrorCode.MODEL_PROTOCOL_ERROR
 
-    def __init__(self, defect: str, message: str) -> None:
+    def __init__(self, defect: str, message: str, *, repairable: bool = True) -> None:
         self.defect = defect
+        #: False once the reply's text has been shown to the user: no repair then (BR-02).
+        self.repairable = repairable
         super().__init__(message)
 
 

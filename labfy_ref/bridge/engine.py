@@ -1,7 +1,8 @@
 """``ReferenceEngine``: the engine contract over our runtime pieces (BR-01..BR-12).
 
 Sessions live in the JSONL store; the engine keeps only what a running turn
-needs (its task, its handle, its pending approvals). Settings are durable
+needs (its task, its handle, its pending approvals) and forgets it when the
+turn's task ends, so nothing keyed by session outlives its turn. Settings are durable
 events; a change while a turn runs is 409 ``SESSION_BUSY``. Deleting a session
 cancels and releases its turn first, then removes the log.
 """
@@ -193,12 +194,18 @@ class ReferenceEngine:
             headless=headless, record=lambda event: self._record(session_id, event),
             approvals=approvals)
         task = self._scope.spawn(self._loop.run(turn), f"turn {session_id}")
+        running = _Running(handle, task, approvals)
 
         def stop() -> None:
             task.cancel()
 
+        def forget(_: asyncio.Task[None]) -> None:
+            if self._running.get(session_id) is running:
+                del self._running[session_id]
+
         handle.on_cancel(stop)
-        self._running[session_id] = _Running(handle, task, approvals)
+        task.add_done_callback(forget)
+        self._running[session_id] = running
         return handle
 
     def _record(self, session_id: str, event: dict[str, Any]) -> None:

@@ -1,19 +1,29 @@
-"""The agent loop of the reference engine: one turn of one session, streamed as chunks.
+"""The reference engine's side of the one agent loop: a turn of one session, streamed.
 
-Each round streams the model's reply: provider-exposed reasoning becomes
-``reasoning`` chunks and a final answer's text becomes ``text`` chunks while
-it decodes (provisional until ``done``). The complete reply is then parsed
-strictly (one repair if nothing was streamed yet). A tool call goes through
-the gateway; in ``read-only`` a write is an escalation that asks the human
-(``approval-request``) and runs once if allowed (BR-11, BR-12).
+The rounds are :class:`~labfy_ref.runtime.driver.TurnDriver`'s — the very loop
+the runtime runs, so repeated failures (GW-05) and every budget (RT-03) hold
+here too. This adapter only says how a bridge turn talks:
+
+* the model's reply is streamed: provider-exposed reasoning becomes
+  ``reasoning`` chunks and a final answer's text becomes ``text`` chunks while
+  it decodes (provisional until ``done``); once text was shown the reply can no
+  longer be repaired, and a refusal ends the turn with an ``error`` chunk;
+* in ``read-only`` a write is an escalation that asks the human
+  (``approval-request``) and runs once if allowed (BR-11, BR-12); a headless
+  caller is refused;
+* every call, result and decision is a chunk and a durable session record; a
+  call too large to record is refused before it runs (RECORD_TOO_LARGE).
+
+Whatever happens — cancellation, a refused record, an unexpected exception —
+the stream ends with ``done``; an unexpected exception is one incident line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,22 +31,22 @@ from labfy_ref.bridge.final_text import FinalTextExtractor
 from labfy_ref.bridge.llm import ModelProvider
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.config import PermissionMode
-from labfy_ref.errors import ErrorCode, ModelUnavailable, ProtocolRefused, RuntimeRefused, ToolError
+from labfy_ref.errors import ErrorCode, LabfyError, ProtocolRefused, RuntimeRefused, ToolError
 from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
-from labfy_ref.protocol import (
-    ActionParser,
-    ChatMessage,
-    Final,
-    ToolCall,
-    repair_message,
-    response_format_for,
-)
-from labfy_ref.runtime.turn import tool_exchange
+from labfy_ref.ids import new_id
+from labfy_ref.logs import incident
+from labfy_ref.protocol import Answer, ChatMessage, ToolCall
+from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver, message_bytes
+from labfy_ref.runtime.limits import RuntimeLimits
+from labfy_ref.runtime.states import TurnState
 
 log = logging.getLogger("labfy_ref.bridge")
 AGENT_ID = "assistant"
 DEFAULT_APPROVAL_SECONDS = 300.0
-DEFAULT_MAX_ROUNDS = 16
+#: Largest record a session log takes (the JSONL store refuses larger ones).
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+#: Room kept in a tool record for the call's result and the record's own fields.
+_RESULT_ROOM = 1024 * 1024
 
 
 @dataclasses.dataclass(slots=True)
@@ -63,123 +73,163 @@ class TurnContext:
     approvals: dict[str, Approval]
 
 
-class StreamedProtocolError(ProtocolRefused):
-    """The reply turned out invalid after its text had started streaming: no repair."""
+def recent(history: Sequence[ChatMessage], max_bytes: int) -> list[ChatMessage]:
+    """The newest messages of ``history`` that fit ``max_bytes``, starting at a user message."""
+    kept: list[ChatMessage] = []
+    total = 0
+    for message in reversed(history):
+        total += message_bytes(message)
+        if total > max_bytes:
+            break
+        kept.append(message)
+    kept.reverse()
+    while kept and kept[0].get("role") != "user":
+        kept.pop(0)  # never open on an answer whose question was cut off
+    return kept
 
 
 class AgentLoop:
-    """Runs turns with a provider, a gateway and a system prompt."""
+    """Runs bridge turns with a provider, a gateway (the bridge's surface) and a prompt."""
 
     def __init__(self, provider: ModelProvider, gateway: AgentGateway, system_prompt: str, *,
                  approval_seconds: float = DEFAULT_APPROVAL_SECONDS,
-                 max_rounds: int = DEFAULT_MAX_ROUNDS) -> None:
+                 limits: RuntimeLimits | None = None) -> None:
         self.provider = provider
         self.gateway = gateway
         self.system_prompt = system_prompt
         self.approval_seconds = approval_seconds
-        self.max_rounds = max_rounds
-        self._parser = ActionParser(gateway.catalog)
-        self._format = response_format_for(gateway.catalog)
+        self.limits = limits or RuntimeLimits()
+        self.driver = TurnDriver(gateway, self.limits)
 
     async def run(self, turn: TurnContext) -> None:
         """Run a turn to its ``done`` chunk, whatever happens (cancellation included)."""
         handle = turn.handle
-        messages: list[ChatMessage] = [{"role": "system", "content": self.system_prompt},
-                                       *turn.history]
+        port = _StreamPort(self, turn)
+        # The newest history that fits half the context budget: a long session never
+        # ends BUDGET_EXHAUSTED for its length alone.
+        window = recent(turn.history, self.limits.max_context_bytes // 2)
+        conversation = Conversation.start(
+            [{"role": "system", "content": self.system_prompt}, *window])
         try:
-            for _ in range(self.max_rounds):
-                action = await self._ask(turn, messages)
-                if isinstance(action, Final):
-                    turn.record({"kind": "message", "role": "assistant", "text": action.text})
-                    handle.emit("done", reason="completed", interrupted=False)
-                    return
-                outcome = await self._tool(turn, action)
-                messages += tool_exchange(action.tool_id, action.arguments, outcome.result)
-            self._fail(handle, ErrorCode.BUDGET_EXHAUSTED, f"{self.max_rounds} rounds used")
+            ending = await self.driver.drive(conversation, port,
+                                             CallContext(turn.permission_mode))
+            port.finish(ending)
         except asyncio.CancelledError:
             for approval in turn.approvals.values():
                 if approval.state == "pending":
                     approval.state = "cancelled"
             handle.emit("done", reason="cancelled", interrupted=True)
-        except (ModelUnavailable, ProtocolRefused) as exc:
-            self._fail(handle, exc.code, exc.message)
-        except Exception as exc:  # the stream must still end with error + done
-            log.exception("turn of %s failed", turn.session_id)
-            self._fail(handle, ErrorCode.INTERNAL_ERROR, f"internal error ({type(exc).__name__})")
+        except LabfyError as exc:  # a refused record (RECORD_TOO_LARGE, SESSION_FULL, ...)
+            _fail(handle, exc.code, exc.message)
+        except Exception as exc:  # the stream must still end with error + done (AV-01)
+            incident_id = incident(log, exc, f"bridge turn of {turn.session_id}")
+            _fail(handle, ErrorCode.INTERNAL_ERROR, f"internal error (incident {incident_id})")
+        finally:
+            conversation.release()
 
-    @staticmethod
-    def _fail(handle: StreamHandle, code: ErrorCode, message: str) -> None:
-        handle.emit("error", code=code.value, message=message)
-        handle.emit("done", reason="error", interrupted=False)
 
-    async def _ask(self, turn: TurnContext, messages: Sequence[ChatMessage]) -> Final | ToolCall:
-        attempt: list[ChatMessage] = list(messages)
-        for repaired in (False, True):
-            extractor = FinalTextExtractor()
-            reasoning: list[str] = []
-            async for delta in self.provider.stream(turn.model, attempt, self._format):
+def _fail(handle: StreamHandle, code: ErrorCode, message: str) -> None:
+    handle.emit("error", code=code.value, message=message)
+    handle.emit("done", reason="error", interrupted=False)
+
+
+class _StreamPort:
+    """The driver's view of a bridge turn: streamed replies, approvals, chunks, records."""
+
+    def __init__(self, loop: AgentLoop, turn: TurnContext) -> None:
+        self._loop = loop
+        self._turn = turn
+        self._shown = False  # did the last reply's final text reach the user?
+        self._decisions: dict[str, str] = {}  # call_id -> the human's answer
+
+    def live(self) -> bool:
+        return True  # a bridge turn stops by cancellation of its task
+
+    async def ask(self, messages: Sequence[ChatMessage],
+                  response_format: Mapping[str, Any]) -> Answer:
+        handle = self._turn.handle
+        extractor = FinalTextExtractor()
+        try:
+            async for delta in self._loop.provider.stream(self._turn.model, messages,
+                                                          response_format):
                 if delta.reasoning:
-                    reasoning.append(delta.reasoning)
-                    turn.handle.emit("reasoning", text=delta.reasoning)
+                    handle.emit("reasoning", text=delta.reasoning)
                 piece = extractor.feed(delta.content)
                 if piece:
-                    turn.handle.emit("text", text=piece)
-            try:
-                action = self._parser.parse(extractor.content)
-            except ProtocolRefused as exc:
-                if extractor.started:
-                    raise StreamedProtocolError(exc.defect, exc.message) from None
-                if repaired:
-                    raise
-                attempt = [*messages, repair_message(exc)]
-                continue
-            if isinstance(action, Final) and not extractor.started and action.text:
-                turn.handle.emit("text", text=action.text)
-            return action
-        raise AssertionError("unreachable")
+                    handle.emit("text", text=piece)
+        except ProtocolRefused as exc:  # the provider's reply was not I-JSON
+            if extractor.started:
+                raise ProtocolRefused(exc.defect, exc.message, repairable=False) from None
+            raise
+        self._shown = extractor.started
+        return Answer(extractor.content, streamed=extractor.started)
 
-    async def _tool(self, turn: TurnContext, action: ToolCall) -> ToolOutcome:
-        call_id = f"call_{secrets.token_hex(6)}"
-        turn.handle.emit("tool-call", call_id=call_id, tool_id=action.tool_id,
-                         arguments=action.arguments)
-        context = CallContext(turn.permission_mode)
-        approval: dict[str, Any] | None = None
-        if self.gateway.needs_approval(action.tool_id, context):
-            decision = await self._approval(turn, call_id, action)
-            approval = {"decision": decision}
-            if decision == "allowed-once":
-                outcome = self.gateway.call(action.tool_id, action.arguments,
-                                            CallContext(turn.permission_mode, approved_once=True))
-            else:
-                outcome = self.gateway.refuse(action.tool_id, action.arguments, ToolError(
-                    "the user did not approve this operation", code=ErrorCode.PERMISSION_DENIED))
-        else:
-            outcome = self.gateway.call(action.tool_id, action.arguments, context)
-        turn.handle.emit("tool-result", call_id=call_id, tool_id=action.tool_id,
-                         status=outcome.status, result=outcome.result)
-        turn.record({"kind": "tool", "call_id": call_id, "tool_id": action.tool_id,
-                     "arguments": action.arguments, "status": outcome.status,
-                     "result": outcome.result, "approval": approval})
-        return outcome
-
-    async def _approval(self, turn: TurnContext, call_id: str, action: ToolCall) -> str:
+    async def approve(self, call_id: str, action: ToolCall) -> str | None:
+        turn = self._turn
         if turn.headless:
             return "rejected"  # a caller that cannot show the question gets a refusal
-        approval_id = f"appr_{secrets.token_hex(8)}"
+        approval_id = new_id("appr")
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         approval = Approval(approval_id, call_id, future)
         turn.approvals[approval_id] = approval
         turn.handle.emit("approval-request", approval_id=approval_id, call_id=call_id,
                          summary=_summary(action.tool_id, action.arguments))
         try:
-            decision = await asyncio.wait_for(asyncio.shield(future), self.approval_seconds)
+            decision = await asyncio.wait_for(asyncio.shield(future), self._loop.approval_seconds)
         except TimeoutError:
             approval.state, decision = "expired", "expired"
         turn.handle.emit("approval-decision", approval_id=approval_id, call_id=call_id,
                          decision=decision)
         turn.record({"kind": "approval", "approval_id": approval_id, "call_id": call_id,
                      "decision": decision})
+        self._decisions[call_id] = decision
         return decision
+
+    def admit(self, action: ToolCall) -> ToolError | None:
+        size = _encoded_size(action.arguments)
+        if size > MAX_RECORD_BYTES - _RESULT_ROOM:
+            return ToolError(f"the call's arguments ({size} bytes) are too large to record",
+                             code=ErrorCode.RECORD_TOO_LARGE)
+        return None
+
+    def called(self, call_id: str, action: ToolCall) -> None:
+        self._turn.handle.emit("tool-call", call_id=call_id, tool_id=action.tool_id,
+                               arguments=action.arguments)
+
+    def answered(self, call_id: str, outcome: ToolOutcome) -> None:
+        turn = self._turn
+        turn.handle.emit("tool-result", call_id=call_id, tool_id=outcome.tool_id,
+                         status=outcome.status, result=outcome.result)
+        decision = self._decisions.pop(call_id, None)
+        record: dict[str, Any] = {
+            "kind": "tool", "call_id": call_id, "tool_id": outcome.tool_id,
+            "arguments": outcome.arguments, "status": outcome.status,
+            "result": outcome.result,
+            "approval": None if decision is None else {"decision": decision}}
+        if outcome.error_code == ErrorCode.RECORD_TOO_LARGE:
+            record["arguments"] = {}  # said, not hidden: the result names the refusal
+        turn.record(record)
+
+    def finish(self, ending: Ending | None) -> None:
+        """Turn the driver's ending into the stream's last chunks."""
+        handle = self._turn.handle
+        if ending is None:
+            handle.emit("done", reason="cancelled", interrupted=True)
+            return
+        if ending.state is TurnState.COMPLETED:
+            text = ending.final_text or ""
+            if not self._shown and text:
+                handle.emit("text", text=text)
+            self._turn.record({"kind": "message", "role": "assistant", "text": text})
+            handle.emit("done", reason="completed", interrupted=False)
+            return
+        error = ending.error or RuntimeRefused(
+            ErrorCode.INTERNAL_ERROR, f"the turn ended {ending.state.value}")
+        _fail(handle, error.code, error.message)
+
+
+def _encoded_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
 def decide(approvals: Mapping[str, Approval], approval_id: str, decision: str) -> None:

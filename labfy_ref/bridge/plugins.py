@@ -16,12 +16,20 @@ from labfy_ref.bridge.llm import provider_for
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop
 from labfy_ref.bridge.projection import project_messages
 from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import PluginContext
 from labfy_ref.protocol import system_prompt
+from labfy_ref.runtime.limits import RuntimeLimits
+from labfy_ref.tools.catalog import Effect
 
 #: What the bridge needs before it may publish an engine (HO-04).
 MANDATORY = ("engine", "agent_loop", "agents", "sessions", "llm", "tools", "system_prompt",
              "session_projections")
+
+
+def bridge_surface(gateway: AgentGateway) -> AgentGateway:
+    """What bridge sessions may call: everything but ``research.*`` (a runtime grant flow)."""
+    return gateway.surface(without=frozenset({Effect.RESEARCH}))
 
 
 class _Plugin:
@@ -38,7 +46,8 @@ class SystemPromptPlugin(_Plugin):
 
     async def activate(self, context: PluginContext) -> None:
         """Publish the prompt text."""
-        context.provide("system_prompt", system_prompt(context.get("gateway").catalog))
+        context.provide("system_prompt",
+                        system_prompt(bridge_surface(context.get("gateway")).catalog))
 
 
 class ToolsPlugin(_Plugin):
@@ -48,8 +57,8 @@ class ToolsPlugin(_Plugin):
     requires = ("gateway", "system_prompt")
 
     async def activate(self, context: PluginContext) -> None:
-        """Publish the gateway as the engine's tools."""
-        context.provide("tools", context.get("gateway"))
+        """Publish the bridge's surface of the gateway as the engine's tools."""
+        context.provide("tools", bridge_surface(context.get("gateway")))
 
 
 class SessionsPlugin(_Plugin):
@@ -107,10 +116,15 @@ class AgentLoopPlugin(_Plugin):
     async def activate(self, context: PluginContext) -> None:
         """Compose the loop."""
         settings = context.config
+        defaults = RuntimeLimits()
+        limits = RuntimeLimits(
+            max_rounds=int(settings.get("max_rounds", defaults.max_rounds)),
+            max_tool_calls=int(settings.get("max_tool_calls", defaults.max_tool_calls)),
+            max_context_bytes=int(settings.get("max_context_bytes",
+                                               defaults.max_context_bytes)))
         context.provide("agent_loop", AgentLoop(
             context.get("llm"), context.get("tools"), context.get("system_prompt"),
-            approval_seconds=float(settings.get("approval_seconds", 300)),
-            max_rounds=int(settings.get("max_rounds", 16))))
+            approval_seconds=float(settings.get("approval_seconds", 300)), limits=limits))
 
 
 class EnginePlugin(_Plugin):

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from labfy_ref.protocol import ChatMessage
-from labfy_ref.runtime.turn import canonical, tool_exchange
+from labfy_ref.protocol import ChatMessage, canonical, tool_exchange
 
 Event = dict[str, Any]
 

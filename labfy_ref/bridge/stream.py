@@ -6,6 +6,11 @@ accepted. Everything emitted is kept (bounded in chunks and bytes) so that
 :meth:`subscribe` replays it: the first fast chunk is never lost before the
 HTTP writer attaches. Over a bound the handle emits ``error STREAM_LIMIT``
 then ``done``. A subscriber that raises is dropped; the others go on.
+
+Ownership ends: once ``done`` has been delivered to a subscriber, the buffer is
+released — only the ending (``error`` if any, and ``done``) is kept, so a
+finished turn costs a few hundred bytes, not up to its 8 MiB. The turn itself
+is durable in the session log; the replay is for the *active* turn's writer.
 """
 
 from __future__ import annotations
@@ -40,12 +45,18 @@ class StreamHandle:
         self._errored = False
         self._subscribers: list[Subscriber] = []
         self._cancel: Callable[[], None] | None = None
+        self._released = False
         self.dropped_subscribers = 0
 
     @property
     def finished(self) -> bool:
         """Has ``done`` been emitted?"""
         return bool(self._chunks) and self._chunks[-1]["type"] == "done"
+
+    @property
+    def released(self) -> bool:
+        """Was the buffer released (``done`` delivered; only the ending is kept)?"""
+        return self._released
 
     @property
     def chunks(self) -> list[Chunk]:
@@ -95,6 +106,14 @@ class StreamHandle:
         self._chunks.append(chunk)
         for subscriber in list(self._subscribers):
             self._deliver(subscriber, chunk)
+        if chunk["type"] == "done" and self._subscribers:
+            self._release()
+
+    def _release(self) -> None:
+        """Keep only the ending: everything before it has been delivered."""
+        self._chunks = [c for c in self._chunks if c["type"] in ("error", "done")]
+        self._bytes = 0
+        self._released = True
 
     def _deliver(self, subscriber: Subscriber, chunk: Chunk) -> None:
         try:
@@ -111,6 +130,8 @@ class StreamHandle:
             if subscriber not in self._subscribers:
                 break
             self._deliver(subscriber, chunk)
+        if self.finished and not self._released and subscriber in self._subscribers:
+            self._release()  # the whole turn reached its first reader
 
         def unsubscribe() -> None:
             with contextlib.suppress(ValueError):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from labfy_ref.errors import ErrorCode, ToolError
+from labfy_ref.text import find_surrogate
 
 MAX_PATH_CHARS = 1024
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -117,19 +118,27 @@ class ConfinedFiles:
             os.close(fd)
 
     def list(self, path: str) -> dict[str, Any]:
-        """Entries of a directory: files (with size) and directories; symlinks are skipped."""
+        """Entries of a directory: files (with size) and directories; symlinks are skipped.
+
+        A name that is not UTF-8 cannot be shown, cited or opened by a model: it
+        is left out, and ``skipped`` says how many were (AV-02).
+        """
         parts = split_path(path)
         entries: list[dict[str, Any]] = []
+        skipped = 0
         with self._directory(parts) as fd, os.scandir(fd) as listing:
             for entry in sorted(listing, key=lambda e: e.name):
                 if len(entries) >= self.max_entries:
                     break
+                if find_surrogate(entry.name) is not None:  # undecodable bytes in the name
+                    skipped += 1
+                    continue
                 info = entry.stat(follow_symlinks=False)
                 if stat.S_ISDIR(info.st_mode):
                     entries.append({"name": entry.name, "type": "directory"})
                 elif stat.S_ISREG(info.st_mode):
                     entries.append({"name": entry.name, "type": "file", "size": info.st_size})
-        return {"path": "/".join(parts), "entries": entries}
+        return {"path": "/".join(parts), "entries": entries, "skipped": skipped}
 
     def read(self, path: str) -> dict[str, Any]:
         """A UTF-8 text file, cut at ``max_read_bytes`` (``truncated`` says so)."""

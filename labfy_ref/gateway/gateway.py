@@ -9,6 +9,7 @@ it executed so tests can prove what did *not* run.
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import datetime
 import json
@@ -18,7 +19,7 @@ from typing import Any, Literal
 from labfy_ref.errors import ErrorCode, ToolError
 from labfy_ref.gateway.policy import CallContext, decide, needs_approval
 from labfy_ref.gateway.services import FileService, GrantService, ObjectService, ResearchService
-from labfy_ref.tools.catalog import ToolCatalog, ToolSpec, default_catalog
+from labfy_ref.tools.catalog import Effect, ToolCatalog, ToolSpec, default_catalog
 from labfy_ref.workspace.layout import Workspace
 from labfy_ref.workspace.store import Campaign, Grant, WorkspaceStore
 
@@ -85,6 +86,18 @@ class AgentGateway:
         }
 
     # -- catalog ------------------------------------------------------------------
+
+    def surface(self, *, without: frozenset[Effect]) -> AgentGateway:
+        """The same gateway (services, log) offering only tools of other effects.
+
+        A surface's catalog is what its model is told and what its capability
+        check admits: a tool outside it is refused ``TOOL_UNAVAILABLE``. Bridge
+        sessions use one without ``research`` (the grant flow is the runtime's).
+        """
+        view = copy.copy(self)
+        view.catalog = ToolCatalog([spec for spec in self.catalog.values()
+                                    if spec.effect not in without])
+        return view
 
     def availability(self, spec: ToolSpec) -> tuple[bool, str | None]:
         """Is a tool usable in this workspace, and if not, why."""

@@ -3,7 +3,9 @@
 A scope records an undo for each effect (a service, a listener, a timer, a
 file handle, a task). ``aclose()`` runs the undos in reverse order, child
 scopes included, and goes on past errors, which it returns. Closing twice is
-harmless. Nothing runs that no scope owns.
+harmless. Nothing runs that no scope owns — and ownership ends: a task that
+finishes on its own is forgotten at once, so a long-lived scope spawning one
+task per turn holds only the live ones.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import itertools
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import IO, Any
 
@@ -28,7 +31,10 @@ class Scope:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._effects: list[tuple[str, Undo]] = []
+        #: Effects by registration number; dicts keep insertion order, so the last
+        #: registered is undone first, and a finished task is forgotten in O(1).
+        self._effects: dict[int, tuple[str, Undo]] = {}
+        self._numbers = itertools.count()
         self._closed = False
 
     @property
@@ -39,13 +45,15 @@ class Scope:
     @property
     def live_effects(self) -> list[str]:
         """Labels of the effects still owned (for status and tests)."""
-        return [label for label, _ in self._effects]
+        return [label for label, _ in self._effects.values()]
 
-    def defer(self, undo: Undo, label: str) -> None:
-        """Own an effect whose undo is ``undo``."""
+    def defer(self, undo: Undo, label: str) -> int:
+        """Own an effect whose undo is ``undo``; return its registration number."""
         if self._closed:
             raise ScopeClosed(f"scope {self.name} is closed")
-        self._effects.append((label, undo))
+        number = next(self._numbers)
+        self._effects[number] = (label, undo)
+        return number
 
     def child(self, name: str) -> Scope:
         """A sub-scope closed (first) when this one closes."""
@@ -62,7 +70,8 @@ class Scope:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-        self.defer(cancel, f"task {label}")
+        number = self.defer(cancel, f"task {label}")
+        task.add_done_callback(lambda _: self._effects.pop(number, None))
         return task
 
     def own_file(self, handle: IO[Any], label: str) -> IO[Any]:
@@ -77,7 +86,7 @@ class Scope:
         self._closed = True
         errors: list[str] = []
         while self._effects:
-            label, undo = self._effects.pop()
+            label, undo = self._effects.pop(next(reversed(self._effects)))
             try:
                 result = undo()
                 if inspect.isawaitable(result):

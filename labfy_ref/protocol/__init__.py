@@ -9,14 +9,28 @@ from labfy_ref.protocol.action import (
     action_schema,
     bound_action_schema,
 )
-from labfy_ref.protocol.exchange import ChatModel, Round, request_action, response_format_for
+from labfy_ref.protocol.exchange import (
+    TOOL_RESULT_PREFIX,
+    Answer,
+    Ask,
+    ChatModel,
+    Round,
+    canonical,
+    chat_asker,
+    request_action,
+    response_format_for,
+    tool_exchange,
+)
 from labfy_ref.protocol.prompt import ChatMessage, repair_message, system_prompt
 from labfy_ref.protocol.strict_json import Defect, loads_strict
 
 __all__ = [
     "CONTRACT_ID",
+    "TOOL_RESULT_PREFIX",
     "Action",
     "ActionParser",
+    "Answer",
+    "Ask",
     "ChatMessage",
     "ChatModel",
     "Defect",
@@ -25,9 +39,12 @@ __all__ = [
     "ToolCall",
     "action_schema",
     "bound_action_schema",
+    "canonical",
+    "chat_asker",
     "loads_strict",
     "repair_message",
     "request_action",
     "response_format_for",
     "system_prompt",
+    "tool_exchange",
 ]

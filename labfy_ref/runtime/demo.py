@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from labfy_ref.runtime.turn import TOOL_RESULT_PREFIX, canonical
+from labfy_ref.protocol import TOOL_RESULT_PREFIX, canonical
 
 DEMO_LABEL = "Deterministic demo agent"
 
@@ -26,22 +26,49 @@ class DemoReply:
     content: str
 
 
-def _last_result(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    for message in reversed(messages):
-        content = str(message.get("content", ""))
-        if message.get("role") == "user" and content.startswith(TOOL_RESULT_PREFIX):
-            result: dict[str, Any] = json.loads(content[len(TOOL_RESULT_PREFIX):])
-            return result
-        if message.get("role") == "user":
-            return None
-    return None
+def _tool_result(messages: Sequence[Mapping[str, Any]], index: int) -> dict[str, Any] | None:
+    """The wrapped result at ``messages[index]``, if that message is one.
+
+    A tool result is known by its place, not by its text: a user message right
+    after the assistant's tool call. A user who types the result prefix is
+    still just a user (the text is never trusted to say what it is).
+    """
+    if index < 1:
+        return None
+    message, previous = messages[index], messages[index - 1]
+    content = str(message.get("content", ""))
+    if (message.get("role") != "user" or previous.get("role") != "assistant"
+            or not content.startswith(TOOL_RESULT_PREFIX)):
+        return None
+    try:
+        call = json.loads(str(previous.get("content", "")))
+        result = json.loads(content[len(TOOL_RESULT_PREFIX):])
+    except ValueError:
+        return None
+    if not (isinstance(call, dict) and call.get("type") == "tool_call"
+            and isinstance(result, dict) and isinstance(result.get("tool_id"), str)
+            and isinstance(result.get("ok"), bool) and isinstance(result.get("data"), dict)):
+        return None
+    return result
 
 
 def _user_request(messages: Sequence[Mapping[str, Any]]) -> str:
-    for message in messages:
-        if message.get("role") == "user":
+    """The latest thing the user asked (tool results are not requests)."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.get("role") == "user" and _tool_result(messages, index) is None:
             return " ".join(str(message.get("content", "")).split())
     return ""
+
+
+def offered_tools(response_format: Mapping[str, Any] | None) -> frozenset[str] | None:
+    """The tool ids a ``response_format`` (the bound action schema) admits, if it says."""
+    try:
+        branches = response_format["json_schema"]["schema"]["oneOf"]  # type: ignore[index]
+        return frozenset(branch["properties"]["tool_id"]["const"] for branch in branches
+                         if "tool_id" in branch.get("properties", {}))
+    except (KeyError, TypeError):
+        return None
 
 
 def _call(tool_id: str, **arguments: Any) -> str:
@@ -59,14 +86,27 @@ class DemoAgent:
 
     async def chat(self, messages: Sequence[Mapping[str, Any]], *,
                    response_format: Mapping[str, Any] | None = None) -> DemoReply:
-        """Decide the next action from the conversation so far."""
-        return DemoReply(self.decide(messages))
+        """Decide the next action from the conversation and the tools offered."""
+        return DemoReply(self.decide(messages, offered_tools(response_format)))
 
-    def decide(self, messages: Sequence[Mapping[str, Any]]) -> str:
-        """The policy itself (pure: the same conversation gives the same action)."""
-        result = _last_result(messages)
+    def decide(self, messages: Sequence[Mapping[str, Any]],
+               offered: frozenset[str] | None = None) -> str:
+        """The policy itself (pure: the same conversation gives the same action).
+
+        ``offered`` are the tools the round's schema admits (None: all of them);
+        like a constrained model, the demo never calls a tool it is not offered.
+        """
+        result = _tool_result(messages, len(messages) - 1) if messages else None
         if result is None:
             return _call("workspace.list_objects")
+        try:
+            return self._next(result, messages, offered)
+        except (KeyError, TypeError, IndexError, AttributeError):
+            return _final(f"I could not read the result of {result['tool_id'][:64]}.")
+
+    @staticmethod
+    def _next(result: dict[str, Any], messages: Sequence[Mapping[str, Any]],
+              offered: frozenset[str] | None) -> str:
         tool, data = result["tool_id"], result["data"]
         if not result["ok"]:
             error = data["error"]
@@ -78,6 +118,9 @@ class DemoAgent:
             notes = [o for o in objects if o["kind"] == "note"] or objects
             return _call("workspace.read_object", object_id=notes[0]["object_id"])
         if tool == "workspace.read_object":
+            if offered is not None and "research.prepare" not in offered:
+                return _final(f"Read {data['object_id']} ({data['title'][:200]}); research "
+                              "is not offered here.")
             question = _user_request(messages)[:500] or data["title"]
             return _call("research.prepare", topic=data["title"][:200],
                          questions=[question], object_refs=[data["object_id"]])

@@ -5,39 +5,36 @@ a gateway: no store, no path, no adapter. Each turn runs rounds of
 ask → parse (one repair) → gateway, until a final answer, a budget, an error,
 a cancellation, or ``research.prepare`` — which pauses the turn in
 ``AUTHORIZATION_REQUIRED`` with no further model call until a human grant and
-an explicit resume continue the *same* turn.
+an explicit resume continue the *same* turn. The rounds themselves are the one
+agent loop of :mod:`labfy_ref.runtime.driver`, shared with the bridge; this
+module adapts it to turns, the queue and the event log.
+
+The worker cannot die: an unexpected exception ends *that* turn ``FAILED``
+with ``INTERNAL_ERROR`` and an incident id (one log line), and the worker goes
+on to the next. Every task is owned by the runtime's scope.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from labfy_ref.config import PermissionMode
-from labfy_ref.errors import (
-    ErrorCode,
-    LabfyError,
-    ModelUnavailable,
-    ProtocolRefused,
-    RuntimeRefused,
-    ToolError,
-)
-from labfy_ref.gateway import AgentGateway, CallContext
+from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused, ToolError
+from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
+from labfy_ref.host.scope import Scope
 from labfy_ref.ids import new_id
-from labfy_ref.protocol import (
-    ActionParser,
-    ChatModel,
-    Final,
-    request_action,
-    response_format_for,
-    system_prompt,
-)
+from labfy_ref.logs import incident
+from labfy_ref.protocol import Answer, ChatMessage, ChatModel, ToolCall, system_prompt
+from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver, new_call_id
 from labfy_ref.runtime.events import EventLog
 from labfy_ref.runtime.limits import RuntimeLimits
-from labfy_ref.runtime.states import TurnState
-from labfy_ref.runtime.turn import Turn, canonical
+from labfy_ref.runtime.states import TRANSITIONS, TurnState
+from labfy_ref.runtime.turn import Turn
 
+log = logging.getLogger("labfy_ref.runtime")
 _MAX_CLIENT_REQUEST_ID = 128
 
 
@@ -53,12 +50,12 @@ class AgentRuntime:
         self.permission_mode = permission_mode
         self.limits = limits or RuntimeLimits()
         self.events = EventLog(self.limits.max_events)
-        self._parser = ActionParser(gateway.catalog)
-        self._response_format = response_format_for(gateway.catalog)
+        self._driver = TurnDriver(gateway, self.limits)
         self._system = {"role": "system", "content": system_prompt(gateway.catalog)}
         self._turns: dict[str, Turn] = {}
         self._by_request: dict[str, str] = {}
         self._queue: asyncio.Queue[str] | None = None
+        self._scope: Scope | None = None
         self._worker: asyncio.Task[None] | None = None
         self._current: tuple[str, asyncio.Task[None]] | None = None
         self._closed = False
@@ -71,7 +68,8 @@ class AgentRuntime:
             # Admission is bounded by counting QUEUED turns (see _check_capacity), so a
             # cancelled turn frees its place at once instead of when the worker skips it.
             self._queue = asyncio.Queue()
-            self._worker = asyncio.create_task(self._work(), name="agent-runtime-worker")
+            self._scope = Scope("runtime")
+            self._worker = self._scope.spawn(self._work(), "agent-runtime-worker")
 
     async def close(self) -> None:
         """Stop the worker, cancel in-flight work; every live turn ends CANCELLED (RT-09)."""
@@ -79,18 +77,19 @@ class AgentRuntime:
         for turn in self._turns.values():
             if not turn.state.terminal:
                 self._end(turn, TurnState.CANCELLED)
-        tasks = [t for t in (self._worker, self._current[1] if self._current else None) if t]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._scope is not None:
+            await self._scope.aclose()  # cancels and awaits the worker and the turn's task
         self._worker = self._current = None
 
     @property
     def running(self) -> bool:
         """Is the worker alive?"""
         return self._worker is not None and not self._worker.done()
+
+    @property
+    def scope(self) -> Scope | None:
+        """The scope owning the worker and the running turn's task (None before start)."""
+        return self._scope
 
     # -- requests -------------------------------------------------------------------
 
@@ -111,7 +110,8 @@ class AgentRuntime:
                                  "client_request_id must be 1-128 printable characters")
         self._check_capacity()
         turn = Turn(new_id("turn"), message, client_request_id)
-        turn.messages = [self._system, {"role": "user", "content": message}]
+        turn.conversation = Conversation.start([self._system,
+                                                {"role": "user", "content": message}])
         self._retain(turn)
         self._enqueue(turn)
         self.events.append(turn.id, "turn.state", {"state": turn.state.value})
@@ -125,8 +125,8 @@ class AgentRuntime:
         return turn
 
     def list_turns(self) -> list[Turn]:
-        """Retained turns, newest first."""
-        return sorted(self._turns.values(), key=lambda t: t.created_at, reverse=True)
+        """Retained turns, newest first (by creation sequence, never by clock ties)."""
+        return sorted(self._turns.values(), key=lambda t: t.sequence, reverse=True)
 
     def cancel(self, turn_id: str) -> Turn:
         """Cancel a turn; cancelling a finished turn changes nothing (RT-05)."""
@@ -197,13 +197,12 @@ class AgentRuntime:
         assert self._queue is not None
         self._queue.put_nowait(turn.id)
 
-    def _end(self, turn: Turn, state: TurnState,
-             error: tuple[ErrorCode, str] | LabfyError | None = None) -> None:
-        if isinstance(error, tuple | LabfyError):
+    def _end(self, turn: Turn, state: TurnState, error: LabfyError | None = None) -> None:
+        if error is not None:
             turn.fail(state, error)
         else:
             turn.move(state)
-        turn.messages = []
+        turn.conversation.release()
         data: dict[str, Any] = {"state": state.value}
         if turn.error:
             data["error"] = turn.error
@@ -211,12 +210,13 @@ class AgentRuntime:
 
     async def _work(self) -> None:
         assert self._queue is not None
+        assert self._scope is not None
         while True:
             turn_id = await self._queue.get()
             turn = self._turns.get(turn_id)
             if turn is None or turn.state is not TurnState.QUEUED:
                 continue
-            task = asyncio.create_task(self._drive(turn), name=f"turn-{turn_id}")
+            task = self._scope.spawn(self._guarded(turn), f"turn-{turn_id}")
             self._current = (turn_id, task)
             try:
                 await task
@@ -225,72 +225,47 @@ class AgentRuntime:
                 if worker is not None and worker.cancelling():
                     raise  # the worker itself is being stopped
                 # else only that turn was cancelled; the worker goes on
+            except Exception as exc:  # _guarded lets nothing through; this is the last net
+                incident(log, exc, "runtime worker")
             finally:
                 self._current = None
 
-    def _live(self, turn: Turn) -> bool:
-        return turn.state is TurnState.RUNNING
+    async def _guarded(self, turn: Turn) -> None:
+        """Drive one turn; whatever escapes ends that turn, never the worker (AV-01)."""
+        try:
+            await self._drive(turn)
+        except Exception as exc:
+            incident_id = incident(log, exc, f"turn {turn.id}")
+            if TurnState.FAILED in TRANSITIONS[turn.state]:
+                self._end(turn, TurnState.FAILED, LabfyError(
+                    f"internal error (incident {incident_id})", code=ErrorCode.INTERNAL_ERROR))
 
     async def _drive(self, turn: Turn) -> None:
         turn.move(TurnState.RUNNING)
         self.events.append(turn.id, "turn.state", {"state": turn.state.value})
+        port = _RuntimePort(self, turn)
         context = CallContext(self.permission_mode)
-        if turn.resume_campaign is not None and not self._run_granted_research(turn, context):
+        if turn.resume_campaign is not None and not self._run_granted_research(
+                turn, port, context):
             return
-        while self._live(turn):
-            if turn.rounds >= self.limits.max_rounds:
-                self._end(turn, TurnState.BUDGET_EXHAUSTED,
-                          (ErrorCode.BUDGET_EXHAUSTED, f"{self.limits.max_rounds} rounds used"))
-                return
-            turn.rounds += 1
-            try:
-                answer = await request_action(self.model, turn.messages, self._parser,
-                                              self._response_format)
-            except ModelUnavailable as exc:
-                if self._live(turn):
-                    self._end(turn, TurnState.MODEL_UNAVAILABLE, exc)
-                return
-            except ProtocolRefused as exc:
-                if self._live(turn):
-                    self._end(turn, TurnState.MODEL_PROTOCOL_ERROR, exc)
-                return
-            if not self._live(turn):
-                return  # cancelled while the model answered: the answer is discarded
-            action = answer.action
-            if isinstance(action, Final):
-                turn.final_text = action.text
-                self._end(turn, TurnState.COMPLETED)
-                return
-            if len(turn.tool_calls) >= self.limits.max_tool_calls:
-                self._end(turn, TurnState.BUDGET_EXHAUSTED, (
-                    ErrorCode.BUDGET_EXHAUSTED, f"{self.limits.max_tool_calls} tool calls used"))
-                return
-            key = canonical([action.tool_id, action.arguments])
-            if turn.last_failure == key:
-                self._end(turn, TurnState.FAILED, (
-                    ErrorCode.REPEATED_TOOL_FAILURE,
-                    f"{action.tool_id} repeated with the same arguments after failing"))
-                return
-            outcome = self.gateway.call(action.tool_id, action.arguments, context)
-            record = turn.add_call(outcome)
-            turn.last_failure = None if outcome.ok else key
-            self.events.append(turn.id, "turn.tool_call", {
-                "call_id": record.call_id, "tool_id": record.tool_id, "status": record.status,
-                "error_code": outcome.error_code})
-            if turn.context_bytes() > self.limits.max_context_bytes:
-                self._end(turn, TurnState.BUDGET_EXHAUSTED, (
-                    ErrorCode.BUDGET_EXHAUSTED,
-                    f"context exceeds {self.limits.max_context_bytes} bytes"))
-                return
-            if action.tool_id == "research.prepare" and outcome.ok:
-                campaign_id = str(outcome.result["data"]["campaign_id"])
-                turn.authorization = {"campaign_id": campaign_id, "status": "REQUIRED"}
-                turn.move(TurnState.AUTHORIZATION_REQUIRED)
-                self.events.append(turn.id, "turn.state", {
-                    "state": turn.state.value, "campaign_id": campaign_id})
-                return
+        ending = await self._driver.drive(turn.conversation, port, context)
+        if ending is not None and port.live():
+            self._finish(turn, ending)
 
-    def _run_granted_research(self, turn: Turn, context: CallContext) -> bool:
+    def _finish(self, turn: Turn, ending: Ending) -> None:
+        if ending.state is TurnState.AUTHORIZATION_REQUIRED:
+            assert ending.campaign_id is not None
+            turn.authorization = {"campaign_id": ending.campaign_id, "status": "REQUIRED"}
+            turn.move(TurnState.AUTHORIZATION_REQUIRED)
+            self.events.append(turn.id, "turn.state", {
+                "state": turn.state.value, "campaign_id": ending.campaign_id})
+            return
+        if ending.state is TurnState.COMPLETED:
+            turn.final_text = ending.final_text
+        self._end(turn, ending.state, ending.error)
+
+    def _run_granted_research(self, turn: Turn, port: _RuntimePort,
+                              context: CallContext) -> bool:
         """Run the granted campaign and give the model its state; False if the turn ended."""
         campaign_id, turn.resume_campaign = turn.resume_campaign, None
         assert campaign_id is not None
@@ -301,9 +276,37 @@ class AgentRuntime:
             return False
         turn.authorization = {"campaign_id": campaign_id, "status": "GRANTED"}
         outcome = self.gateway.call("research.get_state", {"campaign_id": campaign_id}, context)
-        record = turn.add_call(outcome)
-        turn.last_failure = None  # a resume after authorization is exempt (GW-05)
-        self.events.append(turn.id, "turn.tool_call", {
+        # a resume after authorization is exempt from the repeated-failure rule (GW-05)
+        self._driver.record(turn.conversation, port, new_call_id(), outcome, exempt=True)
+        return True
+
+
+class _RuntimePort:
+    """The driver's view of a runtime turn: whole replies, no human channel, events."""
+
+    def __init__(self, runtime: AgentRuntime, turn: Turn) -> None:
+        self._runtime = runtime
+        self._turn = turn
+
+    def live(self) -> bool:
+        return self._turn.state is TurnState.RUNNING
+
+    async def ask(self, messages: Sequence[ChatMessage],
+                  response_format: Mapping[str, Any]) -> Answer:
+        reply = await self._runtime.model.chat(messages, response_format=response_format)
+        return Answer(reply.content)
+
+    async def approve(self, call_id: str, action: ToolCall) -> str | None:
+        return None  # runtime turns run with the server's mode: a write is refused (GW-07)
+
+    def admit(self, action: ToolCall) -> ToolError | None:
+        return None
+
+    def called(self, call_id: str, action: ToolCall) -> None:
+        return None
+
+    def answered(self, call_id: str, outcome: ToolOutcome) -> None:
+        record = self._turn.add_call(call_id, outcome)
+        self._runtime.events.append(self._turn.id, "turn.tool_call", {
             "call_id": record.call_id, "tool_id": record.tool_id, "status": record.status,
             "error_code": outcome.error_code})
-        return True

@@ -27,9 +27,10 @@ def test_a_chunk_emitted_before_anyone_subscribes_is_delivered() -> None:
     handle.emit("done", reason="completed", interrupted=False)
     assert [c["type"] for c in seen] == ["text", "done"]
     assert seen[0]["text"] == "first!"
+    assert handle.released, "done reached a reader: the buffer is released (AV-07)"
     late: list[dict[str, Any]] = []
     handle.subscribe(late.append)
-    assert late == seen, "a subscriber attaching after done gets the whole turn"
+    assert late == seen[-1:], "a subscriber attaching after that learns only the ending"
 
 
 @pytest.mark.req("BR-02")

@@ -12,6 +12,7 @@ from labfy_ref.protocol import (
     ActionParser,
     Final,
     Round,
+    chat_asker,
     request_action,
     response_format_for,
     system_prompt,
@@ -33,7 +34,7 @@ def _round(provider_factory: ProviderFactory, *answers: str) -> tuple[Round | Pr
     async def run() -> Round | ProtocolRefused:
         async with client_for(provider) as client:
             try:
-                return await request_action(client, MESSAGES, ActionParser(CATALOG),
+                return await request_action(chat_asker(client), MESSAGES, ActionParser(CATALOG),
                                             response_format_for(CATALOG))
             except ProtocolRefused as exc:
                 return exc

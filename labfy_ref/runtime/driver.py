@@ -1,0 +1,209 @@
+"""The one agent loop: ask → strict parse → one repair → gateway → budgets → events.
+
+Runtime turns and bridge turns run the same :class:`TurnDriver`; each talks to
+it through a thin :class:`TurnPort` that says how to ask the model (a whole
+reply, or a streamed one), how to ask a human (never, or "Allow once / Deny"),
+and what to do with each call and result (runtime events, or NDJSON chunks and
+JSONL records). Every rule of a turn lives here, once:
+
+* a round asks at most twice (one format repair, PR-03) — no repair once the
+  reply's text was streamed;
+* every call passes the gateway (GW-01); a write that needs approval asks the
+  port, and a port without a human channel gets the gateway's normal refusal;
+* the identical call right after the same failure ends the turn
+  ``REPEATED_TOOL_FAILURE`` (GW-05);
+* rounds, tool calls and context bytes are budgets (RT-03), context bytes kept
+  as a running total;
+* a successful ``research.prepare`` pauses the turn (RT-08): no further model
+  call until a human grant and a resume.
+
+The driver holds no store, no path and no adapter: only the gateway.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from labfy_ref.errors import ErrorCode, LabfyError, ModelUnavailable, ProtocolRefused, ToolError
+from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
+from labfy_ref.protocol import (
+    ActionParser,
+    Answer,
+    ChatMessage,
+    Final,
+    ToolCall,
+    canonical,
+    request_action,
+    response_format_for,
+    tool_exchange,
+)
+from labfy_ref.runtime.limits import RuntimeLimits
+from labfy_ref.runtime.states import TurnState
+
+ALLOWED_ONCE = "allowed-once"
+
+
+def message_bytes(message: ChatMessage) -> int:
+    """What one message adds to the context budget: its content's UTF-8 size."""
+    return len(str(message.get("content", "")).encode("utf-8"))
+
+
+def new_call_id() -> str:
+    """An opaque id for one tool call (unique within a session's life)."""
+    return f"call_{secrets.token_hex(6)}"
+
+
+@dataclasses.dataclass(slots=True)
+class Conversation:
+    """What the model has been told in one turn, and what the turn has spent."""
+
+    messages: list[ChatMessage]
+    context_bytes: int = 0
+    rounds: int = 0
+    tool_calls: int = 0
+    #: The canonical text of the last call if it failed (GW-05), else None.
+    last_failure: str | None = None
+
+    @classmethod
+    def start(cls, messages: Sequence[ChatMessage]) -> Conversation:
+        """A conversation holding ``messages``, with its context size counted once."""
+        return cls(list(messages), sum(message_bytes(m) for m in messages))
+
+    def add(self, messages: Sequence[ChatMessage]) -> None:
+        """Append messages, keeping the running context total."""
+        self.messages += messages
+        self.context_bytes += sum(message_bytes(m) for m in messages)
+
+    def answer(self, outcome: ToolOutcome, *, exempt: bool = False) -> None:
+        """Give the model one call's wrapped result; ``exempt`` clears GW-05's memory."""
+        self.add(tool_exchange(outcome.tool_id, outcome.arguments, outcome.result))
+        self.tool_calls += 1
+        self.last_failure = None if outcome.ok or exempt else _key(outcome.tool_id,
+                                                                    outcome.arguments)
+
+    def release(self) -> None:
+        """Forget the messages (the turn ended: nothing unbounded stays in memory)."""
+        self.messages = []
+        self.context_bytes = 0
+
+
+def _key(tool_id: str, arguments: dict[str, Any]) -> str:
+    return canonical([tool_id, arguments])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ending:
+    """How a drive ended: a turn state, with the final text, error or campaign."""
+
+    state: TurnState
+    final_text: str | None = None
+    error: LabfyError | None = None
+    campaign_id: str | None = None
+
+
+class TurnPort(Protocol):
+    """What one surface (runtime or bridge) supplies to the driver."""
+
+    def live(self) -> bool:
+        """May the turn still have effects? (False once cancelled: answers are discarded.)"""
+        ...
+
+    async def ask(self, messages: Sequence[ChatMessage],
+                  response_format: Mapping[str, Any]) -> Answer:
+        """Ask the model once (may raise ModelUnavailable or ProtocolRefused)."""
+        ...
+
+    async def approve(self, call_id: str, action: ToolCall) -> str | None:
+        """Ask a human about a write; None when this surface has no one to ask."""
+        ...
+
+    def admit(self, action: ToolCall) -> ToolError | None:
+        """A refusal this surface needs before any effect (e.g. a call too large to record)."""
+        ...
+
+    def called(self, call_id: str, action: ToolCall) -> None:
+        """A call is about to be decided (events, chunks)."""
+        ...
+
+    def answered(self, call_id: str, outcome: ToolOutcome) -> None:
+        """A call was decided: its outcome is what the model will see."""
+        ...
+
+
+def _budget(message: str) -> Ending:
+    return Ending(TurnState.BUDGET_EXHAUSTED,
+                  error=LabfyError(message, code=ErrorCode.BUDGET_EXHAUSTED))
+
+
+class TurnDriver:
+    """Drives turns over one gateway within one set of budgets."""
+
+    def __init__(self, gateway: AgentGateway, limits: RuntimeLimits) -> None:
+        self.gateway = gateway
+        self.limits = limits
+        self.parser = ActionParser(gateway.catalog)
+        self.response_format = response_format_for(gateway.catalog)
+
+    async def drive(self, conversation: Conversation, port: TurnPort,
+                    context: CallContext) -> Ending | None:
+        """Run rounds until an ending; None when the port stopped being live (cancelled)."""
+        limits = self.limits
+        while port.live():
+            if conversation.rounds >= limits.max_rounds:
+                return _budget(f"{limits.max_rounds} rounds used")
+            conversation.rounds += 1
+            try:
+                accepted = await request_action(port.ask, conversation.messages, self.parser,
+                                                self.response_format)
+            except ModelUnavailable as exc:
+                return Ending(TurnState.MODEL_UNAVAILABLE, error=exc)
+            except ProtocolRefused as exc:
+                return Ending(TurnState.MODEL_PROTOCOL_ERROR, error=exc)
+            if not port.live():
+                return None  # cancelled while the model answered: the answer is discarded
+            action = accepted.action
+            if isinstance(action, Final):
+                return Ending(TurnState.COMPLETED, final_text=action.text)
+            if conversation.tool_calls >= limits.max_tool_calls:
+                return _budget(f"{limits.max_tool_calls} tool calls used")
+            if conversation.last_failure == _key(action.tool_id, action.arguments):
+                return Ending(TurnState.FAILED, error=LabfyError(
+                    f"{action.tool_id} repeated with the same arguments after failing",
+                    code=ErrorCode.REPEATED_TOOL_FAILURE))
+            call_id = new_call_id()
+            port.called(call_id, action)
+            outcome = await self._decide(call_id, action, port, context)
+            if not port.live():
+                return None
+            self.record(conversation, port, call_id, outcome)
+            if conversation.context_bytes > limits.max_context_bytes:
+                return _budget(f"context exceeds {limits.max_context_bytes} bytes")
+            if action.tool_id == "research.prepare" and outcome.ok:
+                return Ending(TurnState.AUTHORIZATION_REQUIRED,
+                              campaign_id=str(outcome.result["data"]["campaign_id"]))
+        return None
+
+    def record(self, conversation: Conversation, port: TurnPort, call_id: str,
+               outcome: ToolOutcome, *, exempt: bool = False) -> None:
+        """Give the model an outcome and tell the port (also used by a granted resume)."""
+        conversation.answer(outcome, exempt=exempt)
+        port.answered(call_id, outcome)
+
+    async def _decide(self, call_id: str, action: ToolCall, port: TurnPort,
+                      context: CallContext) -> ToolOutcome:
+        gateway = self.gateway
+        refused = port.admit(action)
+        if refused is not None:
+            return gateway.refuse(action.tool_id, action.arguments, refused)
+        if gateway.needs_approval(action.tool_id, context):
+            decision = await port.approve(call_id, action)
+            if decision == ALLOWED_ONCE:
+                return gateway.call(action.tool_id, action.arguments,
+                                    dataclasses.replace(context, approved_once=True))
+            if decision is not None:
+                return gateway.refuse(action.tool_id, action.arguments, ToolError(
+                    "the user did not approve this operation", code=ErrorCode.PERMISSION_DENIED))
+        return gateway.call(action.tool_id, action.arguments, context)
