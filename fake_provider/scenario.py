@@ -14,8 +14,11 @@ Each chat completion request consumes the next ANSWER, an object with any of:
 ``chunk_delay`` (streaming granularity), ``truncate_after_chunks`` (the stream
 ends cleanly without ``[DONE]``), ``drop_after_chunks`` (the connection is cut
 mid-stream), ``drop`` (the connection is cut before any byte),
-``oversize_bytes`` (the reply is padded to at least that size), and
-``finish_reason``.
+``oversize_bytes`` (the reply is padded to at least that size),
+``finish_reason``, and ``trickle_delay`` (seconds: a non-streamed body -- a
+completion, ``raw_body`` or an error -- is sent :data:`TRICKLE_BYTES` bytes at
+a time with that pause between pieces, after its headers; streams trickle with
+``chunk_chars`` and ``chunk_delay`` instead).
 """
 
 from __future__ import annotations
@@ -29,10 +32,14 @@ from typing import Any
 _ANSWER_FIELDS = {
     "content", "reasoning", "delay", "status", "headers", "raw_body", "chunk_chars",
     "chunk_delay", "truncate_after_chunks", "drop_after_chunks", "drop", "oversize_bytes",
-    "finish_reason",
+    "finish_reason", "trickle_delay",
 }
 _SCENARIO_FIELDS = {"name", "description", "models", "loading_health_checks", "when_exhausted",
                     "answers"}
+
+
+#: How many bytes of a body each ``trickle_delay`` pause lets through.
+TRICKLE_BYTES = 4
 
 
 class ScenarioError(ValueError):
@@ -56,6 +63,7 @@ class Answer:
     drop: bool = False
     oversize_bytes: int | None = None
     finish_reason: str = "stop"
+    trickle_delay: float = 0.0
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Answer:
@@ -68,6 +76,8 @@ class Answer:
             values["headers"] = tuple((str(k), str(v)) for k, v in values["headers"].items())
         if int(values.get("chunk_chars", 8)) < 1:
             raise ScenarioError("chunk_chars must be >= 1")
+        if not float(values.get("trickle_delay", 0.0)) >= 0:
+            raise ScenarioError("trickle_delay must be >= 0")
         return cls(**values)
 
 

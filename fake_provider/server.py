@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
-from fake_provider.scenario import Answer, Scenario, ScenarioError
+from fake_provider.scenario import TRICKLE_BYTES, Answer, Scenario, ScenarioError
 
 _LOOPBACK = ("127.0.0.1", "::1")
 _MAX_REQUEST_BYTES = 8 * 1024 * 1024
@@ -144,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def _send_json(self, status: int, document: Any, extra: tuple[tuple[str, str], ...] = (),
-                   raw: bytes | None = None) -> None:
+                   raw: bytes | None = None, trickle_delay: float = 0.0) -> None:
         payload = raw if raw is not None else json.dumps(document).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
@@ -152,7 +152,16 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in extra:
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(payload)
+        if not trickle_delay:
+            self.wfile.write(payload)
+            return
+        # A server that never stalls long enough for a read timeout, yet never
+        # finishes: only an overall deadline ends the client's wait (AV-04).
+        for start in range(0, len(payload), TRICKLE_BYTES):
+            if start:
+                time.sleep(trickle_delay)
+            self.wfile.write(payload[start : start + TRICKLE_BYTES])
+            self.wfile.flush()
 
     def _drop(self) -> None:
         self.close_connection = True
@@ -228,7 +237,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if answer.raw_body is not None or answer.status != 200:
             raw = (answer.raw_body or "").encode("utf-8")
-            self._send_json(answer.status, None, answer.headers, raw=raw)
+            self._send_json(answer.status, None, answer.headers, raw=raw,
+                            trickle_delay=answer.trickle_delay)
             return
         if stream:
             self._stream(answer, model)
@@ -245,7 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
         }
         if answer.oversize_bytes:
             document["padding"] = "x" * answer.oversize_bytes
-        self._send_json(200, document, answer.headers)
+        self._send_json(200, document, answer.headers, trickle_delay=answer.trickle_delay)
 
     def _stream(self, answer: Answer, model: str) -> None:
         self.send_response(HTTPStatus.OK)

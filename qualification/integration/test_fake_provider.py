@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -14,7 +15,8 @@ import httpx
 import openai
 import pytest
 
-from fake_provider import Scenario
+from fake_provider import Answer, Scenario, ScenarioError
+from fake_provider.scenario import TRICKLE_BYTES
 from labfy_ref.netutil import RESERVED_PORTS
 from qualification.conftest import SCENARIOS, ProviderFactory, scenario
 
@@ -106,3 +108,46 @@ def test_standalone_refuses_the_reserved_port_and_bad_scenarios(tmp_path: Path) 
                               env={**os.environ})
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith("fake_provider: ")
+
+
+@pytest.mark.req("FP-02", "AV-04")
+def test_trickle_delay_sends_a_plain_body_a_few_bytes_at_a_time(
+        provider_factory: ProviderFactory) -> None:
+    delay = 0.02
+    provider = provider_factory(Scenario(name="trickle", answers=(
+        Answer(content='{"type":"final","text":"slowly"}', trickle_delay=delay),
+        Answer(raw_body='{"raw": true}', status=418, trickle_delay=delay))))
+    with httpx.Client(trust_env=False, base_url=provider.base_url) as http:
+        started = time.monotonic()
+        with http.stream("POST", "/v1/chat/completions",
+                         json={"model": "fake-model", "messages": []}) as response:
+            pieces = list(response.iter_raw())
+        elapsed = time.monotonic() - started
+        raw = http.post("/v1/chat/completions", json={"model": "fake-model", "messages": []})
+    body = b"".join(pieces)
+    assert response.headers["content-length"] == str(len(body))
+    message = json.loads(body)["choices"][0]["message"]
+    assert message["content"] == '{"type":"final","text":"slowly"}'
+    # The pauses between pieces are a lower bound on the time the body takes.
+    assert elapsed >= (math.ceil(len(body) / TRICKLE_BYTES) - 1) * delay
+    assert len(pieces) >= 2
+    assert (raw.status_code, raw.json()) == (418, {"raw": True})
+
+
+@pytest.mark.req("FP-01", "FP-02")
+def test_the_official_openai_client_reads_a_trickled_completion(
+        provider_factory: ProviderFactory) -> None:
+    provider = provider_factory(Scenario.replies('{"type":"final","text":"drip"}',
+                                                 trickle_delay=0.001))
+    client = _openai_client(provider.base_url)
+    plain = client.chat.completions.create(model="fake-model",
+                                           messages=[{"role": "user", "content": "hi"}])
+    assert plain.choices[0].message.content == '{"type":"final","text":"drip"}'
+    client.close()
+
+
+@pytest.mark.req("FP-02")
+@pytest.mark.parametrize("delay", [-1, float("nan")])
+def test_a_negative_or_nan_trickle_delay_is_refused(delay: float) -> None:
+    with pytest.raises(ScenarioError, match="trickle_delay"):
+        Scenario.from_json({"answers": [{"content": "x", "trickle_delay": delay}]})
