@@ -10,17 +10,42 @@ It reaches exactly one validated loopback endpoint and nothing else:
   and handed us its fresh key (SM-02);
 * bodies, streams and time are bounded; over a bound is ``MODEL_UNAVAILABLE``
   with a bounded diagnostic, never a crash or an unbounded buffer.
+
+Time (MC-03, AV-04): every call (:meth:`LocalModelClient.chat`,
+:meth:`~LocalModelClient.stream_chat`, :meth:`~LocalModelClient.list_models`,
+:meth:`~LocalModelClient.probe`) has one overall deadline,
+``ClientLimits.total_timeout`` after it starts. Connecting, sending, the
+response headers and every body read fall under it, so a server that trickles
+a byte at a time cannot hold a call longer: past the deadline the call ends
+``MODEL_UNAVAILABLE`` "no complete reply within N s". A plain request runs
+whole inside ``asyncio.timeout_at(deadline)``; a stream bounds each read of
+the raw body with the same deadline, never a ``yield`` (a timeout spanning a
+yield would fire in the consumer's code). ``connect_timeout`` and
+``read_timeout`` remain finer bounds inside that budget. The operator's
+``--agent-timeout SECONDS`` is that deadline (:meth:`ClientLimits.with_timeout`).
+
+Text (AV-02, PR-02): the provider's envelope is read with the strict JSON
+reader. A lone surrogate in it (``"x\\ud800"``, which no UTF-8 writer can
+encode later) is the model's output refused, not a transport failure: the
+client raises the reader's :class:`~labfy_ref.errors.ProtocolRefused`
+(``Defect.LONE_SURROGATE``) itself, from ``chat`` and from each streamed
+event, so the agent loop answers it like any refused output (one repair, then
+``MODEL_PROTOCOL_ERROR``). Wherever the surrogate sits in a chat envelope, it
+is refused this way: only generated text carries such escapes in practice.
+Every other envelope defect (not UTF-8, duplicate keys, not JSON...), and a
+lone surrogate in ``/health`` or ``/v1/models``, stays ``MODEL_UNAVAILABLE``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
-import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import httpx
 
@@ -28,14 +53,19 @@ from labfy_ref import __version__
 from labfy_ref.errors import ModelUnavailable, ProtocolRefused
 from labfy_ref.model.endpoint import ModelEndpoint, ModelPath
 from labfy_ref.model.sse import SSEDecoder, SSEError
-from labfy_ref.protocol.strict_json import loads_strict
+from labfy_ref.protocol.strict_json import Defect, loads_strict
 
 _DONE = "[DONE]"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ClientLimits:
-    """Every bound the client applies; the defaults suit a local 1-10 B model."""
+    """Every bound the client applies; the defaults suit a local 1-10 B model.
+
+    ``total_timeout`` is the overall deadline of one call (connect, headers and
+    every body read together); ``connect_timeout`` and ``read_timeout`` bound a
+    single connect and a single read inside it.
+    """
 
     connect_timeout: float = 5.0
     read_timeout: float = 60.0
@@ -46,8 +76,14 @@ class ClientLimits:
 
     @classmethod
     def with_timeout(cls, seconds: float) -> ClientLimits:
-        """Limits for ``--agent-timeout SECONDS``: the read timeout, connect capped at 5 s."""
-        return cls(connect_timeout=min(5.0, seconds), read_timeout=seconds)
+        """Limits for ``--agent-timeout SECONDS``: every model call ends within ``seconds``.
+
+        The operator's number is the whole call's budget (``total_timeout``),
+        streamed or not, however slowly the server trickles; a single read may
+        take all of it, a connect at most 5 s of it.
+        """
+        return cls(connect_timeout=min(5.0, seconds), read_timeout=seconds,
+                   total_timeout=seconds)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -95,6 +131,11 @@ class _NoCookies(CookieJar):
 
 def _unavailable(message: str) -> ModelUnavailable:
     return ModelUnavailable(message)
+
+
+def _is_refused_output(exc: ProtocolRefused) -> bool:
+    """A lone surrogate is the model's output refused; any other defect is the transport's."""
+    return exc.defect == Defect.LONE_SURROGATE.value
 
 
 class LocalModelClient:
@@ -164,9 +205,14 @@ class LocalModelClient:
         *,
         response_format: Mapping[str, Any] | None = None,
     ) -> ChatReply:
-        """Send one chat completion and return the whole reply."""
+        """Send one chat completion and return the whole reply, within the deadline.
+
+        Raises ``ModelUnavailable`` (unreachable, over a bound or the deadline,
+        a malformed envelope) or ``ProtocolRefused`` (a lone surrogate).
+        """
         body = self._chat_body(messages, response_format, stream=False)
-        document = await self._request_json("POST", ModelPath.CHAT, body)
+        document = await self._request_json("POST", ModelPath.CHAT, body, self._deadline(),
+                                            model_output=True)
         try:
             choice = document["choices"][0]
             message = choice["message"]
@@ -189,25 +235,41 @@ class LocalModelClient:
         *,
         response_format: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[StreamDelta]:
-        """Stream one chat completion as :class:`StreamDelta` pieces, until ``[DONE]``."""
+        """Stream one chat completion as :class:`StreamDelta` pieces, until ``[DONE]``.
+
+        The whole stream, from connecting to ``[DONE]``, has one deadline;
+        each read waits at most the time left. A lone surrogate in an event
+        raises ``ProtocolRefused``; any other failure is ``ModelUnavailable``.
+        """
         body = self._chat_body(messages, response_format, stream=True)
-        deadline = time.monotonic() + self.limits.total_timeout
+        deadline = self._deadline()
         decoder = SSEDecoder()
         received = events = 0
         try:
-            async with self._http.stream(
-                "POST", self.endpoint.url(ModelPath.CHAT), content=body,
-                headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-            ) as response:
+            async with contextlib.AsyncExitStack() as stack:
+                async with asyncio.timeout_at(deadline):
+                    response = await stack.enter_async_context(self._http.stream(
+                        "POST", self.endpoint.url(ModelPath.CHAT), content=body,
+                        headers={"Content-Type": "application/json",
+                                 "Accept": "text/event-stream"},
+                    ))
                 _check_status(response)
-                async for chunk in response.aiter_raw():
+                # aiter_raw is an async generator (typed as an iterator): close it
+                # here, not whenever the garbage collector gets to it.
+                chunks = await stack.enter_async_context(contextlib.aclosing(
+                    cast(AsyncGenerator[bytes, None], response.aiter_raw())))
+                while True:
+                    # The deadline bounds the read only: a yield below must never
+                    # sit inside it, or the timeout would fire in the consumer.
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await anext(chunks, None)
+                    if chunk is None:
+                        raise _unavailable("stream ended before [DONE]")
                     received += len(chunk)
                     if received > self.limits.max_stream_bytes:
                         raise _unavailable(
                             f"stream exceeds {self.limits.max_stream_bytes} bytes"
                         )
-                    if time.monotonic() > deadline:
-                        raise _unavailable(f"stream exceeds {self.limits.total_timeout:g} s")
                     for data in decoder.feed(chunk):
                         if data == _DONE:
                             decoder.close()
@@ -218,15 +280,17 @@ class LocalModelClient:
                         delta = _stream_delta(data)
                         if delta is not None:
                             yield delta
-                raise _unavailable("stream ended before [DONE]")
-        except httpx.HTTPError as exc:
-            raise _transport_failure(exc) from exc
+        except (TimeoutError, httpx.HTTPError) as exc:
+            raise self._time_or_transport(exc, deadline) from exc
         except SSEError as exc:
             raise _unavailable(str(exc)) from exc
 
     async def list_models(self) -> tuple[str, ...]:
-        """The model ids the server lists at ``GET /v1/models``."""
-        document = await self._request_json("GET", ModelPath.MODELS, None)
+        """The model ids the server lists at ``GET /v1/models``, within the deadline."""
+        return await self._list_models(self._deadline())
+
+    async def _list_models(self, deadline: float) -> tuple[str, ...]:
+        document = await self._request_json("GET", ModelPath.MODELS, None, deadline)
         try:
             entries = document["data"]
             ids = tuple(str(entry["id"]) for entry in entries[:256])
@@ -235,10 +299,14 @@ class LocalModelClient:
         return ids
 
     async def probe(self) -> Availability:
-        """Is the model server up and serving our model? Never raises."""
+        """Is the model server up and serving our model? Never raises.
+
+        ``/health`` and ``/v1/models`` together share one deadline.
+        """
+        deadline = self._deadline()
         try:
-            await self._request_json("GET", ModelPath.HEALTH, None)
-            models = await self.list_models()
+            await self._request_json("GET", ModelPath.HEALTH, None, deadline)
+            models = await self._list_models(deadline)
         except ModelUnavailable as exc:
             return Availability(False, exc.message)
         if models and self.model not in models:
@@ -247,24 +315,53 @@ class LocalModelClient:
             return Availability(False, diagnostic, models)
         return Availability(True, "ready", models)
 
-    async def _request_json(self, method: str, path: ModelPath, body: bytes | None) -> Any:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
+    def _deadline(self) -> float:
+        """The event-loop time by which the call starting now must be complete."""
+        return asyncio.get_running_loop().time() + self.limits.total_timeout
+
+    def _time_or_transport(self, exc: Exception, deadline: float) -> ModelUnavailable:
+        """Past the deadline any failure is the deadline's; before it, the transport's."""
+        if asyncio.get_running_loop().time() >= deadline:
+            return _unavailable(f"no complete reply within {self.limits.total_timeout:g} s")
+        if isinstance(exc, httpx.HTTPError):
+            return _transport_failure(exc)
+        return _unavailable(f"timed out ({type(exc).__name__})")
+
+    async def _request_json(self, method: str, path: ModelPath, body: bytes | None,
+                            deadline: float, *, model_output: bool = False) -> Any:
+        """One request's JSON body; the whole exchange runs inside ``deadline``.
+
+        With ``model_output`` (a chat reply) a lone surrogate is the model's
+        output refused (``ProtocolRefused``); a health or model list carrying
+        one is a broken server like any other defect.
+        """
         try:
-            async with self._http.stream(
-                method, self.endpoint.url(path), content=body, headers=headers
-            ) as response:
-                _check_status(response)
-                raw = bytearray()
-                async for chunk in response.aiter_raw():
-                    raw += chunk
-                    if len(raw) > self.limits.max_body_bytes:
-                        raise _unavailable(f"reply exceeds {self.limits.max_body_bytes} bytes")
-        except httpx.HTTPError as exc:
-            raise _transport_failure(exc) from exc
+            async with asyncio.timeout_at(deadline):
+                raw = await self._read_body(method, path, body)
+        except (TimeoutError, httpx.HTTPError) as exc:
+            raise self._time_or_transport(exc, deadline) from exc
         try:
             return loads_strict(raw.decode("utf-8"), max_chars=self.limits.max_body_bytes)
-        except (UnicodeDecodeError, ProtocolRefused) as exc:
+        except UnicodeDecodeError as exc:
             raise _unavailable("provider reply is not valid JSON") from exc
+        except ProtocolRefused as exc:
+            if model_output and _is_refused_output(exc):
+                raise
+            raise _unavailable("provider reply is not valid JSON") from exc
+
+    async def _read_body(self, method: str, path: ModelPath, body: bytes | None) -> bytes:
+        """The whole response body, at most ``max_body_bytes`` (no deadline of its own)."""
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        async with self._http.stream(
+            method, self.endpoint.url(path), content=body, headers=headers
+        ) as response:
+            _check_status(response)
+            raw = bytearray()
+            async for chunk in response.aiter_raw():
+                raw += chunk
+                if len(raw) > self.limits.max_body_bytes:
+                    raise _unavailable(f"reply exceeds {self.limits.max_body_bytes} bytes")
+        return bytes(raw)
 
 
 def _check_status(response: httpx.Response) -> None:
@@ -310,6 +407,10 @@ def _stream_delta(data: str) -> StreamDelta | None:
         finish = choice.get("finish_reason")
         if not isinstance(content, str) or not isinstance(reasoning, str):
             raise TypeError
-    except (ProtocolRefused, KeyError, IndexError, TypeError, AttributeError) as exc:
+    except ProtocolRefused as exc:
+        if _is_refused_output(exc):
+            raise
+        raise _unavailable("provider sent a malformed stream chunk") from exc
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise _unavailable("provider sent a malformed stream chunk") from exc
     return StreamDelta(content=content, reasoning=reasoning, finish_reason=finish)

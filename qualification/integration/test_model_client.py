@@ -1,16 +1,19 @@
-"""MC-02, MC-03: LocalModelClient against the real fake provider."""
+"""MC-02, MC-03, AV-02, AV-04: LocalModelClient against the real fake provider."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from fake_provider import Scenario
-from labfy_ref.errors import ModelUnavailable
-from labfy_ref.model import ClientLimits
+from fake_provider import Answer, Scenario
+from labfy_ref.errors import ErrorCode, ModelUnavailable, ProtocolRefused
+from labfy_ref.model import ClientLimits, LocalModelClient, StreamDelta
 from labfy_ref.protocol import bound_action_schema
+from labfy_ref.protocol.strict_json import Defect
 from labfy_ref.tools import default_catalog
 from qualification.conftest import ProviderFactory, client_for, scenario
 
@@ -136,11 +139,11 @@ def test_a_stream_without_done_or_cut_mid_way_is_unavailable(
 def test_a_reply_slower_than_the_read_timeout_is_unavailable(
         provider_factory: ProviderFactory) -> None:
     messages = _failures(scenario("slow"), 1, stream=False, provider_factory=provider_factory,
-                         limits=ClientLimits.with_timeout(0.5))
+                         limits=ClientLimits(read_timeout=0.5, total_timeout=30))
     assert messages == ["timed out (ReadTimeout)"]
 
 
-@pytest.mark.req("MC-03")
+@pytest.mark.req("MC-03", "AV-04")
 def test_a_stream_past_its_total_deadline_is_unavailable(
         provider_factory: ProviderFactory) -> None:
     slow_drip = Scenario.replies('{"type":"final","text":"' + "z" * 40 + '"}',
@@ -148,7 +151,109 @@ def test_a_stream_past_its_total_deadline_is_unavailable(
     limits = ClientLimits(read_timeout=5, total_timeout=0.5)
     messages = _failures(slow_drip, 1, stream=True, provider_factory=provider_factory,
                          limits=limits)
-    assert messages == ["stream exceeds 0.5 s"]
+    assert messages == ["no complete reply within 0.5 s"]
+
+
+#: The operator's ``--agent-timeout`` in the deadline tests below.
+AGENT_TIMEOUT = 2.0
+#: Slack over the deadline for closing the connection on a loaded machine: a
+#: correctness bound (the call ends near the deadline), not a benchmark.
+SLACK = 1.5
+
+Call = Callable[[], Awaitable[object]]
+
+
+async def _drain(client: LocalModelClient) -> list[StreamDelta]:
+    return [delta async for delta in client.stream_chat(HELLO)]
+
+
+async def _timed_failure(call: Call) -> tuple[ModelUnavailable, float]:
+    started = time.monotonic()
+    with pytest.raises(ModelUnavailable) as caught:
+        await call()
+    return caught.value, time.monotonic() - started
+
+
+@pytest.mark.req("AV-04", "MC-03")
+def test_agent_timeout_ends_a_trickling_reply_plain_or_streamed(
+        provider_factory: ProviderFactory) -> None:
+    """Each piece comes well within the read timeout; only the whole call is too slow."""
+    provider = provider_factory(scenario("trickling"))
+
+    async def run() -> list[tuple[ModelUnavailable, float]]:
+        limits = ClientLimits.with_timeout(AGENT_TIMEOUT)  # what --agent-timeout 2 builds
+        async with client_for(provider, limits=limits) as client:
+            plain = await _timed_failure(lambda: client.chat(HELLO))
+            streamed = await _timed_failure(lambda: _drain(client))
+        return [plain, streamed]
+
+    for error, elapsed in asyncio.run(run()):
+        assert elapsed < AGENT_TIMEOUT + SLACK, elapsed
+        assert error.code is ErrorCode.MODEL_UNAVAILABLE
+        assert error.message == "no complete reply within 2 s"
+    assert len(provider.chat_requests()) == 2
+
+
+@pytest.mark.req("AV-04", "MC-03")
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_the_deadline_covers_waiting_for_the_headers(
+        provider_factory: ProviderFactory, stream: bool) -> None:
+    """The slow scenario answers after 3 s: within the read timeout, past the deadline."""
+    provider = provider_factory(scenario("slow"))
+    limits = ClientLimits(read_timeout=10, total_timeout=1)
+
+    async def run() -> tuple[ModelUnavailable, float]:
+        async with client_for(provider, limits=limits) as client:
+            if stream:
+                return await _timed_failure(lambda: _drain(client))
+            return await _timed_failure(lambda: client.chat(HELLO))
+
+    error, elapsed = asyncio.run(run())
+    assert elapsed < 1 + SLACK, elapsed
+    assert error.message == "no complete reply within 1 s"
+
+
+_SURROGATE_ENVELOPE = ('{"choices":[{"index":0,"message":{"role":"assistant",'
+                       '"content":"x\\ud800"},"finish_reason":"stop"}]}')
+
+
+@pytest.mark.req("AV-02", "PR-02", "MC-03")
+def test_a_lone_surrogate_in_a_reply_is_a_refused_output_not_unavailable(
+        provider_factory: ProviderFactory) -> None:
+    """The escape is valid JSON but not Unicode text: the model's output is refused."""
+    provider = provider_factory(Scenario(name="surrogates", answers=(
+        Answer(raw_body=_SURROGATE_ENVELOPE), Answer(content="x\ud800"))))
+
+    async def run() -> list[ProtocolRefused]:
+        refusals = []
+        async with client_for(provider) as client:
+            with pytest.raises(ProtocolRefused) as plain:
+                await client.chat(HELLO)
+            refusals.append(plain.value)
+            with pytest.raises(ProtocolRefused) as streamed:
+                await _drain(client)
+            refusals.append(streamed.value)
+        return refusals
+
+    for refusal in asyncio.run(run()):
+        assert refusal.defect == Defect.LONE_SURROGATE
+        assert refusal.code is ErrorCode.MODEL_PROTOCOL_ERROR
+        assert "\ud800" not in refusal.message
+
+
+@pytest.mark.req("AV-02", "MC-03")
+def test_other_envelope_defects_stay_unavailable(provider_factory: ProviderFactory) -> None:
+    """A duplicate key in the envelope is the provider's fault, not the model's output."""
+    provider = provider_factory(Scenario(name="duplicate", answers=(
+        Answer(raw_body='{"choices":[],"choices":[]}'),)))
+
+    async def run() -> str:
+        async with client_for(provider) as client:
+            with pytest.raises(ModelUnavailable) as caught:
+                await client.chat(HELLO)
+            return caught.value.message
+
+    assert asyncio.run(run()) == "provider reply is not valid JSON"
 
 
 @pytest.mark.req("MC-03")

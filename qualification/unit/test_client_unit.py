@@ -1,4 +1,4 @@
-"""MC-02, MC-03 unit tests: the SSE decoder and the client's request shape (respx)."""
+"""MC-02, MC-03, AV-02 unit tests: the SSE decoder and the client's request shape (respx)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import json
 import httpx
 import pytest
 import respx
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labfy_ref.errors import ModelUnavailable
+from labfy_ref.errors import ModelUnavailable, ProtocolRefused
 from labfy_ref.model import ClientLimits, LocalModelClient, parse_endpoint
 from labfy_ref.model.sse import SSEDecoder, SSEError
+from labfy_ref.protocol.strict_json import Defect
+from labfy_ref.text import has_surrogate
 
 ENDPOINT = parse_endpoint("http://127.0.0.1:43117")
 HELLO = [{"role": "user", "content": "hello"}]
@@ -128,3 +130,67 @@ def test_a_connect_timeout_is_unavailable() -> None:
             return caught.value.message
 
     assert asyncio.run(run()) == "timed out (ConnectTimeout)"
+
+
+#: Any text, lone surrogates (and, side by side, valid pairs) included. A list of
+#: characters, not ``st.text(st.one_of(...))``: text() merges the two alphabets into
+#: one and then almost never draws from the small surrogate range.
+_ANY_TEXT = st.lists(st.one_of(st.characters(codec=None), st.characters(categories=["Cs"])),
+                     max_size=12).map("".join)
+CHAT_URL = "http://127.0.0.1:43117/v1/chat/completions"
+
+
+async def _reply_content(response: httpx.Response, *, stream: bool) -> str:
+    with respx.mock:
+        respx.post(CHAT_URL).mock(return_value=response)
+        async with LocalModelClient(ENDPOINT, "m") as client:
+            if stream:
+                return "".join([d.content async for d in client.stream_chat(HELLO)])
+            return (await client.chat(HELLO)).content
+
+
+@pytest.mark.req("AV-02", "PR-02", "MC-03")
+@settings(deadline=None, max_examples=60)
+@given(_ANY_TEXT, st.booleans())
+def test_a_reply_is_its_text_or_a_lone_surrogate_refusal(text: str, stream: bool) -> None:
+    """Providers escape what they send: a pair decodes to one character, a lone half is refused."""
+    decoded = json.loads(json.dumps(text))  # json.dumps writes every surrogate as an escape
+    if stream:
+        chunk = json.dumps({"choices": [{"index": 0, "delta": {"content": text},
+                                         "finish_reason": None}]})
+        response = httpx.Response(200, content=f"data: {chunk}\n\ndata: [DONE]\n\n".encode(),
+                                  headers={"Content-Type": "text/event-stream"})
+    else:
+        envelope = json.dumps({"choices": [{"message": {"content": text},
+                                            "finish_reason": "stop"}]})
+        response = httpx.Response(200, content=envelope.encode())
+    if not has_surrogate(decoded):
+        assert asyncio.run(_reply_content(response, stream=stream)) == decoded
+        return
+    with pytest.raises(ProtocolRefused) as caught:
+        asyncio.run(_reply_content(response, stream=stream))
+    assert caught.value.defect == Defect.LONE_SURROGATE
+
+
+@respx.mock
+@pytest.mark.req("AV-02", "MC-03")
+def test_a_lone_surrogate_in_the_model_list_is_unavailable_not_a_refused_output() -> None:
+    """Only a chat reply is model output; a broken ``/v1/models`` is the server's fault."""
+    respx.get("http://127.0.0.1:43117/v1/models").mock(
+        return_value=httpx.Response(200, content=b'{"data":[{"id":"m\\ud800"}]}'))
+
+    async def run() -> str:
+        async with LocalModelClient(ENDPOINT, "m") as client:
+            with pytest.raises(ModelUnavailable) as caught:
+                await client.list_models()
+            return caught.value.message
+
+    assert asyncio.run(run()) == "provider reply is not valid JSON"
+
+
+@pytest.mark.req("AV-04", "MC-05")
+def test_agent_timeout_is_the_whole_call_deadline() -> None:
+    """``--agent-timeout 2``: two seconds for the whole call, a connect at most 5 s of it."""
+    assert ClientLimits.with_timeout(2) == ClientLimits(connect_timeout=2, read_timeout=2,
+                                                        total_timeout=2)
+    assert ClientLimits.with_timeout(90).connect_timeout == 5
