@@ -1,10 +1,19 @@
-"""JSONL session logs (BR-06..BR-08): one append-only file per session under ``sessions/``.
+"""JSONL session logs (BR-06..BR-08, AV-02, AV-06): one append-only file per session.
 
 * The header is written (and fsynced) at creation, so an empty session survives a restart.
 * Every event is one line, appended with a single ``write`` and fsynced before the
   call returns: an acknowledged event is never lost.
-* A torn last line (a crash mid-append) is dropped and cut off before the next
-  append; any other bad line makes the log ``SESSION_INVALID`` (409).
+* A record (its line, newline included) is at most ``max_record_bytes``; a larger
+  one is ``RECORD_TOO_LARGE`` before anything is written. An append that would take
+  the log past ``max_log_bytes`` is refused whole (``SESSION_FULL``); a full log
+  stays readable.
+* A torn last line (a crash mid-append) is dropped on read and cut off before the
+  next append, however long it is; the header and complete lines are never touched.
+  A file without one complete line (a torn header) is ``SESSION_INVALID``, never cut.
+  Any other bad line makes the log ``SESSION_INVALID`` (409).
+* Text is valid at every edge: a record holding a lone surrogate is refused before
+  writing, so lines are plain UTF-8; records stored earlier with one (a ``\\ud800``
+  escape) or with bytes that are not UTF-8 read back with U+FFFD.
 * The root and every file are opened without following symlinks (a symlinked
   ``sessions/`` or session file is refused); the root is checked by lstat and
   realpath equality.
@@ -13,6 +22,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -21,14 +31,26 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from labfy_ref.errors import ErrorCode, RuntimeRefused, SessionInvalid
+from labfy_ref.errors import (
+    ErrorCode,
+    RecordTooLarge,
+    RuntimeRefused,
+    SessionFull,
+    SessionInvalid,
+)
 from labfy_ref.ids import id_pattern
+from labfy_ref.text import scrub
 
 SESSION_ID = id_pattern("ses")
 FORMAT_VERSION = 1
+#: Longest record, its line and newline included (AV-06).
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+#: Longest log an append may produce; a log at it stays readable (AV-06).
 MAX_LOG_BYTES = 64 * 1024 * 1024
 _SUFFIX = ".jsonl"
 _OPEN = os.O_NOFOLLOW | os.O_CLOEXEC
+#: How far back one read goes while looking for the end of the last complete line.
+_SCAN_CHUNK = 1024 * 1024
 
 
 def _not_found(session_id: str) -> RuntimeRefused:
@@ -38,7 +60,8 @@ def _not_found(session_id: str) -> RuntimeRefused:
 class JsonlSessionStore:
     """Session logs in one directory, reached only through a held directory descriptor."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, max_record_bytes: int = MAX_RECORD_BYTES,
+                 max_log_bytes: int = MAX_LOG_BYTES) -> None:
         try:
             info = os.lstat(root)
         except OSError as exc:
@@ -48,6 +71,8 @@ class JsonlSessionStore:
         if os.path.realpath(root) != os.path.abspath(root):
             raise SessionInvalid(f"session root {root.name}/ is reached through a symlink")
         self.root = root
+        self.max_record_bytes = max_record_bytes
+        self.max_log_bytes = max_log_bytes
         self._dir = os.open(root, os.O_RDONLY | os.O_DIRECTORY | _OPEN)
 
     def close(self) -> None:
@@ -88,64 +113,80 @@ class JsonlSessionStore:
     # -- writing --------------------------------------------------------------------
 
     def create(self, session_id: str, header: dict[str, Any]) -> None:
-        """Write the header of a new session, durably."""
-        line = _line({"kind": "header", "version": FORMAT_VERSION, "session_id": session_id,
-                      **header})
+        """Write the header of a new session, durably (refused whole, like any record)."""
+        line = self._line(session_id, {"kind": "header", "version": FORMAT_VERSION,
+                                       "session_id": session_id, **header})
+        self._check_room(session_id, 0, line)
         fd = self._open(session_id, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
-            os.write(fd, line)
-            os.fsync(fd)
+            _write_whole(session_id, fd, line, 0)
+        except SessionInvalid:
+            # A header that is not on disk whole must not leave a file behind.
+            with contextlib.suppress(OSError):
+                os.unlink(self._name(session_id), dir_fd=self._dir)
+            raise
         finally:
             os.close(fd)
         os.fsync(self._dir)
 
     def append(self, session_id: str, event: dict[str, Any]) -> None:
-        """Append one event; returns only once it is on disk."""
-        line = _line(event)
+        """Append one event; returns only once it is on disk.
+
+        Raises ``RecordTooLarge`` or ``SessionFull`` (nothing written), or
+        ``RuntimeRefused`` VALIDATION_FAILED for a lone surrogate (nothing written).
+        """
+        line = self._line(session_id, event)
         fd = self._open(session_id, os.O_RDWR | os.O_APPEND)
         try:
-            self._cut_torn_tail(fd)
-            written = os.write(fd, line)
-            if written != len(line):
-                raise SessionInvalid(f"short write to session {session_id}")
-            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            complete = _complete_end(fd, size)
+            if complete == 0:
+                raise SessionInvalid(f"session {session_id} has no complete header")
+            self._check_room(session_id, complete, line)
+            if complete < size:
+                os.ftruncate(fd, complete)  # only the torn tail of a crashed append
+            _write_whole(session_id, fd, line, complete)
         finally:
             os.close(fd)
 
-    @staticmethod
-    def _cut_torn_tail(fd: int) -> None:
-        size = os.fstat(fd).st_size
-        if size == 0:
-            return
-        if os.pread(fd, 1, size - 1) == b"\n":
-            return
-        window = min(size, 1024 * 1024)
-        tail = os.pread(fd, window, size - window)
-        cut = tail.rfind(b"\n")
-        os.ftruncate(fd, size - window + cut + 1 if cut >= 0 else 0)
+    def _line(self, session_id: str, record: dict[str, Any]) -> bytes:
+        text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        try:
+            line = text.encode("utf-8") + b"\n"
+        except UnicodeEncodeError as exc:
+            # Only a lone surrogate cannot be encoded: refuse it here rather than
+            # store text that is not Unicode (AV-02).
+            raise RuntimeRefused(
+                ErrorCode.VALIDATION_FAILED,
+                f"session {session_id}: a record holds a lone surrogate "
+                f"U+{ord(exc.object[exc.start]):04X}; nothing was written") from None
+        if len(line) > self.max_record_bytes:
+            raise RecordTooLarge(f"session {session_id}: a record of {len(line)} bytes exceeds "
+                                 f"{self.max_record_bytes}; nothing was written")
+        return line
+
+    def _check_room(self, session_id: str, size: int, line: bytes) -> None:
+        if size + len(line) > self.max_log_bytes:
+            raise SessionFull(f"session {session_id} is full ({size} of {self.max_log_bytes} "
+                              f"bytes); start a new session")
 
     # -- reading --------------------------------------------------------------------
 
     def read(self, session_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The header and every complete event (a torn last line is dropped)."""
+        """The header and every complete event (a torn last line is dropped).
+
+        A log of any size is read, a full one included. Text that is not valid
+        Unicode (a lone surrogate escape, bytes that are not UTF-8) reads back
+        with U+FFFD.
+        """
         fd = self._open(session_id, os.O_RDONLY)
         try:
-            size = os.fstat(fd).st_size
-            if size > MAX_LOG_BYTES:
-                raise SessionInvalid(f"session {session_id} log exceeds {MAX_LOG_BYTES} bytes")
-            data = os.pread(fd, size, 0)
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
         finally:
             os.close(fd)
         complete, _, _torn = data.rpartition(b"\n")
-        records = []
-        for number, raw in enumerate(complete.split(b"\n") if complete else [], start=1):
-            try:
-                record = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                raise SessionInvalid(f"session {session_id}: line {number} is corrupt") from None
-            if not isinstance(record, dict):
-                raise SessionInvalid(f"session {session_id}: line {number} is not an object")
-            records.append(record)
+        records = [_record(session_id, number, raw) for number, raw
+                   in enumerate(complete.split(b"\n") if complete else [], start=1)]
         if not records or records[0].get("kind") != "header" \
                 or records[0].get("session_id") != session_id:
             raise SessionInvalid(f"session {session_id} has no valid header")
@@ -174,7 +215,46 @@ class JsonlSessionStore:
         os.fsync(self._dir)
 
 
-def _line(record: dict[str, Any]) -> bytes:
-    # ASCII-escaped: any text, lone surrogates included, makes a valid UTF-8 line.
-    return json.dumps(record, ensure_ascii=True, separators=(",", ":"),
-                      allow_nan=False).encode("ascii") + b"\n"
+def _complete_end(fd: int, size: int) -> int:
+    """The offset just past the last newline (0: no complete line), however long the tail."""
+    end = size
+    while end > 0:
+        start = max(0, end - _SCAN_CHUNK)
+        cut = os.pread(fd, end - start, start).rfind(b"\n")
+        if cut >= 0:
+            return start + cut + 1
+        end = start
+    return 0
+
+
+def _write_whole(session_id: str, fd: int, line: bytes, size: int) -> None:
+    """Write ``line`` at the end (the file is ``size`` bytes long) and fsync it, or nothing."""
+    try:
+        view = memoryview(line)
+        while view:
+            written = os.write(fd, view)
+            if written <= 0:
+                raise OSError(errno.EIO, "short write")
+            view = view[written:]
+        os.fsync(fd)
+    except OSError as exc:
+        # Never leave a partial record: put the file back as it was.
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise SessionInvalid(f"session {session_id}: write failed: {exc.strerror}") from exc
+
+
+def _record(session_id: str, number: int, raw: bytes) -> dict[str, Any]:
+    """One stored line as a record; not UTF-8 or a lone surrogate reads as U+FFFD."""
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError:
+        raise SessionInvalid(f"session {session_id}: line {number} is corrupt") from None
+    if not isinstance(record, dict):
+        raise SessionInvalid(f"session {session_id}: line {number} is not an object")
+    # Only a \u escape can give a lone surrogate (decoding with replacement gives none).
+    if "\\ud" in text or "\\uD" in text:
+        scrubbed: dict[str, Any] = scrub(record)
+        return scrubbed
+    return record
