@@ -4,6 +4,11 @@ Only the gateway's services and the workspace tooling use this module; the
 runtime never does. The schema is versioned in ``meta.schema_version``; a
 store written by a newer labfy-ref is refused rather than guessed at.
 Grants are never deleted: revocation stamps ``revoked_at`` and keeps history.
+
+Text is valid at every edge (AV-02): a write holding a lone surrogate is refused
+(VALIDATION_FAILED) before it reaches SQLite; text stored earlier that is not
+UTF-8 reads back with U+FFFD, and JSON columns are scrubbed of lone surrogate
+escapes on read.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from labfy_ref.clock import iso, parse_iso, utcnow
-from labfy_ref.errors import ErrorCode, WorkspaceError
+from labfy_ref.errors import ErrorCode, RuntimeRefused, WorkspaceError
 from labfy_ref.ids import new_id
+from labfy_ref.text import find_surrogate, has_surrogate, scrub
 
 SCHEMA_VERSION = 1
 OBJECT_KINDS = ("fact", "observation", "source", "note")
@@ -60,6 +66,38 @@ CREATE TABLE specimen_evidence (
     excerpt TEXT NOT NULL
 );
 """
+
+
+def _decode(raw: bytes) -> str:
+    """SQLite TEXT as str; bytes that are not UTF-8 read as U+FFFD instead of failing."""
+    return raw.decode("utf-8", errors="replace")
+
+
+def _valid(**fields: Any) -> None:
+    """Refuse text holding a lone surrogate before it is bound: SQLite stores UTF-8 only.
+
+    Without this a write (or a lookup) would fail inside sqlite3 with a raw
+    ``UnicodeEncodeError``, or a JSON column would store an escape that reads back
+    as text that is not Unicode.
+    """
+    for name, value in fields.items():
+        if isinstance(value, str) and (index := find_surrogate(value)) is not None:
+            raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
+                                 f"{name} holds a lone surrogate U+{ord(value[index]):04X} "
+                                 f"at index {index}; nothing was stored")
+        if not isinstance(value, str) and has_surrogate(value):
+            raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
+                                 f"{name} holds a lone surrogate; nothing was stored")
+
+
+def _dumps(value: Any) -> str:
+    """A JSON column (the value was checked by :func:`_valid`, so it is plain UTF-8)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _loads(text: str) -> Any:
+    """A JSON column as stored; a lone surrogate escape from an older write reads as U+FFFD."""
+    return scrub(json.loads(text))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -120,6 +158,7 @@ class WorkspaceStore:
         self._lock = threading.RLock()
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.text_factory = _decode
             self._db.execute("PRAGMA foreign_keys = ON")
             self._db.execute("PRAGMA journal_mode = WAL")
             if create:
@@ -162,6 +201,7 @@ class WorkspaceStore:
 
     def add_object(self, kind: str, title: str, body: str) -> StoredObject:
         """Insert an object with a fresh opaque id."""
+        _valid(kind=kind, title=title, body=body)
         obj = StoredObject(new_id("obj"), kind, title, body)
         with self.transaction() as db:
             db.execute("INSERT INTO objects VALUES (?, ?, ?, ?, ?)",
@@ -170,6 +210,7 @@ class WorkspaceStore:
 
     def list_objects(self, kind: str | None = None, limit: int = 100) -> list[StoredObject]:
         """Objects in creation order, optionally of one kind."""
+        _valid(kind=kind)
         query = "SELECT object_id, kind, title, body FROM objects"
         params: tuple[Any, ...] = ()
         if kind is not None:
@@ -181,6 +222,7 @@ class WorkspaceStore:
 
     def get_object(self, object_id: str) -> StoredObject | None:
         """One object, or None."""
+        _valid(object_id=object_id)
         with self._lock:
             row = self._db.execute("SELECT object_id, kind, title, body FROM objects "
                                    "WHERE object_id = ?", (object_id,)).fetchone()
@@ -188,6 +230,7 @@ class WorkspaceStore:
 
     def existing_objects(self, object_ids: Sequence[str]) -> set[str]:
         """The subset of ``object_ids`` that exist."""
+        _valid(object_ids=list(object_ids))
         if not object_ids:
             return set()
         marks = ",".join("?" * len(object_ids))
@@ -201,17 +244,20 @@ class WorkspaceStore:
     def add_campaign(self, workspace_id: str, topic: str, questions: Sequence[str],
                      object_refs: Sequence[str]) -> Campaign:
         """Create a PREPARED campaign."""
+        _valid(workspace_id=workspace_id, topic=topic, questions=list(questions),
+               object_refs=list(object_refs))
         now = iso(utcnow())
         campaign = Campaign(new_id("camp"), workspace_id, topic, tuple(questions),
                             tuple(object_refs), "PREPARED", (), now)
         with self.transaction() as db:
             db.execute("INSERT INTO campaigns VALUES (?, ?, ?, ?, ?, 'PREPARED', '[]', ?, ?)",
-                       (campaign.campaign_id, workspace_id, topic, json.dumps(questions),
-                        json.dumps(object_refs), now, now))
+                       (campaign.campaign_id, workspace_id, topic, _dumps(list(questions)),
+                        _dumps(list(object_refs)), now, now))
         return campaign
 
     def get_campaign(self, campaign_id: str, workspace_id: str) -> Campaign | None:
         """A campaign of this workspace, or None (other workspaces' are invisible)."""
+        _valid(campaign_id=campaign_id, workspace_id=workspace_id)
         with self._lock:
             row = self._db.execute(
                 "SELECT campaign_id, workspace_id, topic, questions, object_refs, status, "
@@ -219,14 +265,15 @@ class WorkspaceStore:
                 (campaign_id, workspace_id)).fetchone()
         if row is None:
             return None
-        return Campaign(row[0], row[1], row[2], tuple(json.loads(row[3])),
-                        tuple(json.loads(row[4])), row[5], tuple(json.loads(row[6])), row[7])
+        return Campaign(row[0], row[1], row[2], tuple(_loads(row[3])),
+                        tuple(_loads(row[4])), row[5], tuple(_loads(row[6])), row[7])
 
     def complete_campaign(self, campaign_id: str, evidence: Sequence[dict[str, str]]) -> None:
         """Store the evidence and mark the campaign COMPLETED."""
+        _valid(campaign_id=campaign_id, evidence=list(evidence))
         with self.transaction() as db:
             db.execute("UPDATE campaigns SET status = 'COMPLETED', evidence = ?, updated_at = ? "
-                       "WHERE campaign_id = ?", (json.dumps(list(evidence)), iso(utcnow()),
+                       "WHERE campaign_id = ?", (_dumps(list(evidence)), iso(utcnow()),
                                                  campaign_id))
 
     # -- grants -------------------------------------------------------------------
@@ -234,6 +281,7 @@ class WorkspaceStore:
     def add_grant(self, campaign_id: str, workspace_id: str,
                   expires_at: datetime.datetime | None) -> Grant:
         """Record a human grant."""
+        _valid(campaign_id=campaign_id, workspace_id=workspace_id)
         grant = Grant(new_id("grant"), campaign_id, workspace_id, iso(utcnow()),
                       iso(expires_at) if expires_at else None, None)
         with self.transaction() as db:
@@ -244,6 +292,7 @@ class WorkspaceStore:
 
     def grants_for(self, campaign_id: str) -> list[Grant]:
         """Every grant ever made for ``campaign_id`` (history included)."""
+        _valid(campaign_id=campaign_id)
         with self._lock:
             rows = self._db.execute("SELECT * FROM grants WHERE campaign_id = ? "
                                     "ORDER BY created_at", (campaign_id,)).fetchall()
@@ -251,6 +300,7 @@ class WorkspaceStore:
 
     def get_grant(self, grant_id: str) -> Grant | None:
         """One grant, or None."""
+        _valid(grant_id=grant_id)
         with self._lock:
             row = self._db.execute("SELECT * FROM grants WHERE grant_id = ?",
                                    (grant_id,)).fetchone()
@@ -258,6 +308,7 @@ class WorkspaceStore:
 
     def revoke_grant(self, grant_id: str) -> None:
         """Stamp ``revoked_at`` (the row stays, as history)."""
+        _valid(grant_id=grant_id)
         with self.transaction() as db:
             db.execute("UPDATE grants SET revoked_at = ? WHERE grant_id = ? AND revoked_at IS NULL",
                        (iso(utcnow()), grant_id))
@@ -266,13 +317,14 @@ class WorkspaceStore:
 
     def add_evidence(self, keywords: Sequence[str], source: str, excerpt: str) -> None:
         """Add one canned evidence entry (SPECIMEN workspaces)."""
+        _valid(keywords=list(keywords), source=source, excerpt=excerpt)
         with self.transaction() as db:
             db.execute("INSERT INTO specimen_evidence (keywords, source, excerpt) "
-                       "VALUES (?, ?, ?)", (json.dumps(list(keywords)), source, excerpt))
+                       "VALUES (?, ?, ?)", (_dumps(list(keywords)), source, excerpt))
 
     def all_evidence(self) -> list[tuple[tuple[str, ...], str, str]]:
         """Every canned evidence entry: (keywords, source, excerpt)."""
         with self._lock:
             rows = self._db.execute("SELECT keywords, source, excerpt FROM specimen_evidence "
                                     "ORDER BY evidence_id").fetchall()
-        return [(tuple(json.loads(k)), s, e) for k, s, e in rows]
+        return [(tuple(_loads(k)), s, e) for k, s, e in rows]
