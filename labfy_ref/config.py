@@ -4,7 +4,9 @@ Flags win over environment variables; an empty variable counts as unset.
 Without any agent setting the agent is the deterministic demo agent; there is
 no default endpoint and never a silent fallback. Every refusal is a
 :class:`~labfy_ref.errors.ConfigRefused` with a stable code. Nothing here opens
-a socket.
+a socket or writes a file; the paths serve will write (``--ready-file``,
+``--log-file``) are checked here, so ``check-config`` refuses what ``serve``
+would fail on.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from labfy_ref.errors import ConfigRefused, ErrorCode
+from labfy_ref.logs import DEFAULT_LEVEL, LEVELS
 from labfy_ref.model.endpoint import LoopbackHost, ModelEndpoint, parse_endpoint
 from labfy_ref.netutil import RESERVED_PORTS
 
@@ -30,7 +33,8 @@ DEFAULT_TIMEOUT_SECONDS = 60.0
 MAX_TIMEOUT_SECONDS = 3600.0
 MAX_MODEL_ID_CHARS = 256
 _SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
-_PORT = re.compile(r"[1-9][0-9]{0,4}", re.ASCII)
+# 0 asks for any free port, as uvicorn and the fake provider read it.
+_PORT = re.compile(r"0|[1-9][0-9]{0,4}", re.ASCII)
 
 
 class AgentMode(enum.StrEnum):
@@ -81,6 +85,9 @@ class ServeConfig:
     composition: Path | None
     accounts: Path | None
     agent: AgentConfig
+    log_level: str
+    log_file: Path | None
+    debug: bool
 
     def as_json(self) -> dict[str, Any]:
         """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
@@ -111,6 +118,7 @@ class ServeConfig:
                 },
                 "sources": dict(agent.sources),
             },
+            "log": {"level": self.log_level, "file": _path(self.log_file), "debug": self.debug},
         }
 
 
@@ -137,6 +145,9 @@ class RawOptions:
     llama_server: str | None = None
     model_file: str | None = None
     model_sha256: str | None = None
+    log_level: str | None = None
+    log_file: str | None = None
+    debug: bool = False
 
 
 def _pick(flag: str | None, env_name: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
@@ -241,13 +252,38 @@ def _port(text: str | None) -> int | None:
     if text is None:
         return None
     if not _PORT.fullmatch(text) or int(text) > 65535:
-        raise _refuse("--port must be 1-65535 in ASCII digits without leading zeros",
-                      ErrorCode.PORT_REFUSED)
+        raise _refuse("--port must be 0 (any free port) or 1-65535 in ASCII digits without "
+                      "leading zeros", ErrorCode.PORT_REFUSED)
     port = int(text)
     if port in RESERVED_PORTS:
         raise _refuse(f"--port {port} is reserved for llama-server and never used",
                       ErrorCode.PORT_REFUSED)
     return port
+
+
+def _output_file(text: str | None, flag: str) -> Path | None:
+    """A file serve will write: its directory must exist now (serve never creates one)."""
+    if text is None:
+        return None
+    if not text:
+        raise _refuse(f"{flag}: the path is empty")
+    path = Path(text)
+    directory = path.parent
+    try:
+        exists = directory.is_dir()
+    except OSError as exc:  # e.g. a name too long: is_dir() only swallows "not found"
+        raise _refuse(f"{flag}: {exc.strerror} ({text})") from exc
+    if not exists:
+        raise _refuse(f"{flag}: directory {directory} does not exist")
+    return path
+
+
+def _log_level(text: str | None) -> str:
+    if text is None:
+        return DEFAULT_LEVEL
+    if text not in LEVELS:
+        raise _refuse(f"--log-level must be one of {', '.join(LEVELS)}")
+    return text
 
 
 def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
@@ -260,10 +296,13 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         workspace=Path(raw.workspace) if raw.workspace is not None else None,
         host=_host(raw.host),
         port=_port(raw.port),
-        ready_file=Path(raw.ready_file) if raw.ready_file is not None else None,
+        ready_file=_output_file(raw.ready_file, "--ready-file"),
         permission_mode=permission,
         bridge=raw.bridge,
         composition=_existing_file(raw.composition, "--composition") if raw.composition else None,
         accounts=_existing_file(raw.accounts, "--accounts") if raw.accounts else None,
         agent=resolve_agent(raw, environ),
+        log_level=_log_level(raw.log_level),
+        log_file=_output_file(raw.log_file, "--log-file"),
+        debug=raw.debug,
     )

@@ -2,7 +2,7 @@
 
 Exit codes: 0 ok, 2 configuration refused, 1 runtime failure. Every message is
 one line starting with its error code; a traceback appears only with
-``--debug``.
+``--debug`` (accepted anywhere on the line).
 """
 
 from __future__ import annotations
@@ -17,21 +17,62 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from labfy_ref import __version__
-from labfy_ref.cli.options import add_serve_options, raw_options
-from labfy_ref.config import resolve
+from labfy_ref.cli.options import add_debug_option, add_serve_options, raw_options
+from labfy_ref.config import ServeConfig, resolve
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError, bounded
 from labfy_ref.model.gguf import verify_gguf
-from labfy_ref.report import DEFAULT_REPORT_DIR, DEFAULT_REQUIREMENTS, FORMATS, regenerate
+from labfy_ref.report import (
+    DEFAULT_REPORT_DIR,
+    DEFAULT_REQUIREMENTS,
+    FORMATS,
+    REQUIREMENTS_COPY,
+    default_requirements,
+    regenerate,
+)
 
 EXIT_OK, EXIT_FAILURE, EXIT_REFUSED = 0, 1, 2
+DESCRIPTION = ("A secure local-model agent runtime and engine bridge: serve a workspace to "
+               "a browser or an API client, check a configuration or a model file, and "
+               "rebuild the qualification report.")
+_EPILOG = ("Exit codes: 0 ok, 2 configuration refused, 1 runtime failure. Errors are one "
+           "line 'CODE: reason' on stderr; --debug (anywhere on the line) adds tracebacks.")
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as ``CONFIG_INVALID: ...`` and exits 2."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{ErrorCode.CONFIG_INVALID.value}: {bounded(message)}\n")
+        sys.stderr.write(f"{ErrorCode.CONFIG_INVALID.value}: "
+                         f"{bounded(f'{message} (see --help)')}\n")
         sys.exit(EXIT_REFUSED)
+
+
+def _usage(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """The handler of a command group named without its sub-command: help, exit 2."""
+
+    def show(_: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return EXIT_REFUSED
+
+    return show
+
+
+def _workspace_preview(config: ServeConfig) -> dict[str, object]:
+    """The workspace serve would use, opened as serve opens it; nothing locked or created."""
+    from labfy_ref.workspace import open_workspace  # noqa: PLC0415
+    from labfy_ref.workspace.layout import (  # noqa: PLC0415
+        WorkspaceKind,
+        default_specimen_path,
+        existing_default_specimen,
+    )
+
+    workspace = (open_workspace(config.workspace) if config.workspace is not None
+                 else existing_default_specimen())
+    if workspace is None:
+        return {"workspace": str(default_specimen_path()),
+                "workspace_kind": WorkspaceKind.SPECIMEN.value, "workspace_exists": False}
+    return {"workspace": str(workspace.root), "workspace_kind": workspace.kind.value,
+            "workspace_exists": True}
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -44,7 +85,9 @@ def _check_config(args: argparse.Namespace) -> int:
         load_composition(config.composition)
     if config.accounts is not None:
         load_accounts(config.accounts)
-    print(json.dumps(config.as_json(), indent=2))
+    document = config.as_json()
+    document["server"].update(_workspace_preview(config))
+    print(json.dumps(document, indent=2))
     return EXIT_OK
 
 
@@ -63,6 +106,17 @@ def _workspace_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def _human_size(size: int) -> str:
+    """``size`` bytes in binary units, one decimal above bytes (``3.2 GiB``)."""
+    exponent = min(max(size.bit_length() - 1, 0) // 10, len(_UNITS) - 1)
+    if exponent == 0:
+        return f"{size} B"
+    return f"{size / 1024 ** exponent:.1f} {_UNITS[exponent]}"
+
+
 def _progress_bar(stream: TextIO) -> Callable[[int, int], None] | None:
     """A one-line progress bar on a terminal; nothing when output is not a TTY."""
     if not stream.isatty():
@@ -70,7 +124,8 @@ def _progress_bar(stream: TextIO) -> Callable[[int, int], None] | None:
 
     def show(done: int, total: int) -> None:
         share = done / total if total else 1.0
-        stream.write(f"\r[{'#' * int(share * 30):<30}] {share:6.1%} of {total} bytes")
+        stream.write(f"\r[{'#' * int(share * 30):<30}] {share:6.1%} "
+                     f"{_human_size(done)} of {_human_size(total)}")
         if done >= total:
             stream.write("\n")
         stream.flush()
@@ -81,7 +136,7 @@ def _progress_bar(stream: TextIO) -> Callable[[int, int], None] | None:
 def _verify_gguf(args: argparse.Namespace) -> int:
     info = verify_gguf(Path(args.file), args.sha256, _progress_bar(sys.stderr))
     print(json.dumps({"file": str(info.path), "size": info.size, "gguf_version": info.version,
-                      "sha256": info.sha256}))
+                      "sha256": info.sha256, "sha256_checked": args.sha256 is not None}))
     return EXIT_OK
 
 
@@ -94,8 +149,11 @@ def _formats(text: str) -> tuple[str, ...]:
 
 
 def _report(args: argparse.Namespace) -> int:
-    report, written = regenerate(Path(args.results), Path(args.requirements),
-                                 _formats(args.format))
+    formats = _formats(args.format)
+    results = Path(args.results)
+    requirements = (Path(args.requirements) if args.requirements is not None
+                    else default_requirements(results))
+    report, written = regenerate(results, requirements, formats)
     counts = ", ".join(f"{status} {count}" for status, count in report.summary().items())
     for path in written:
         print(path)
@@ -103,40 +161,77 @@ def _report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_workspace_commands(commands: argparse._SubParsersAction[_Parser],
+                            debug: _Parser) -> None:
+    workspace = commands.add_parser("workspace", parents=[debug], help="workspace tools",
+                                    description="Create workspaces.")
+    workspace.set_defaults(handler=_usage(workspace))
+    actions = workspace.add_subparsers(title="actions", metavar="ACTION", dest="action",
+                                       parser_class=_Parser)
+    init = actions.add_parser(
+        "init", parents=[debug], help="create a workspace",
+        description="Create a workspace directory (its parent must exist): a LIVE one, "
+                    "empty, or a SPECIMEN one with the bundled sample objects and evidence.")
+    init.add_argument("directory", metavar="DIR",
+                      help="the directory to create (absent, or an empty directory)")
+    init.add_argument("--specimen", action="store_true",
+                      help="fill it with the bundled SPECIMEN objects, evidence and files; "
+                           "default: an empty LIVE workspace")
+    init.add_argument("--name", metavar="N",
+                      help="the workspace's display name; default: the directory's name "
+                           "(LIVE) or the specimen's name (SPECIMEN)")
+    init.set_defaults(handler=_workspace_init)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line grammar."""
-    parser = _Parser(prog="labfy-ref", description=__doc__.splitlines()[0] if __doc__ else None)
+    debug = _Parser(add_help=False)
+    add_debug_option(debug)
+    parser = _Parser(prog="labfy-ref", description=DESCRIPTION, epilog=_EPILOG,
+                     parents=[debug])
     parser.add_argument("--version", action="version", version=f"labfy-ref {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.set_defaults(handler=_usage(parser))
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command",
+                                     parser_class=_Parser)
 
-    serve = commands.add_parser("serve", help="run the workspace server (demo agent by default)")
+    serve = commands.add_parser(
+        "serve", parents=[debug], help="run the workspace server (demo agent by default)",
+        description="Serve a workspace on a loopback address; print the URL and, on its own "
+                    "line, a one-time login code.")
     add_serve_options(serve)
     serve.set_defaults(handler=_serve)
 
-    workspace = commands.add_parser("workspace", help="workspace tools")
-    workspace_commands = workspace.add_subparsers(dest="workspace_command", required=True,
-                                                  parser_class=_Parser)
-    init = workspace_commands.add_parser("init", help="create a workspace")
-    init.add_argument("directory", metavar="DIR")
-    init.add_argument("--specimen", action="store_true",
-                      help="fill it with the bundled SPECIMEN objects, evidence and files")
-    init.add_argument("--name", metavar="N")
-    init.set_defaults(handler=_workspace_init)
-
-    gguf = commands.add_parser("verify-gguf", help="check a GGUF's magic and SHA-256")
-    gguf.add_argument("file", metavar="FILE")
-    gguf.add_argument("--sha256", required=True, metavar="HEX")
-    gguf.set_defaults(handler=_verify_gguf)
-
-    check = commands.add_parser("check-config", help="resolve flags and env as serve would")
+    check = commands.add_parser(
+        "check-config", parents=[debug], help="resolve flags and env as serve would",
+        description="Resolve flags and environment exactly as serve would, open the "
+                    "workspace and read the files it names, and print the result as JSON. "
+                    "Starts nothing, opens no socket, creates nothing.")
     add_serve_options(check)
     check.set_defaults(handler=_check_config)
 
-    report = commands.add_parser("report", help="rebuild the status report from recorded results")
-    report.add_argument("--results", default=str(DEFAULT_REPORT_DIR), metavar="DIR")
-    report.add_argument("--requirements", default=str(DEFAULT_REQUIREMENTS), metavar="FILE")
-    report.add_argument("--format", default="md,json", metavar="md,json,html")
+    _add_workspace_commands(commands, debug)
+
+    gguf = commands.add_parser(
+        "verify-gguf", parents=[debug], help="check a GGUF file's magic and SHA-256",
+        description="Check a GGUF model file's magic and version and stream its SHA-256 "
+                    "(progress on a terminal); print the result as JSON.")
+    gguf.add_argument("file", metavar="FILE", help="the model file")
+    gguf.add_argument("--sha256", metavar="HEX",
+                      help="expected SHA-256 (64 hex digits); a mismatch is refused; "
+                           "default: none (the digest is only printed)")
+    gguf.set_defaults(handler=_verify_gguf)
+
+    report = commands.add_parser(
+        "report", parents=[debug], help="rebuild the status report from recorded results",
+        description="Rebuild the qualification status report from the results a test run "
+                    "recorded, without re-running anything.")
+    report.add_argument("--results", default=str(DEFAULT_REPORT_DIR), metavar="DIR",
+                        help="the report directory a run wrote; default: %(default)s")
+    report.add_argument("--requirements", default=None, metavar="FILE",
+                        help=f"requirements file; default: DIR/{REQUIREMENTS_COPY} (the copy "
+                             f"the run kept), else ./{DEFAULT_REQUIREMENTS}")
+    report.add_argument("--format", default="md,json", metavar=",".join(FORMATS),
+                        help="comma list of formats to write; default: %(default)s")
     report.set_defaults(handler=_report)
     return parser
 
@@ -154,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{exc}\n")
         return EXIT_FAILURE
     except Exception as exc:
-        if args.debug:
+        if getattr(args, "debug", False):
             traceback.print_exc()
         sys.stderr.write(f"INTERNAL_ERROR: {bounded(type(exc).__name__ + ': ' + str(exc))}\n")
         return EXIT_FAILURE

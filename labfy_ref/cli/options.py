@@ -1,33 +1,89 @@
-"""The ``serve`` options, declared once and shared by ``serve`` and ``check-config``."""
+"""The ``serve`` options, declared once and shared by ``serve`` and ``check-config``.
+
+Every option's value stays ``None`` when the flag is absent (so the environment
+can be told apart from a flag); the effective default is therefore written in
+each help text rather than left to argparse.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from labfy_ref.config import RawOptions
+from labfy_ref.config import (
+    DEFAULT_TIMEOUT_SECONDS,
+    ENV_AGENT_ENDPOINT,
+    ENV_AGENT_MODE,
+    ENV_AGENT_MODEL,
+    ENV_AGENT_TIMEOUT,
+    RawOptions,
+)
+from labfy_ref.logs import DEFAULT_LEVEL, LEVELS
+from labfy_ref.workspace.layout import default_specimen_path
+
+
+def add_debug_option(parent: argparse.ArgumentParser) -> None:
+    """Give ``parent`` (a parent of every parser) ``--debug``, accepted anywhere on the line.
+
+    ``default=SUPPRESS`` keeps a sub-command's parser from resetting a
+    ``--debug`` given before the sub-command; read it with ``getattr``.
+    """
+    parent.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks (on stderr and in the server log); "
+                             "default: off")
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
     """Add every option of SPEC §14 ``serve`` to ``parser``."""
     server = parser.add_argument_group("server")
-    server.add_argument("--workspace", metavar="DIR")
-    server.add_argument("--host", metavar="127.0.0.1|::1")
-    server.add_argument("--port", metavar="N")
-    server.add_argument("--ready-file", metavar="PATH")
-    server.add_argument("--permission-mode", metavar="read-only|workspace-write")
-    server.add_argument("--bridge", action="store_true", default=False)
-    server.add_argument("--composition", metavar="FILE")
-    server.add_argument("--accounts", metavar="FILE")
+    specimen = str(default_specimen_path()).replace("%", "%%")  # argparse %-formats help
+    server.add_argument("--workspace", metavar="DIR",
+                        help="the workspace to serve (see 'labfy-ref workspace init'); "
+                             f"default: {specimen}, the per-user SPECIMEN copy, created "
+                             "on first serve")
+    server.add_argument("--host", metavar="127.0.0.1|::1",
+                        help="loopback address to bind; default: 127.0.0.1")
+    server.add_argument("--port", metavar="N",
+                        help="TCP port, 0 for any free port (llama-server's default port is "
+                             "never used); default: a free port")
+    server.add_argument("--ready-file", metavar="PATH",
+                        help="write {url, port, token, pid} here (mode 0600) once serving; "
+                             "its directory must exist; default: none")
+    server.add_argument("--permission-mode", metavar="read-only|workspace-write",
+                        help="may the agent write workspace files; default: read-only")
+    server.add_argument("--bridge", action="store_true", default=False,
+                        help="also start the engine bridge (/api/cordis/*); default: off")
+    server.add_argument("--composition", metavar="FILE",
+                        help="the bridge's composition document (YAML); "
+                             "default: the shipped one")
+    server.add_argument("--accounts", metavar="FILE",
+                        help="TOML file of [[account]] name/token_sha256 user logins; "
+                             "default: none (only the launch code logs in)")
     agent = parser.add_argument_group("agent (flags win over LABFY_AGENT_* variables)")
-    agent.add_argument("--agent-mode", metavar="demo|local-model")
+    agent.add_argument("--agent-mode", metavar="demo|local-model",
+                       help=f"which agent answers (env {ENV_AGENT_MODE}); default: demo")
     agent.add_argument("--agent-endpoint", metavar="URL",
-                       help="http://127.0.0.1:PORT or http://[::1]:PORT (optionally /v1)")
-    agent.add_argument("--agent-model", metavar="ID")
-    agent.add_argument("--agent-timeout", metavar="SECONDS")
-    supervised = parser.add_argument_group("supervised local model")
-    supervised.add_argument("--llama-server", metavar="BIN")
-    supervised.add_argument("--model-file", metavar="GGUF")
-    supervised.add_argument("--model-sha256", metavar="HEX")
+                       help="http://127.0.0.1:PORT or http://[::1]:PORT, optionally /v1 "
+                            f"(env {ENV_AGENT_ENDPOINT}); default: none")
+    agent.add_argument("--agent-model", metavar="ID",
+                       help=f"model id sent to the endpoint (env {ENV_AGENT_MODEL}); "
+                            "default: none")
+    agent.add_argument("--agent-timeout", metavar="SECONDS",
+                       help=f"bound on one model call (env {ENV_AGENT_TIMEOUT}); "
+                            f"default: {DEFAULT_TIMEOUT_SECONDS:g}")
+    supervised = parser.add_argument_group(
+        "supervised local model (the three go together)")
+    supervised.add_argument("--llama-server", metavar="BIN",
+                            help="llama-server binary to start; default: none")
+    supervised.add_argument("--model-file", metavar="GGUF",
+                            help="model file for llama-server; default: none")
+    supervised.add_argument("--model-sha256", metavar="HEX",
+                            help="the model file's expected SHA-256; default: none")
+    log = parser.add_argument_group("server log (--debug also applies)")
+    log.add_argument("--log-level", metavar="|".join(LEVELS),
+                     help=f"least severe event logged; default: {DEFAULT_LEVEL}")
+    log.add_argument("--log-file", metavar="PATH",
+                     help="append the log to this file (its directory must exist); "
+                          "default: stderr")
 
 
 def raw_options(args: argparse.Namespace) -> RawOptions:
@@ -39,5 +95,6 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         permission_mode=args.permission_mode, bridge=args.bridge,
         composition=args.composition, accounts=args.accounts,
         llama_server=args.llama_server, model_file=args.model_file,
-        model_sha256=args.model_sha256,
+        model_sha256=args.model_sha256, log_level=args.log_level, log_file=args.log_file,
+        debug=getattr(args, "debug", False),
     )

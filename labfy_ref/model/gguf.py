@@ -3,6 +3,8 @@
 The file is hashed in a stream (never read whole into memory); a progress
 callback sees each step. A wrong magic or a digest that differs from the
 expected one is a refusal, so a corrupt or substituted model never starts.
+Without an expected digest the file's magic and version are checked and its
+digest is only reported (to be pinned later with ``--model-sha256``).
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ def expected_digest(text: str) -> str:
     return text.lower()
 
 
-def verify_gguf(path: Path, sha256: str, progress: Progress | None = None) -> GgufInfo:
-    """Check magic, version and digest; raise ConfigRefused with a stable code otherwise."""
-    expected = expected_digest(sha256)
+def verify_gguf(path: Path, sha256: str | None, progress: Progress | None = None) -> GgufInfo:
+    """Check magic, version and (when given) digest; raise ConfigRefused otherwise."""
+    expected = expected_digest(sha256) if sha256 is not None else None
     try:
         handle = path.open("rb")
     except OSError as exc:
@@ -69,7 +71,7 @@ def verify_gguf(path: Path, sha256: str, progress: Progress | None = None) -> Gg
             if progress is not None:
                 progress(done, size)
     actual = digest.hexdigest()
-    if not hmac.compare_digest(actual, expected):
+    if expected is not None and not hmac.compare_digest(actual, expected):
         raise ConfigRefused(f"{path.name}: SHA-256 is {actual}, expected {expected}",
                             code=ErrorCode.GGUF_SHA256_MISMATCH)
     return GgufInfo(path, size, version, actual)

@@ -3,9 +3,11 @@
 Load it with ``-p labfy_ref.report.pytest_plugin``. It registers the ``req``
 marker, records every test's outcome with the requirement IDs it names, and
 at session end (on the xdist controller only) writes
-``results/<run>.json``, ``junit.xml``, ``status.json`` and ``STATUS.md`` into
-the report directory. Requirement IDs travel from xdist workers as
-``user_properties``, which xdist serialises with each report.
+``results/<run>.json``, ``junit.xml``, ``status.json``, ``STATUS.md`` and a
+copy of the ``requirements.toml`` it used into the report directory (so
+``labfy-ref report`` can rebuild the report from anywhere). Requirement IDs
+travel from xdist workers as ``user_properties``, which xdist serialises with
+each report.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from labfy_ref.report import (
     Requirements,
     Run,
     TestResult,
+    keep_requirements,
     now_iso,
     regenerate,
 )
@@ -127,6 +130,7 @@ class _Recorder:
             return
         name = str(self.config.getoption("--run-name"))
         Run(name, now_iso(), tuple(self.results.values())).write(self.report_dir)
+        keep_requirements(self.requirements_path, self.report_dir)
         report, _ = regenerate(self.report_dir, self.requirements_path)
         self.summary = report.summary()
 

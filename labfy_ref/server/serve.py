@@ -1,15 +1,19 @@
 """``labfy-ref serve``: compose the server from a resolved configuration and run it (SV-01).
 
-It binds its own loopback socket (never the reserved port), takes the
-workspace lock, prints the URL and — on its own line — the login code, and
-writes ``--ready-file`` (mode 0600) once the server accepts connections.
-The code is never put in a URL and never logged.
+It configures the server log first (SV-05: ``--log-level``, ``--log-file``,
+``--debug``; uvicorn's own records pass through it, one line each), binds its
+own loopback socket (never the reserved port), takes the workspace lock,
+prints the URL and — on its own line — the login code, and writes
+``--ready-file`` (mode 0600) once the server accepts connections. The code is
+never put in a URL and never logged. A failure after the configuration was
+accepted is one ``SERVE_FAILED`` line (exit 1), never a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import secrets
 import signal
@@ -22,9 +26,10 @@ from fastapi import FastAPI
 
 from labfy_ref.bridge.service import Bridge
 from labfy_ref.config import AgentMode, ServeConfig
-from labfy_ref.errors import ConfigRefused
+from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import default_composition, load_composition
+from labfy_ref.logs import configure, debug_enabled
 from labfy_ref.model import ClientLimits, LocalModelClient
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol import ChatModel
@@ -40,6 +45,7 @@ from labfy_ref.workspace import (
 )
 
 _BIND_TRIES = 16
+log = logging.getLogger("labfy_ref.server")
 
 
 def bind_socket(host: str, port: int | None) -> socket.socket:
@@ -94,28 +100,106 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
                        bridge=bridge, client=client)
 
 
-def uvicorn_config(app: FastAPI) -> uvicorn.Config:
-    """How uvicorn runs our app: quiet, no access log (no URLs in logs), no Server header."""
-    return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                          server_header=False)
+def uvicorn_config(app: FastAPI, log_level: str = "warning") -> uvicorn.Config:
+    """How uvicorn runs our app: no access log (no URLs in logs), no Server header.
+
+    ``log_config=None``: uvicorn installs no handler of its own; :func:`serve`
+    routes its loggers through ours.
+    """
+    return uvicorn.Config(app, log_level=log_level, log_config=None, access_log=False,
+                          lifespan="on", server_header=False)
+
+
+def _failed(message: str) -> LabfyError:
+    return LabfyError(message, code=ErrorCode.SERVE_FAILED)
+
+
+class _UvicornRelay(logging.Handler):
+    """uvicorn's records, re-emitted through the product's log as one line each.
+
+    uvicorn logs some failures with ``exc_info`` and an application's startup
+    failure as a formatted traceback inside the message; without ``--debug``
+    only the first line and the exception's class are kept (SV-05).
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Hand ``record`` (cut to one line unless debugging) to ``labfy_ref.server.uvicorn``."""
+        if not debug_enabled():
+            record = _one_line(record)
+        logging.getLogger(f"{log.name}.uvicorn").handle(record)
+
+
+def _one_line(record: logging.LogRecord) -> logging.LogRecord:
+    text = record.getMessage()
+    lines = [line for line in text.splitlines() if line.strip()]
+    exception = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else None
+    if "Traceback (most recent call last)" in text:
+        exception = lines[-1].split(":", 1)[0]
+        summary = f"{ErrorCode.INTERNAL_ERROR.value} in the application"
+    else:
+        summary = lines[0] if lines else ""
+    if exception is not None:
+        summary += f" exception={exception} (the traceback only with --debug)"
+    copy = logging.makeLogRecord(record.__dict__)
+    copy.msg, copy.args = summary, None
+    copy.exc_info = copy.exc_text = copy.stack_info = None
+    return copy
+
+
+def _configure_log(config: ServeConfig) -> str:
+    """Set up the server log; return the level uvicorn's own loggers get."""
+    try:
+        configure(config.log_level, config.log_file, debug=config.debug)
+    except OSError as exc:
+        raise _failed(f"--log-file: cannot open {config.log_file}: {exc.strerror}") from exc
+    ours = logging.getLogger(log.name.split(".", 1)[0])
+    relay = _UvicornRelay(ours.getEffectiveLevel())
+    uvicorn_root = logging.getLogger("uvicorn")
+    for handler in list(uvicorn_root.handlers):
+        uvicorn_root.removeHandler(handler)
+    uvicorn_root.addHandler(relay)
+    uvicorn_root.propagate = False
+    # uvicorn's info lines repeat ours (started, stopped); its warnings and errors matter.
+    if config.debug:
+        return "debug"
+    return "error" if config.log_level == "error" else "warning"
 
 
 def _write_ready_file(path: Path, document: dict[str, object]) -> None:
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(document, handle)
-    os.chmod(temp, 0o600)
-    temp.replace(path)
+    """Write ``document`` to ``path`` atomically, mode 0600, or raise ``SERVE_FAILED``.
+
+    The temporary name is random and created exclusively without following a
+    link, so nobody can plant a file or a symlink to be written through.
+    """
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except OSError as exc:
+        raise _failed(f"--ready-file: cannot write {path}: {exc.strerror}") from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), 0o600)  # exactly 0600, whatever the umask
+            json.dump(document, handle)
+        os.replace(temp, path)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        raise _failed(f"--ready-file: cannot write {path}: {exc.strerror}") from exc
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def serve(config: ServeConfig) -> int:
     """Run the workspace server until SIGINT/SIGTERM; return the exit code."""
+    uvicorn_level = _configure_log(config)
     workspace = (open_workspace(config.workspace) if config.workspace is not None
                  else default_specimen_workspace())
     lock = WorkspaceLock(workspace)
     lock.acquire()
     sock = None
+    announced: list[str] = []  # the URL, once the server is announced
+    failures: list[LabfyError] = []
     try:
         sock = bind_socket(config.host.value, config.port)
         port = int(sock.getsockname()[1])
@@ -124,23 +208,43 @@ def serve(config: ServeConfig) -> int:
         state = build_state(config, workspace, port, launch_code)
 
         def announce() -> None:
+            # Runs in the app's startup: a failure here stops the server cleanly instead
+            # of failing the startup (which uvicorn reports as a traceback and exit 3).
             if config.ready_file is not None:
-                _write_ready_file(config.ready_file, {"url": url, "port": port,
-                                                      "token": launch_code, "pid": os.getpid()})
+                try:
+                    _write_ready_file(config.ready_file, {"url": url, "port": port,
+                                                          "token": launch_code,
+                                                          "pid": os.getpid()})
+                except LabfyError as exc:
+                    failures.append(exc)
+                    server.should_exit = True
+                    return
+            announced.append(url)
+            log.info("server started workspace=%s kind=%s agent=%s address=%s pid=%d",
+                     json.dumps(workspace.name, ensure_ascii=False), workspace.kind.value,
+                     json.dumps(state.runtime.label, ensure_ascii=False), url, os.getpid())
             print(f"labfy-ref: workspace '{workspace.name}' ({workspace.kind.value}), "
                   f"agent: {state.runtime.label}", flush=True)
             print(f"Open {url} and log in with this one-time code:", flush=True)
             print(launch_code, flush=True)
 
-        server = uvicorn.Server(uvicorn_config(create_app(state, on_started=announce)))
-        asyncio.run(_run(server, sock))
+        server = uvicorn.Server(uvicorn_config(create_app(state, on_started=announce),
+                                               uvicorn_level))
+        try:
+            asyncio.run(_run(server, sock))
+        except SystemExit:  # uvicorn exits 3 when the app's startup fails; it logged why
+            raise _failed("the server could not start (the server log says why)") from None
+        if failures:
+            raise failures[0]
         return 0
     finally:
         if sock is not None:
             sock.close()
-        if config.ready_file is not None:
+        if announced and config.ready_file is not None:
             config.ready_file.unlink(missing_ok=True)
         lock.release()
+        if announced:
+            log.info("server stopped address=%s", announced[0])
 
 
 async def _run(server: uvicorn.Server, sock: socket.socket) -> None:

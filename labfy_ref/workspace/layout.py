@@ -16,6 +16,7 @@ import enum
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import tomllib
 from importlib import resources
@@ -116,19 +117,35 @@ def _copy_tree(source: Traversable, target: Path) -> None:
 
 
 def init_workspace(path: Path, *, specimen: bool, name: str | None = None) -> Workspace:
-    """Create a workspace at ``path`` (absent or an empty directory)."""
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise WorkspaceError(f"{path} exists and is not an empty directory",
-                             code=ErrorCode.WORKSPACE_EXISTS)
+    """Create a workspace at ``path`` (absent or an empty directory).
+
+    Like ``mkdir`` without ``-p``, the parent directory must exist. Every
+    failure of the file system is one ``WORKSPACE_INVALID`` line saying why;
+    nothing is left behind.
+    """
     if name is not None and not (0 < len(name) <= _MAX_NAME and name.isprintable()):
         raise WorkspaceError(f"--name must be 1-{_MAX_NAME} printable characters",
                              code=ErrorCode.CONFIG_INVALID)
+    try:
+        return _create(path, specimen=specimen, name=name)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise WorkspaceError(f"cannot create {path}: {reason}") from exc
+
+
+def _create(path: Path, *, specimen: bool, name: str | None) -> Workspace:
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise WorkspaceError(f"{path} exists and is not an empty directory",
+                             code=ErrorCode.WORKSPACE_EXISTS)
+    absolute = Path(os.path.abspath(path))  # "." has no name to build a sibling from
     data = json.loads(_specimen().joinpath("objects.json").read_text("utf-8"))
     kind = WorkspaceKind.SPECIMEN if specimen else WorkspaceKind.LIVE
-    chosen = name or (data["name"] if specimen else path.resolve().name or "workspace")
-    staging = path.with_name(f".{path.name}.init-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    chosen = name or (data["name"] if specimen else absolute.resolve().name or "workspace")
+    # A random staging name: a predictable one could be planted, or removed under another
+    # user's feet; mkdir (never exist_ok) fails rather than reuse a directory it did not make,
+    # and (never parents) refuses a missing parent as mkdir without -p does.
+    staging = absolute.with_name(f".{absolute.name}.init-{secrets.token_hex(8)}")
+    staging.mkdir()
     try:
         (staging / SESSIONS).mkdir()
         if specimen:
@@ -160,15 +177,32 @@ def user_data_dir() -> Path:
     return Path(base) / "labfy-ref"
 
 
+def default_specimen_path() -> Path:
+    """Where the per-user SPECIMEN workspace lives (WS-03); it may not exist yet."""
+    return user_data_dir() / "specimen"
+
+
+def existing_default_specimen() -> Workspace | None:
+    """The per-user SPECIMEN workspace, opened, or ``None`` while it is not created yet."""
+    path = default_specimen_path()
+    if not (path / MANIFEST).exists():
+        return None
+    return open_workspace(path)
+
+
 def default_specimen_workspace() -> Workspace:
     """The per-user SPECIMEN workspace, created from the embedded one on first use (WS-03)."""
-    path = user_data_dir() / "specimen"
-    if not (path / MANIFEST).exists():
+    existing = existing_default_specimen()
+    if existing is not None:
+        return existing
+    path = default_specimen_path()
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists() and not any(path.iterdir()):
             path.rmdir()
-        return init_workspace(path, specimen=True)
-    return open_workspace(path)
+    except OSError as exc:
+        raise WorkspaceError(f"cannot create {path}: {exc.strerror}") from exc
+    return init_workspace(path, specimen=True)
 
 
 class WorkspaceLock:

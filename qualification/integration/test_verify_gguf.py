@@ -1,4 +1,4 @@
-"""SM-01: ``labfy-ref verify-gguf FILE --sha256 HEX`` checks the magic and a streamed SHA-256."""
+"""SM-01: ``labfy-ref verify-gguf FILE [--sha256 HEX]`` checks the magic and a streamed SHA-256."""
 
 from __future__ import annotations
 
@@ -87,3 +87,33 @@ def test_a_terminal_gets_a_progress_bar(tmp_path: Path) -> None:
     shown = terminal.getvalue()
     assert shown.count("\r") == 4 and "100.0%" in shown and shown.endswith("\n")
     assert _progress_bar(io.StringIO()) is None
+
+
+@pytest.mark.req("SM-01", "CLI-02")
+@pytest.mark.parametrize(("done", "total", "shown"), [
+    (512, 1000, " 51.2% 512 B of 1000 B"),
+    (3 * 1024 * 1024 + 17, 3 * 1024 * 1024 + 17, "100.0% 3.0 MiB of 3.0 MiB"),
+    (2 ** 30, 4 * 2 ** 30, " 25.0% 1.0 GiB of 4.0 GiB"),
+])
+def test_progress_is_shown_in_human_units(done: int, total: int, shown: str) -> None:
+    terminal = _Terminal()
+    show = _progress_bar(terminal)
+    assert show is not None
+    show(done, total)
+    assert terminal.getvalue().rstrip("\n").endswith(f"] {shown}")
+    assert "bytes" not in terminal.getvalue()
+
+
+@pytest.mark.req("SM-01", "CLI-02")
+def test_without_a_digest_the_file_is_checked_and_its_digest_printed(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    digest = _gguf(model, size=4096)
+    done = _cli(str(model))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"file": str(model), "size": 4096, "gguf_version": 3,
+                                       "sha256": digest, "sha256_checked": False}
+    assert json.loads(_cli(str(model), "--sha256", digest).stdout)["sha256_checked"] is True
+    model.write_bytes(b"GGML" + model.read_bytes()[4:])
+    refused = _cli(str(model))
+    assert refused.returncode == 2
+    assert refused.stderr == "GGUF_INVALID: m.gguf: not a GGUF file (bad magic)\n"

@@ -15,7 +15,7 @@ import pytest
     (["--host", "::"], "HOST_REFUSED"),
     (["--host", "192.168.1.10"], "HOST_REFUSED"),
     (["--host", "localhost"], "HOST_REFUSED"),
-    (["--port", "0"], "PORT_REFUSED"),
+    (["--port", "65536"], "PORT_REFUSED"),  # --port 0 is "any free port" (SPEC §14)
 ])
 def test_serve_refuses_non_loopback_binding(specimen: Path, args: list[str], code: str) -> None:
     done = subprocess.run([sys.executable, "-m", "labfy_ref.cli.main", "serve", "--workspace",

@@ -1,19 +1,28 @@
-"""SV-01: ``labfy-ref serve`` — loopback only, ready file, login code, one server per workspace."""
+"""SV-01, LOG-01: ``labfy-ref serve`` — loopback only, ready file, login code, one server per
+workspace, a server log without secrets, and failures that are one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import httpx
 import pytest
 
-from labfy_ref.netutil import free_port
+from labfy_ref.netutil import RESERVED_PORTS, free_port
+from labfy_ref.server.serve import _write_ready_file
 from qualification.harness import ServeProcess
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "labfy_ref.cli.main", "serve", *args],
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 @pytest.mark.req("SV-01")
@@ -92,3 +101,125 @@ def test_serve_on_ipv6_loopback(specimen: Path, tmp_path: Path) -> None:
             assert http.get(ready["url"] + "api/health").status_code == 200
     finally:
         server.stop()
+
+
+@pytest.mark.req("SV-01", "CLI-02")
+def test_a_ready_file_in_a_missing_directory_is_refused_before_anything_starts(
+        specimen: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    done = _serve("--workspace", str(specimen), "--ready-file", str(missing / "r.json"))
+    assert done.returncode == 2
+    assert done.stderr == f"CONFIG_INVALID: --ready-file: directory {missing} does not exist\n"
+    assert done.stdout == ""
+
+
+@pytest.mark.req("SV-01", "CLI-01", "CLI-02")
+def test_a_ready_file_that_cannot_be_written_is_one_line_and_exit_1(
+        specimen: Path, tmp_path: Path) -> None:
+    target = tmp_path / "ready"
+    target.mkdir()  # its directory exists (accepted), but a directory cannot be replaced
+    done = _serve("--workspace", str(specimen), "--ready-file", str(target))
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        f"SERVE_FAILED: --ready-file: cannot write {target}: Is a directory")
+    assert "Traceback" not in done.stderr
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == ["ready", "specimen"]
+    assert done.stdout == "", "no login code is announced when the ready file failed"
+    after = ServeProcess("--workspace", str(specimen), ready_file=tmp_path / "r.json")
+    try:
+        after.wait_ready()  # the workspace lock was released
+    finally:
+        assert after.stop()[0] == 0
+
+
+@pytest.mark.req("SV-01")
+def test_the_ready_file_is_never_written_through_a_planted_temporary_name(
+        tmp_path: Path) -> None:
+    ready = tmp_path / "ready.json"
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    # The landed build's predictable temporary name, planted as a hard link to the victim:
+    # opened without O_EXCL, it was truncated and written through.
+    os.link(victim, tmp_path / f".ready.json.{os.getpid()}.tmp")
+    _write_ready_file(ready, {"token": "t"})
+    assert json.loads(ready.read_text()) == {"token": "t"}
+    assert stat.S_IMODE(ready.stat().st_mode) == 0o600
+    assert victim.read_text() == "precious"
+    assert len(list(tmp_path.iterdir())) == 3, "no temporary file of ours is left"
+
+
+@pytest.mark.req("SV-01", "MC-04")
+def test_port_0_means_any_free_port(specimen: Path, tmp_path: Path) -> None:
+    server = ServeProcess("--workspace", str(specimen), "--port", "0",
+                          ready_file=tmp_path / "ready.json")
+    try:
+        port = server.wait_ready()["port"]
+        assert port != 0 and port not in RESERVED_PORTS
+        with httpx.Client(trust_env=False) as http:
+            assert http.get(f"http://127.0.0.1:{port}/api/health").status_code == 200
+    finally:
+        assert server.stop()[0] == 0
+
+
+@pytest.mark.req("LOG-01", "SV-05", "SV-01")
+def test_the_server_log_has_a_startup_and_a_shutdown_line_and_never_the_code(
+        specimen: Path, tmp_path: Path) -> None:
+    log_file = tmp_path / "server.log"
+    server = ServeProcess("--workspace", str(specimen), "--log-file", str(log_file),
+                          ready_file=tmp_path / "ready.json")
+    try:
+        ready = server.wait_ready()
+        with httpx.Client(trust_env=False) as http:  # a failed login is an event, not a leak
+            http.post(ready["url"] + "api/v1/session", json={"token": ready["token"] + "x"})
+    finally:
+        code, out, err = server.stop()
+    assert code == 0
+    lines = log_file.read_text("utf-8").splitlines()
+    started = [line for line in lines if " INFO labfy_ref.server server started " in line]
+    assert len(started) == 1, lines
+    for part in ('workspace="Urban pollinators (specimen)"', "kind=SPECIMEN",
+                 'agent="Deterministic demo agent"', f"address={ready['url']}"):
+        assert part in started[0], part
+    assert " INFO labfy_ref.server server stopped " in lines[-1]
+    assert ready["token"] not in log_file.read_text("utf-8")
+    assert ready["token"] not in err
+    assert [line for line in out.splitlines() if ready["token"] in line] == [ready["token"]]
+    assert err == "", "with --log-file, nothing of the log goes to stderr"
+
+
+_RELAY = textwrap.dedent("""
+    import logging, sys
+    from pathlib import Path
+    from labfy_ref.config import RawOptions, resolve
+    from labfy_ref.server.serve import _configure_log
+    debug = sys.argv[2] == "debug"
+    _configure_log(resolve(RawOptions(log_file=sys.argv[1], debug=debug), {}))
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError as exc:
+        uvicorn_log.error("Exception in ASGI application", exc_info=exc)
+        import traceback
+        uvicorn_log.error(traceback.format_exc())  # how uvicorn reports a failed startup
+""")
+
+
+@pytest.mark.req("LOG-01", "SV-05")
+@pytest.mark.parametrize("mode", ["plain", "debug"])
+def test_uvicorn_errors_reach_our_log_as_one_line_unless_debugging(
+        tmp_path: Path, mode: str) -> None:
+    log_file = tmp_path / "server.log"
+    done = subprocess.run([sys.executable, "-c", _RELAY, str(log_file), mode],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", "uvicorn prints nothing itself"
+    text = log_file.read_text("utf-8")
+    if mode == "debug":
+        assert text.count("Traceback (most recent call last)") == 2
+        return
+    lines = text.splitlines()
+    assert len(lines) == 2 and "Traceback" not in text and "boom" not in text
+    assert lines[0].endswith("ERROR uvicorn.error Exception in ASGI application "
+                             "exception=RuntimeError (the traceback only with --debug)")
+    assert lines[1].endswith("ERROR uvicorn.error INTERNAL_ERROR in the application "
+                             "exception=RuntimeError (the traceback only with --debug)")

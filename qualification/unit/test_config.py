@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from labfy_ref.config import (
+    DEFAULT_TIMEOUT_SECONDS,
     ENV_AGENT_ENDPOINT,
     ENV_AGENT_MODE,
     ENV_AGENT_MODEL,
@@ -100,7 +103,6 @@ def test_an_empty_environment_variable_counts_as_unset() -> None:
         ({"host": "192.168.1.10"}, ErrorCode.HOST_REFUSED),
         ({"host": "localhost"}, ErrorCode.HOST_REFUSED),
         ({"port": "8080"}, ErrorCode.PORT_REFUSED),
-        ({"port": "0"}, ErrorCode.PORT_REFUSED),
         ({"port": "65536"}, ErrorCode.PORT_REFUSED),
         ({"port": "+5000"}, ErrorCode.PORT_REFUSED),
         ({"port": "05000"}, ErrorCode.PORT_REFUSED),
@@ -112,3 +114,44 @@ def test_server_options_are_refused_outside_loopback_and_reserved_ports(
     with pytest.raises(ConfigRefused) as caught:
         resolve(RawOptions(**options), {})  # type: ignore[arg-type]
     assert caught.value.code is code
+
+
+@pytest.mark.req("SV-01", "MC-04")
+@pytest.mark.parametrize(("text", "port"), [("0", 0), ("1", 1), ("65535", 65535)])
+def test_port_0_means_any_free_port(text: str, port: int) -> None:
+    assert resolve(RawOptions(port=text), {}).port == port
+
+
+def _writing(field: str, path: str) -> RawOptions:
+    return RawOptions(ready_file=path) if field == "ready_file" else RawOptions(log_file=path)
+
+
+@pytest.mark.req("SV-01", "LOG-01")
+@pytest.mark.parametrize("field", ["ready_file", "log_file"])
+def test_files_serve_writes_need_an_existing_directory(tmp_path: Path, field: str) -> None:
+    flag = "--" + field.replace("_", "-")
+    accepted = resolve(_writing(field, str(tmp_path / "out")), {})
+    assert getattr(accepted, field) == tmp_path / "out"
+    assert not (tmp_path / "out").exists(), "resolving writes nothing"
+    for bad, fragment in [(str(tmp_path / "missing" / "out"), "does not exist"),
+                          (str(tmp_path / ("x" * 300) / "out"), "File name too long"),
+                          ("", "the path is empty")]:
+        with pytest.raises(ConfigRefused) as caught:
+            resolve(_writing(field, bad), {})
+        assert caught.value.code is ErrorCode.CONFIG_INVALID
+        assert caught.value.message.startswith(f"{flag}: ") and fragment in caught.value.message
+
+
+@pytest.mark.req("LOG-01", "SV-05")
+def test_log_settings_are_resolved_and_shown(tmp_path: Path) -> None:
+    default = resolve(RawOptions(), {})
+    assert (default.log_level, default.log_file, default.debug) == ("info", None, False)
+    chosen = resolve(RawOptions(log_level="error", log_file=str(tmp_path / "log"), debug=True),
+                     {})
+    assert chosen.as_json()["log"] == {"level": "error", "file": str(tmp_path / "log"),
+                                       "debug": True}
+    assert chosen.agent.timeout_seconds == DEFAULT_TIMEOUT_SECONDS
+    for level in ("INFO", "trace", "verbose", ""):
+        with pytest.raises(ConfigRefused) as caught:
+            resolve(RawOptions(log_level=level), {})
+        assert caught.value.message == "--log-level must be one of debug, info, warning, error"
