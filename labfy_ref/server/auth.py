@@ -5,6 +5,12 @@ accounts come from ``--accounts FILE``, whose tokens are stored only as
 SHA-256 hashes. A login yields a server-side session with its own CSRF
 secret, referenced by a random cookie with a bounded lifetime. Expired
 sessions are invalid for good; logging in again issues fresh secrets.
+
+Sessions are bounded per account and per role (AV-03): an account keeps at
+most :data:`MAX_SESSIONS_PER_ACCOUNT` (a new login ends that account's oldest),
+and a role at most :data:`MAX_SESSIONS_PER_ROLE` (then a login is refused
+``TOO_MANY_SESSIONS``). No login ever ends another account's session, so
+ordinary accounts cannot log the administrator out by logging in many times.
 """
 
 from __future__ import annotations
@@ -17,13 +23,15 @@ import re
 import secrets
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
-from labfy_ref.errors import ConfigRefused
+from labfy_ref.errors import ConfigRefused, ErrorCode, RuntimeRefused
 
 SESSION_COOKIE_PREFIX = "labfy_session_"
 DEFAULT_SESSION_SECONDS = 3600
-MAX_SESSIONS = 1024
+MAX_SESSIONS_PER_ACCOUNT = 16
+MAX_SESSIONS_PER_ROLE = 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII)
 
@@ -81,7 +89,7 @@ class Session:
 
     session_id: str
     role: Role
-    subject: str
+    name: str  # "admin" for the launch code, else the account's name
     csrf_token: str
     expires_at: float
 
@@ -95,24 +103,30 @@ class Authenticator:
         self._launch_hash = token_hash(launch_code)
         self._accounts = accounts
         self.lifetime_seconds = lifetime_seconds
-        self._sessions: dict[str, Session] = {}
+        # Monotonic, so wall-clock jumps change no lifetime; tests may move it.
+        self.clock: Callable[[], float] = time.monotonic
+        self._sessions: dict[str, Session] = {}  # insertion order is age: oldest first
 
     def login(self, token: str) -> Session | None:
-        """A fresh session for a valid code, else None."""
+        """A fresh session for a valid code, else None.
+
+        Raises :class:`RuntimeRefused` ``TOO_MANY_SESSIONS`` when the role is full
+        even after expired sessions and this account's oldest are gone.
+        """
         if not 0 < len(token) <= 256:
             return None
         digest = token_hash(token)
-        role, subject = None, ""
+        role, name = None, ""
         if hmac.compare_digest(digest, self._launch_hash):
-            role, subject = Role.ADMIN, "admin"
+            role, name = Role.ADMIN, "admin"
         for account in self._accounts:
             if hmac.compare_digest(digest, account.token_sha256):
-                role, subject = Role.USER, account.name
+                role, name = Role.USER, account.name
         if role is None:
             return None
-        self._prune()
-        session = Session(secrets.token_urlsafe(32), role, subject, secrets.token_urlsafe(32),
-                          time.monotonic() + self.lifetime_seconds)
+        self._make_room(role, name)
+        session = Session(secrets.token_urlsafe(32), role, name, secrets.token_urlsafe(32),
+                          self.clock() + self.lifetime_seconds)
         self._sessions[session.session_id] = session
         return session
 
@@ -123,7 +137,7 @@ class Authenticator:
         session = self._sessions.get(session_id)
         if session is None:
             return None
-        if session.expires_at <= time.monotonic():
+        if session.expires_at <= self.clock():
             del self._sessions[session_id]
             return None
         return session
@@ -132,9 +146,19 @@ class Authenticator:
         """Forget a session."""
         self._sessions.pop(session_id, None)
 
-    def _prune(self) -> None:
-        now = time.monotonic()
+    def _make_room(self, role: Role, name: str) -> None:
+        """Drop expired sessions, then this account's oldest beyond its cap; refuse a full role.
+
+        Only the logging-in account's own sessions are ever evicted: evicting by
+        age across accounts would let anyone with an account end everybody
+        else's sessions (the admin's included) just by logging in repeatedly.
+        """
+        now = self.clock()
         for sid in [s for s, v in self._sessions.items() if v.expires_at <= now]:
             del self._sessions[sid]
-        while len(self._sessions) >= MAX_SESSIONS:
-            del self._sessions[next(iter(self._sessions))]
+        own = [s for s, v in self._sessions.items() if v.role is role and v.name == name]
+        for sid in own[:max(0, len(own) - MAX_SESSIONS_PER_ACCOUNT + 1)]:
+            del self._sessions[sid]
+        if sum(1 for v in self._sessions.values() if v.role is role) >= MAX_SESSIONS_PER_ROLE:
+            raise RuntimeRefused(ErrorCode.TOO_MANY_SESSIONS,
+                                 f"too many {role.value} sessions: try again when one ends")

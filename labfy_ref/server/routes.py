@@ -9,9 +9,10 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from labfy_ref.buildinfo import build_info
 from labfy_ref.clock import utcnow
-from labfy_ref.errors import ErrorCode
-from labfy_ref.server.errors import error_response
+from labfy_ref.errors import ErrorCode, RuntimeRefused
+from labfy_ref.server.auth import Session
 from labfy_ref.server.security import session_of
 from labfy_ref.server.state import ServerState
 
@@ -56,26 +57,35 @@ router = APIRouter(prefix="/api")
 
 @router.get("/health")
 async def health() -> dict[str, str]:
-    """Liveness; the only API route that needs no session."""
+    """Liveness (no session)."""
     return {"status": "ok"}
 
 
+@router.get("/version")
+async def version() -> dict[str, Any]:
+    """What build this is (no session, API-02): name, version, git commit or null, SPEC revision."""
+    return build_info()
+
+
+def _session_json(session: Session) -> dict[str, str]:
+    return {"role": session.role.value, "name": session.name, "csrf_token": session.csrf_token}
+
+
 @router.post("/v1/session")
-async def login(body: LoginBody, state: State, response: Response) -> Any:
-    """Exchange a login code for a session cookie (SV-03)."""
+async def login(body: LoginBody, state: State, response: Response) -> dict[str, str]:
+    """Exchange a login code for a session cookie (SV-03; 429 when the role is full, AV-03)."""
     session = state.auth.login(body.token)
     if session is None:
-        return error_response(401, ErrorCode.UNAUTHENTICATED, "invalid login code")
+        raise RuntimeRefused(ErrorCode.UNAUTHENTICATED, "invalid login code")
     response.set_cookie(state.auth.cookie, session.session_id, max_age=state.auth.lifetime_seconds,
                         path="/", httponly=True, samesite="strict", secure=False)
-    return {"role": session.role.value, "csrf_token": session.csrf_token}
+    return _session_json(session)
 
 
 @router.get("/v1/session")
 async def current_session(request: Request) -> dict[str, str]:
-    """The session's role and CSRF token."""
-    session = session_of(request.state)
-    return {"role": session.role.value, "csrf_token": session.csrf_token}
+    """The session's role, name and CSRF token."""
+    return _session_json(session_of(request.state))
 
 
 @router.delete("/v1/session")

@@ -29,8 +29,8 @@ from labfy_ref.server.errors import error_response
 
 log = logging.getLogger("labfy_ref.server")
 MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-PUBLIC_API = frozenset({("GET", "/api/health"), ("POST", "/api/v1/session"),
-                        ("GET", "/api/cordis/health")})
+PUBLIC_API = frozenset({("GET", "/api/health"), ("GET", "/api/version"),
+                        ("POST", "/api/v1/session"), ("GET", "/api/cordis/health")})
 DEFAULT_MAX_BODY = 64 * 1024
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; "
