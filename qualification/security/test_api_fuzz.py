@@ -1,7 +1,8 @@
 """Inputs written nowhere (SV-05, BR-04): arbitrary bodies and ids never cause a 5xx or a trace.
 
 Hypothesis sends arbitrary JSON values and arbitrary path ids to every route
-that takes them; every answer is below 500 and every error has the JSON shape.
+of the table that takes them; every answer is below 500 and every error has the
+JSON shape. Bodies go to a real engine session, so they reach the handlers.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from labfy_ref.workspace import init_workspace
 from qualification.harness import ApiClient, LiveServer
+from qualification.security.server_routes import SERVED, Route, params, path_with
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
@@ -26,8 +28,8 @@ json_values = st.recursive(
     max_leaves=10)
 ids = st.text(alphabet=st.characters(blacklist_categories=["Cs", "Cc"],
                                      blacklist_characters="/?#%"), min_size=1, max_size=60)
-BODY_ROUTES = ["/api/v1/agent-runtime/turns", "/api/v1/grants", "/api/cordis/sessions",
-               "/api/cordis/sessions/{sid}/messages", "/api/cordis/sessions/{sid}/approvals/a"]
+BODY_ROUTES = tuple(route for route in SERVED if route.body is not None)
+ID_ROUTES = tuple(route for route in SERVED if "{" in route.template)
 FUZZ = settings(max_examples=25, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -49,32 +51,28 @@ def _check(response: Any) -> None:
         assert set(error) == {"code", "message"} and "Traceback" not in error["message"]
 
 
-@pytest.mark.req("SV-05", "BR-04")
-@pytest.mark.parametrize("route", BODY_ROUTES)
+@pytest.mark.req("SV-05", "BR-04", "API-01")
+@pytest.mark.parametrize("route", params(BODY_ROUTES))
 @FUZZ
 @given(body=json_values)
 def test_arbitrary_json_bodies_never_fail_the_server(
-        fuzz_server: tuple[LiveServer, str], route: str, body: Any) -> None:
+        fuzz_server: tuple[LiveServer, str], route: Route, body: Any) -> None:
     server, sid = fuzz_server
     client: ApiClient = server.client()
-    response = client.post(route.format(sid=sid), body)
+    response = client.http.request(route.method, path_with(route, session_id=sid), json=body,
+                                   headers=client.headers(True))
     _check(response)
     client.close()
 
 
-@pytest.mark.req("SV-05", "BR-04")
+@pytest.mark.req("SV-05", "BR-04", "API-01")
 @FUZZ
 @given(identifier=ids)
 def test_arbitrary_ids_never_fail_the_server(fuzz_server: tuple[LiveServer, str],
                                              identifier: str) -> None:
     server, _ = fuzz_server
     client: ApiClient = server.client()
-    for path in (f"/api/v1/agent-runtime/turns/{identifier}",
-                 f"/api/v1/research/campaigns/{identifier}",
-                 f"/api/cordis/sessions/{identifier}"):
-        _check(client.get(path))
-    for path in (f"/api/v1/agent-runtime/turns/{identifier}/cancel",
-                 f"/api/cordis/sessions/{identifier}/cancel"):
-        _check(client.post(path))
-    _check(client.delete(f"/api/v1/grants/{identifier}"))
+    for route in ID_ROUTES:
+        _check(client.http.request(route.method, path_with(route, every=identifier),
+                                   json=route.body, headers=client.headers(route.mutation)))
     client.close()

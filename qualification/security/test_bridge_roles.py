@@ -1,74 +1,62 @@
-"""ATTACKS.md §B roles (BR-04): a ``user`` account gets 403 on every /api/cordis/* route.
+"""ATTACKS.md §B roles (BR-04, SV-03): each route's role in the table holds over HTTP.
 
-Engine sessions are a shared administrator console (system prompts included);
-ordinary accounts can neither read, create, change nor cancel them. Health is
-the only public bridge route.
+Engine sessions are a shared administrator console (system prompts included):
+a ``user`` account gets 403 on every admin route of the table and is served on
+every route any session may use; the admin is served everywhere. The bridge's
+health is its only public route (its 401 matrix is in test_server_sessions).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
 import pytest
 
-from labfy_ref.server.auth import token_hash
-from labfy_ref.workspace import init_workspace
 from qualification.harness import ApiClient, LiveServer
+from qualification.security.conftest import USER_TOKEN
+from qualification.security.server_routes import ADMIN, USER, Route, params
 
-SID = "ses_" + "0" * 26
-CORDIS = [("GET", "/api/cordis/sessions", None), ("POST", "/api/cordis/sessions", {}),
-          ("GET", f"/api/cordis/sessions/{SID}", None),
-          ("DELETE", f"/api/cordis/sessions/{SID}", None),
-          ("POST", f"/api/cordis/sessions/{SID}/messages", {"text": "hi"}),
-          ("POST", f"/api/cordis/sessions/{SID}/cancel", None),
-          ("GET", "/api/cordis/agents", None), ("GET", "/api/cordis/tools", None),
-          ("GET", "/api/cordis/models", None),
-          ("PATCH", f"/api/cordis/sessions/{SID}/settings", {"permission_mode": "read-only"}),
-          ("POST", f"/api/cordis/sessions/{SID}/approvals/appr_x", {"decision": "rejected"})]
+LOGOUT = ("DELETE", "/api/v1/session")
 
 
-@pytest.fixture(scope="module")
-def bridge_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    root = tmp_path_factory.mktemp("roles")
-    init_workspace(root / "ws", specimen=True)
-    accounts = root / "accounts.toml"
-    accounts.write_text(f'[[account]]\nname = "bob"\ntoken_sha256 = "{token_hash("bob-token")}"\n')
-    server = LiveServer(root / "ws", bridge=True, accounts=str(accounts)).start()
-    yield server
-    server.stop()
+def _send(client: ApiClient, route: Route) -> tuple[int, str]:
+    response = client.http.request(route.method, route.url, json=route.body,
+                                   headers=client.headers(route.mutation))
+    code = response.json()["error"]["code"] if response.status_code >= 400 else ""
+    response.close()
+    return response.status_code, code
 
 
-@pytest.mark.req("BR-04", "SV-03")
-@pytest.mark.parametrize(("method", "path", "body"), CORDIS)
-def test_a_user_account_is_refused_on_every_bridge_route(
-        bridge_server: LiveServer, method: str, path: str, body: Any) -> None:
-    user = bridge_server.client(token="bob-token")
-    response = user.http.request(method, path, json=body, headers=user.headers(method != "GET"))
-    assert response.status_code == 403
-    assert response.json()["error"]["code"] == "FORBIDDEN"
+@pytest.mark.req("BR-04", "SV-03", "API-01")
+@pytest.mark.parametrize("route", params(ADMIN))
+def test_a_user_account_is_refused_on_every_admin_route(user_client: ApiClient,
+                                                        route: Route) -> None:
+    assert _send(user_client, route) == (403, "FORBIDDEN")
 
 
-@pytest.mark.req("BR-04")
-@pytest.mark.parametrize(("method", "path", "body"), CORDIS)
-def test_without_a_session_every_bridge_route_is_401(bridge_server: LiveServer, method: str,
-                                                     path: str, body: Any) -> None:
-    anonymous = ApiClient(bridge_server.url)
-    response = anonymous.http.request(method, path, json=body,
-                                      headers={"Origin": bridge_server.url})
-    anonymous.close()
-    assert response.status_code == 401
+@pytest.mark.req("SV-03", "API-01")
+@pytest.mark.parametrize("route", params(USER))
+def test_a_user_account_is_served_on_every_user_route(
+        route_server: LiveServer, user_client: ApiClient, route: Route) -> None:
+    client = route_server.client(token=USER_TOKEN) if route.key == LOGOUT else user_client
+    status, code = _send(client, route)
+    assert status not in (401, 403), code
+
+
+@pytest.mark.req("BR-04", "API-01")
+@pytest.mark.parametrize("route", params(ADMIN))
+def test_the_admin_is_served_on_every_admin_route(admin_client: ApiClient,
+                                                  route: Route) -> None:
+    status, code = _send(admin_client, route)
+    assert status not in (401, 403), code
 
 
 @pytest.mark.req("BR-04", "HO-03")
-def test_health_is_public_and_the_admin_is_served(bridge_server: LiveServer,
-                                                  tmp_path: Path) -> None:
-    anonymous = ApiClient(bridge_server.url)
+def test_health_is_public_and_the_admin_is_served(route_server: LiveServer,
+                                                  admin_client: ApiClient) -> None:
+    anonymous = ApiClient(route_server.url)
     health = anonymous.http.get("/api/cordis/health").json()
     anonymous.close()
     assert health["state"] == "ready"
     assert {s["state"] for s in health["host"]["services"]} == {"ready"}
-    admin = bridge_server.client()
-    assert admin.get("/api/cordis/sessions").status_code == 200
-    assert admin.get("/api/cordis/models").json()["default"] == "engine:demo:deterministic-demo"
+    assert admin_client.get("/api/cordis/sessions").status_code == 200
+    assert admin_client.get("/api/cordis/models").json()["default"] == \
+        "engine:demo:deterministic-demo"

@@ -1,39 +1,52 @@
-"""ATTACKS.md §B sessions and roles (SV-03): no cookie, forged or expired → 401; flags checked."""
+"""ATTACKS.md §B sessions and roles (SV-03, AV-03): no cookie, forged or expired → 401; caps.
+
+The 401 matrix is every route of the table that needs a session (the bridge's
+too). Sessions are bounded per account and per role, and no login ever ends
+another account's session: many logins of a ``user`` account cannot log the
+admin out.
+"""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any
 
+import httpx
 import pytest
 
-from labfy_ref.server.auth import cookie_name, token_hash
+from labfy_ref.server.auth import (
+    MAX_SESSIONS_PER_ACCOUNT,
+    MAX_SESSIONS_PER_ROLE,
+    cookie_name,
+    token_hash,
+)
 from qualification.conftest import ServerFactory
 from qualification.harness import LAUNCH_CODE, ApiClient, LiveServer
-from qualification.security.server_routes import PROTECTED
+from qualification.security.server_routes import PROTECTED, SERVED, Route, params
 
 
-@pytest.mark.req("SV-03")
+@pytest.mark.req("SV-03", "BR-04", "API-01")
 @pytest.mark.parametrize("cookie", [None, "forged", "", f"{'A' * 43}", "a=b; c=d"])
-@pytest.mark.parametrize(("method", "path", "body"), PROTECTED)
-def test_without_a_valid_session_every_api_route_answers_401(
-        demo_server: LiveServer, cookie: str | None, method: str, path: str, body: Any) -> None:
-    client = ApiClient(demo_server.url)
-    name = cookie_name(demo_server.port)
+@pytest.mark.parametrize("route", params(PROTECTED))
+def test_without_a_valid_session_every_protected_route_answers_401(
+        route_server: LiveServer, cookie: str | None, route: Route) -> None:
+    client = ApiClient(route_server.url)
+    name = cookie_name(route_server.port)
     headers = {} if cookie is None else {"Cookie": f"{name}={cookie}"}
-    response = client.http.request(method, path, json=body, headers=headers | {
-        "Origin": demo_server.url})
+    response = client.http.request(route.method, route.url, json=route.body,
+                                   headers=headers | {"Origin": route_server.url})
     client.close()
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "UNAUTHENTICATED"
 
 
-@pytest.mark.req("SV-03")
-def test_health_is_the_only_route_without_a_session(demo_server: LiveServer) -> None:
-    client = ApiClient(demo_server.url)
-    assert client.http.get("/api/health").json() == {"status": "ok"}
+@pytest.mark.req("SV-03", "API-01")
+@pytest.mark.parametrize("route", params(tuple(
+    row for row in SERVED if row.role == "public" and row.method == "GET")))
+def test_the_public_routes_need_no_session(route_server: LiveServer, route: Route) -> None:
+    client = ApiClient(route_server.url)
+    response = client.http.get(route.url)
     client.close()
+    assert response.status_code == 200
 
 
 @pytest.mark.req("SV-03")
@@ -44,8 +57,8 @@ def test_login_sets_a_host_only_strict_httponly_cookie_with_bounded_lifetime(
                                 headers={"Origin": demo_server.url})
     client.close()
     assert response.status_code == 200
-    assert set(response.json()) == {"role", "csrf_token"}
-    assert response.json()["role"] == "admin"
+    assert set(response.json()) == {"role", "name", "csrf_token"}
+    assert response.json()["role"] == "admin" and response.json()["name"] == "admin"
     cookie = response.headers["set-cookie"]
     attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")}
     assert {"httponly", "path", "max-age", "samesite"} <= attributes
@@ -69,13 +82,15 @@ def test_a_wrong_code_gets_no_session(demo_server: LiveServer, token: str) -> No
 def test_an_expired_session_is_401_and_a_new_login_issues_fresh_secrets(
         demo_server: LiveServer) -> None:
     auth = demo_server.state.auth
-    lifetime = auth.lifetime_seconds
-    auth.lifetime_seconds = 1
+    original, now = auth.clock, [auth.clock()]
+    auth.clock = lambda: now[0]  # the server's own clock, moved by the test: no sleeping
     try:
         client = demo_server.client()
         old_cookie, old_csrf = client.cookie, client.csrf
         assert client.get("/api/v1/session").status_code == 200
-        time.sleep(1.2)
+        now[0] += auth.lifetime_seconds - 1
+        assert client.get("/api/v1/session").status_code == 200
+        now[0] += 1
         assert client.get("/api/v1/session").status_code == 401
         client.login(LAUNCH_CODE)
         assert (client.cookie, client.csrf) != (old_cookie, old_csrf)
@@ -83,9 +98,7 @@ def test_an_expired_session_is_401_and_a_new_login_issues_fresh_secrets(
         client.cookie = old_cookie
         assert client.get("/api/v1/session").status_code == 401, "the old cookie stays invalid"
     finally:
-        auth.lifetime_seconds = lifetime
-
-
+        auth.clock = original
 @pytest.mark.req("SV-03")
 def test_user_accounts_log_in_with_hashed_tokens(specimen: Path, tmp_path: Path,
                                                  server_factory: ServerFactory) -> None:
@@ -94,7 +107,8 @@ def test_user_accounts_log_in_with_hashed_tokens(specimen: Path, tmp_path: Path,
     accounts.write_text(f'[[account]]\nname = "alice"\ntoken_sha256 = "{digest}"\n')
     server = server_factory(specimen, accounts=str(accounts))
     client = server.client(token="alice-token")
-    assert client.get("/api/v1/session").json()["role"] == "user"
+    assert client.get("/api/v1/session").json() == {"role": "user", "name": "alice",
+                                                    "csrf_token": client.csrf}
     assert "alice-token" not in accounts.read_text()
     assert client.get("/api/v1/agent-runtime/status").status_code == 200
 
@@ -117,3 +131,88 @@ def test_two_servers_on_one_host_keep_separate_cookies(
     assert second.http.get("/api/v1/session", headers=both).status_code == 200
     swapped = {"Cookie": f"{first.cookie_name}={second.cookie}"}
     assert first.http.get("/api/v1/session", headers=swapped).status_code == 401
+
+
+def _accounts(path: Path, count: int) -> list[str]:
+    """Write ``count`` user accounts; return their tokens."""
+    tokens = [f"user-{i:03d}-token" for i in range(count)]
+    path.write_text("".join(f'[[account]]\nname = "u{i:03d}"\ntoken_sha256 = "{token_hash(t)}"\n'
+                            for i, t in enumerate(tokens)))
+    return tokens
+
+
+def _login(http: httpx.Client, token: str) -> httpx.Response:
+    """Log in; the cookie stays in the response only (each login is a separate client)."""
+    response = http.post("/api/v1/session", json={"token": token})
+    http.cookies.clear()
+    return response
+
+
+def _live(server: LiveServer, http: httpx.Client, response: httpx.Response) -> bool:
+    """Is the session that ``response`` (a login) opened still valid?"""
+    cookie = response.cookies[cookie_name(server.port)]
+    answer = http.get("/api/v1/session", headers={"Cookie": f"{cookie_name(server.port)}={cookie}"})
+    return answer.status_code == 200
+
+
+def _http(server: LiveServer) -> httpx.Client:
+    return httpx.Client(base_url=server.url, trust_env=False, timeout=10)
+
+
+@pytest.mark.req("AV-03", "SV-03")
+def test_many_user_logins_never_log_the_admin_out(specimen: Path, tmp_path: Path,
+                                                   server_factory: ServerFactory) -> None:
+    [token] = _accounts(tmp_path / "accounts.toml", 1)
+    server = server_factory(specimen, accounts=str(tmp_path / "accounts.toml"))
+    admin = server.client()
+    with _http(server) as http:
+        logins = []
+        for _ in range(1100):  # more than the whole role's cap
+            response = _login(http, token)
+            assert response.status_code == 200, response.text
+            logins.append(response)
+        assert admin.get("/api/v1/session").status_code == 200, "the admin is still logged in"
+        assert admin.post("/api/v1/agent-runtime/turns", {"message": "here"}).status_code == 202
+        kept = MAX_SESSIONS_PER_ACCOUNT
+        assert all(_live(server, http, r) for r in logins[-kept:]), "the newest are kept"
+        assert not any(_live(server, http, r) for r in (logins[0], logins[-kept - 1])), \
+            "a new login ends the account's oldest session beyond its cap"
+
+
+@pytest.mark.req("AV-03", "SV-03")
+def test_a_full_role_refuses_logins_and_evicts_nobody_else(specimen: Path, tmp_path: Path,
+                                                           server_factory: ServerFactory) -> None:
+    per_account = MAX_SESSIONS_PER_ACCOUNT
+    full = MAX_SESSIONS_PER_ROLE // per_account
+    tokens = _accounts(tmp_path / "accounts.toml", full + 1)
+    server = server_factory(specimen, accounts=str(tmp_path / "accounts.toml"))
+    admin = server.client()
+    with _http(server) as http:
+        first: list[httpx.Response] = []
+        for token in tokens[:full]:
+            for n in range(per_account):
+                response = _login(http, token)
+                assert response.status_code == 200, response.text
+                if n == 0:
+                    first.append(response)
+        refused = _login(http, tokens[full])
+        assert refused.status_code == 429
+        assert refused.json()["error"]["code"] == "TOO_MANY_SESSIONS"
+        assert "set-cookie" not in refused.headers
+        assert all(_live(server, http, r) for r in first), "a refused login ends no session"
+        assert _login(http, LAUNCH_CODE).status_code == 200, "the admin role has its own cap"
+        assert admin.get("/api/v1/session").status_code == 200
+        again = _login(http, tokens[0])  # an account at its cap makes room among its own
+        assert again.status_code == 200 and _live(server, http, again)
+        assert not _live(server, http, first[0])
+        assert all(_live(server, http, r) for r in first[1:]), "no other account lost a session"
+
+        auth = server.state.auth  # expired sessions are pruned before the cap is counted
+        original, now = auth.clock, auth.clock()
+        auth.clock = lambda: now + auth.lifetime_seconds
+        try:
+            late = _login(http, tokens[full])
+            assert late.status_code == 200, late.text
+            assert not _live(server, http, first[1])
+        finally:
+            auth.clock = original

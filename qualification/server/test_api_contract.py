@@ -1,13 +1,18 @@
-"""SV-05..SV-07: error shapes, exact bodies, routes, OpenAPI and security headers."""
+"""SV-05..SV-07, API-01: error shapes, exact bodies, the route table, OpenAPI, security headers."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from fastapi.routing import iter_route_contexts
 
+from labfy_ref.server.app import create_app
+from labfy_ref.server.security import PUBLIC_API
 from qualification.harness import ApiClient, LiveServer
-from qualification.security.server_routes import PROTECTED
+from qualification.security.server_routes import ALL, SERVED, Route, params
+
+NOT_FOUND = Route("GET", "/api/v1/nope", "user", None, "", "/api/v1/nope", None)
 
 
 def _error(response: Any) -> dict[str, str]:
@@ -82,20 +87,37 @@ def test_errors_have_stable_codes(demo_client: ApiClient, method: str, path: str
     assert _error(response)["code"] == code
 
 
-@pytest.mark.req("SV-06")
-def test_every_route_is_served_and_in_the_openapi_document(demo_client: ApiClient) -> None:
+@pytest.mark.req("API-01")
+def test_the_route_table_is_exactly_the_routes_the_app_serves(demo_server: LiveServer) -> None:
+    served = set()
+    for route in iter_route_contexts(create_app(demo_server.state).routes):
+        methods = set(route.methods or ())
+        if "GET" in methods:
+            methods.discard("HEAD")  # implied by GET (Starlette adds it to plain routes)
+        served |= {(method, str(route.path)) for method in methods}
+    table = {row.key for row in SERVED}
+    assert sorted(served - table) == [], "served but not in qualification/routes.toml"
+    assert sorted(table - served) == [], "in qualification/routes.toml but not served"
+    target = {row.key for row in ALL if row.target is not None}
+    assert sorted(target & served) == [], \
+        "served now: drop its target mark in qualification/routes.toml"
+
+
+@pytest.mark.req("API-01", "SV-03")
+def test_the_public_rows_of_the_table_are_the_public_api() -> None:
+    public = {row.key for row in SERVED
+              if row.role == "public" and row.template.startswith("/api/")}
+    assert public == PUBLIC_API
+
+
+@pytest.mark.req("SV-06", "API-01")
+def test_every_api_route_of_the_table_is_in_the_openapi_document(demo_client: ApiClient) -> None:
     document = demo_client.get("/api/openapi.json").json()
     published = {(method.upper(), path) for path, item in document["paths"].items()
                  for method in item}
-    wanted = {("GET", "/api/v1/agent-runtime/status"), ("POST", "/api/v1/agent-runtime/turns"),
-              ("GET", "/api/v1/agent-runtime/turns/{turn_id}"),
-              ("POST", "/api/v1/agent-runtime/turns/{turn_id}/resume"),
-              ("POST", "/api/v1/agent-runtime/turns/{turn_id}/cancel"),
-              ("GET", "/api/v1/agent-runtime/events"), ("GET", "/api/v1/agent-runtime/tools"),
-              ("GET", "/api/v1/objects"), ("GET", "/api/v1/research/campaigns/{campaign_id}"),
-              ("POST", "/api/v1/grants"), ("DELETE", "/api/v1/grants/{grant_id}"),
-              ("POST", "/api/v1/session"), ("GET", "/api/v1/session")}
-    assert wanted <= published
+    wanted = {row.key for row in SERVED
+              if row.template.startswith("/api/") and row.template != "/api/openapi.json"}
+    assert published == wanted
 
 
 @pytest.mark.req("SV-06", "WS-02")
@@ -118,16 +140,14 @@ def test_turn_wire_shape(demo_client: ApiClient) -> None:
     assert {"id", "campaign_id", "workspace", "active", "created_at"} <= set(grant)
 
 
-@pytest.mark.req("SV-07")
-@pytest.mark.parametrize(("method", "path", "body"), [("GET", "/", None),
-                                                      ("GET", "/ui/app.js", None),
-                                                      ("GET", "/api/health", None),
-                                                      ("GET", "/api/v1/nope", None), *PROTECTED])
-def test_security_headers_on_every_response(demo_server: LiveServer, method: str, path: str,
-                                            body: Any) -> None:
-    client = demo_server.client()  # its own session: one of the routes logs out
-    response = client.http.request(method, path, json=body,
-                                   headers=client.headers(method != "GET"))
+@pytest.mark.req("SV-07", "API-01")
+@pytest.mark.parametrize("route", [*params(SERVED), NOT_FOUND.param()])
+def test_security_headers_on_every_response(demo_server: LiveServer, demo_client: ApiClient,
+                                            route: Route) -> None:
+    logout = route.key == ("DELETE", "/api/v1/session")
+    client = demo_server.client() if logout else demo_client  # a logout ends its own session
+    response = client.http.request(route.method, route.url, json=route.body,
+                                   headers=client.headers(route.mutation))
     headers = response.headers
     csp = headers["content-security-policy"]
     assert "default-src 'none'" in csp and "script-src 'self'" in csp

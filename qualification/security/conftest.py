@@ -1,0 +1,42 @@
+"""The server the route matrices attack: every route served (bridge on), an admin and a user.
+
+One per module, so the matrices do not start a server per case. The clients are
+logged in once; the matrices send their attacks with these sessions and log in
+no more, so no case can push a session past its account's cap (AV-03).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from labfy_ref.server.auth import token_hash
+from labfy_ref.workspace import init_workspace
+from qualification.harness import ApiClient, LiveServer
+
+USER_TOKEN = "bob-token-0123456789"
+
+
+@pytest.fixture(scope="module")
+def route_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A demo-agent server with the bridge on and one ``user`` account, ``bob``."""
+    root = tmp_path_factory.mktemp("routes")
+    init_workspace(root / "ws", specimen=True)
+    accounts = root / "accounts.toml"
+    accounts.write_text(f'[[account]]\nname = "bob"\ntoken_sha256 = "{token_hash(USER_TOKEN)}"\n')
+    server = LiveServer(root / "ws", bridge=True, accounts=str(accounts)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def admin_client(route_server: LiveServer) -> ApiClient:
+    """The admin (launch code) on :func:`route_server`."""
+    return route_server.client()
+
+
+@pytest.fixture(scope="module")
+def user_client(route_server: LiveServer) -> ApiClient:
+    """The ``user`` account ``bob`` on :func:`route_server`."""
+    return route_server.client(token=USER_TOKEN)
