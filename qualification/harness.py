@@ -166,7 +166,8 @@ class ApiClient:
         turn: dict[str, Any] = response.json()["turn"]
         return turn
 
-    def wait_state(self, turn_id: str, states: set[str], timeout: float = 15) -> dict[str, Any]:
+    def wait_state(self, turn_id: str, states: set[str], timeout: float = 15,
+                   interval: float = 0.01) -> dict[str, Any]:
         """Poll a turn until its state is one of ``states`` (bounded)."""
         seen: dict[str, Any] = {}
 
@@ -174,7 +175,7 @@ class ApiClient:
             seen.update(self.turn(turn_id))
             return seen["state"] in states
 
-        wait_until(reached, timeout=timeout, interval=0.05)
+        wait_until(reached, timeout=timeout, interval=interval)
         return seen
 
     def grant(self, campaign_id: str, **extra: Any) -> httpx.Response:

@@ -52,7 +52,9 @@ def bind_socket(host: str, port: int | None) -> socket.socket:
     """A listening loopback socket on ``port`` or a free one, never a reserved port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     for _ in range(_BIND_TRIES):
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # Made as TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when
+        # the listener's protocol is IPPROTO_TCP (protocol 0 costs ~40 ms per request).
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port or 0))
