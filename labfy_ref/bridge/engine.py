@@ -18,6 +18,7 @@ from labfy_ref.bridge.contract import Decision
 from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop, Approval, TurnContext, decide
 from labfy_ref.bridge.projection import chat_history, project_messages, project_settings
+from labfy_ref.bridge.sessions import MAX_RECORD_BYTES
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.config import PermissionMode
@@ -78,6 +79,11 @@ class ReferenceEngine:
     def _busy(self, session_id: str) -> bool:
         running = self._running.get(session_id)
         return running is not None and not running.task.done()
+
+    @property
+    def retained_turns(self) -> int:
+        """How many turns the engine still holds (finished ones are forgotten: AV-07)."""
+        return len(self._running)
 
     def status(self) -> dict[str, Any]:
         """Counts of sessions and running turns."""
@@ -192,7 +198,8 @@ class ReferenceEngine:
             permission_mode=PermissionMode(settings["permission_mode"]),
             history=[*history, {"role": "user", "content": text}], handle=handle,
             headless=headless, record=lambda event: self._record(session_id, event),
-            approvals=approvals)
+            approvals=approvals,
+            max_record_bytes=getattr(self._store, "max_record_bytes", MAX_RECORD_BYTES))
         task = self._scope.spawn(self._loop.run(turn), f"turn {session_id}")
         running = _Running(handle, task, approvals)
 

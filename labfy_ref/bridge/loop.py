@@ -12,7 +12,10 @@ here too. This adapter only says how a bridge turn talks:
   (``approval-request``) and runs once if allowed (BR-11, BR-12); a headless
   caller is refused;
 * every call, result and decision is a chunk and a durable session record; a
-  call too large to record is refused before it runs (RECORD_TOO_LARGE).
+  call whose arguments take more than half of the store's record limit is
+  refused before it runs (RECORD_TOO_LARGE, a normal refusal: the turn goes on).
+  With the shipped limits (4 MiB records, 256 KiB replies) no reply gets there;
+  a store configured smaller does.
 
 Whatever happens — cancellation, a refused record, an unexpected exception —
 the stream ends with ``done``; an unexpected exception is one incident line.
@@ -43,10 +46,6 @@ from labfy_ref.runtime.states import TurnState
 log = logging.getLogger("labfy_ref.bridge")
 AGENT_ID = "assistant"
 DEFAULT_APPROVAL_SECONDS = 300.0
-#: Largest record a session log takes (the JSONL store refuses larger ones).
-MAX_RECORD_BYTES = 4 * 1024 * 1024
-#: Room kept in a tool record for the call's result and the record's own fields.
-_RESULT_ROOM = 1024 * 1024
 
 
 @dataclasses.dataclass(slots=True)
@@ -71,6 +70,8 @@ class TurnContext:
     headless: bool
     record: Callable[[dict[str, Any]], None]
     approvals: dict[str, Approval]
+    #: The session store's largest record, in bytes (its line, newline included).
+    max_record_bytes: int = 4 * 1024 * 1024
 
 
 def recent(history: Sequence[ChatMessage], max_bytes: int) -> list[ChatMessage]:
@@ -187,7 +188,7 @@ class _StreamPort:
 
     def admit(self, action: ToolCall) -> ToolError | None:
         size = _encoded_size(action.arguments)
-        if size > MAX_RECORD_BYTES - _RESULT_ROOM:
+        if size > self._turn.max_record_bytes // 2:  # the other half: the result, the fields
             return ToolError(f"the call's arguments ({size} bytes) are too large to record",
                              code=ErrorCode.RECORD_TOO_LARGE)
         return None

@@ -20,7 +20,6 @@ from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import PluginContext
 from labfy_ref.protocol import system_prompt
 from labfy_ref.runtime.limits import RuntimeLimits
-from labfy_ref.tools.catalog import Effect
 
 #: What the bridge needs before it may publish an engine (HO-04).
 MANDATORY = ("engine", "agent_loop", "agents", "sessions", "llm", "tools", "system_prompt",
@@ -29,7 +28,7 @@ MANDATORY = ("engine", "agent_loop", "agents", "sessions", "llm", "tools", "syst
 
 def bridge_surface(gateway: AgentGateway) -> AgentGateway:
     """What bridge sessions may call: everything but ``research.*`` (a runtime grant flow)."""
-    return gateway.surface(without=frozenset({Effect.RESEARCH}))
+    return gateway.surface(t for t in gateway.catalog if not t.startswith("research."))
 
 
 class _Plugin:

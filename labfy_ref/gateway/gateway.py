@@ -13,13 +13,13 @@ import copy
 import dataclasses
 import datetime
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from labfy_ref.errors import ErrorCode, ToolError
 from labfy_ref.gateway.policy import CallContext, decide, needs_approval
 from labfy_ref.gateway.services import FileService, GrantService, ObjectService, ResearchService
-from labfy_ref.tools.catalog import Effect, ToolCatalog, ToolSpec, default_catalog
+from labfy_ref.tools.catalog import ToolCatalog, ToolSpec, default_catalog
 from labfy_ref.workspace.layout import Workspace
 from labfy_ref.workspace.store import Campaign, Grant, WorkspaceStore
 
@@ -87,16 +87,17 @@ class AgentGateway:
 
     # -- catalog ------------------------------------------------------------------
 
-    def surface(self, *, without: frozenset[Effect]) -> AgentGateway:
-        """The same gateway (services, log) offering only tools of other effects.
+    def surface(self, tool_ids: Iterable[str]) -> AgentGateway:
+        """The same gateway (services, log) offering only ``tool_ids``.
 
         A surface's catalog is what its model is told and what its capability
         check admits: a tool outside it is refused ``TOOL_UNAVAILABLE``. Bridge
-        sessions use one without ``research`` (the grant flow is the runtime's).
+        sessions use one without ``research.*`` (the grant flow is the runtime's).
         """
+        chosen = set(tool_ids)
         view = copy.copy(self)
         view.catalog = ToolCatalog([spec for spec in self.catalog.values()
-                                    if spec.effect not in without])
+                                    if spec.tool_id in chosen])
         return view
 
     def availability(self, spec: ToolSpec) -> tuple[bool, str | None]:
