@@ -73,6 +73,8 @@ class _State:
         self.cursor = 0
         self.health_checks = 0
         self.requests: list[RecordedRequest] = []
+        #: Chat answers fully written (or abandoned by the client): tests wait on this.
+        self.answered = 0
 
     def next_answer(self) -> Answer | None:
         with self.lock:
@@ -227,7 +229,11 @@ class _Handler(BaseHTTPRequestHandler):
         if answer is None:
             self._send_json(500, {"error": {"code": 500, "message": "scenario exhausted"}})
             return
-        self._answer(answer, model=model, stream=stream)
+        try:
+            self._answer(answer, model=model, stream=stream)
+        finally:
+            with state.lock:
+                state.answered += 1
 
     def _answer(self, answer: Answer, *, model: str, stream: bool) -> None:
         if answer.delay:
@@ -330,6 +336,12 @@ class FakeProvider:
     def chat_requests(self) -> list[RecordedRequest]:
         """The recorded ``POST /v1/chat/completions`` requests."""
         return [r for r in self.requests if r.path == "/v1/chat/completions"]
+
+    @property
+    def answered(self) -> int:
+        """How many chat requests have been answered to the end (or dropped by the client)."""
+        with self._state.lock:
+            return self._state.answered
 
     def set_scenario(self, scenario: Scenario) -> None:
         """Replace the script and rewind it (the request log is kept)."""

@@ -104,7 +104,9 @@ class ReferenceEngine:
                 views.append(self._view(session_id, messages=False))
             except SessionInvalid as exc:
                 views.append({"id": session_id, "error": exc.as_dict()})
-        return sorted(views, key=lambda v: str(v.get("created_at") or ""), reverse=True)
+        # ids are monotonic: they order sessions made in the same millisecond
+        return sorted(views, key=lambda v: (str(v.get("created_at") or ""), v["id"]),
+                      reverse=True)
 
     def get_session(self, session_id: str) -> dict[str, Any]:
         """A session with its messages."""

@@ -87,6 +87,11 @@ class AgentRuntime:
         return self._worker is not None and not self._worker.done()
 
     @property
+    def busy(self) -> bool:
+        """Is a turn being driven right now? (False: no model call can be in flight.)"""
+        return self._current is not None
+
+    @property
     def scope(self) -> Scope | None:
         """The scope owning the worker and the running turn's task (None before start)."""
         return self._scope

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +191,7 @@ def test_a_client_disconnect_cancels_the_turn(
     reader.wait_for("text")
     reader.disconnect()
     engine = server.state.bridge.engine()
-    wait_until(lambda: not engine.get_session(sid)["active_turn"])
-    time.sleep(0.3)
+    wait_until(lambda: not engine.get_session(sid)["active_turn"])  # the turn's task is over
     assert len(provider.chat_requests()) == 1, "no further provider request"
     messages = client.get(f"/api/cordis/sessions/{sid}").json()["session"]["messages"]
     assert [m["role"] for m in messages] == ["user"], "finished messages stay readable"

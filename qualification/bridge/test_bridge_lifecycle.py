@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import Scope, default_composition
 from labfy_ref.workspace import open_workspace
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
-from qualification.harness import TurnReader
+from qualification.harness import TurnReader, wait_until
 
 CONTRACT = {"status", "model_configuration", "list_sessions", "get_session", "create_session",
             "update_session_settings", "decide_approval", "delete_session", "list_agents",
@@ -81,10 +80,7 @@ def test_server_shutdown_stops_the_host_and_releases_everything(
     assert host is not None
     store = host.service("sessions")
     engine = host.service("engine")
-    for _ in range(100):
-        if engine.get_session(sid)["active_turn"]:
-            break
-        asyncio.run(asyncio.sleep(0.02))
+    wait_until(lambda: engine.get_session(sid)["active_turn"])
     server.stop()
     assert host.root.live_effects == [], "every effect was undone"
     assert store.closed, "the sessions directory handle was released"
@@ -99,7 +95,6 @@ def test_sessions_even_empty_survive_a_restart_and_continue_on_the_same_id(
     first = server_factory(specimen, bridge=True)
     client = first.client()
     empty = client.post("/api/cordis/sessions", {}).json()["session"]["id"]
-    time.sleep(0.01)  # creation stamps are per millisecond
     used = client.post("/api/cordis/sessions", {}).json()["session"]["id"]
     chunks = TurnReader(client, used, "hello").join()
     assert chunks[-1]["reason"] == "completed"

@@ -19,6 +19,7 @@ from fake_provider import Answer, Scenario, ScenarioError
 from fake_provider.scenario import TRICKLE_BYTES
 from labfy_ref.netutil import RESERVED_PORTS
 from qualification.conftest import SCENARIOS, ProviderFactory, scenario
+from qualification.harness import wait_until
 
 
 def _openai_client(base_url: str) -> openai.OpenAI:
@@ -77,10 +78,7 @@ def test_runs_standalone_with_a_ready_file(tmp_path: Path) -> None:
          str(SCENARIOS / "read-then-final.json"), "--port", "0", "--ready-file", str(ready)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(200):
-            if ready.exists() or process.poll() is not None:
-                break
-            time.sleep(0.05)
+        wait_until(lambda: ready.exists() or process.poll() is not None, timeout=10)
         info = json.loads(ready.read_text())
         assert info["pid"] == process.pid and info["url"].startswith("http://127.0.0.1:")
         with httpx.Client(trust_env=False) as http:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 
 from labfy_ref.workspace import init_workspace, open_workspace
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent, scenario
-from qualification.harness import TERMINAL, LiveServer
+from qualification.harness import TERMINAL, LiveServer, wait_until
 
 QUESTION = "Is the early ivy bee record real?"
 
@@ -38,7 +37,7 @@ def test_the_research_flow_with_a_scripted_model(
     turn_id = str(paused["id"])
     assert [c["tool_id"] for c in paused["tool_calls"]] == [
         "workspace.list_objects", "research.prepare"]
-    time.sleep(0.3)
+    wait_until(lambda: not server.state.runtime.busy)  # the paused turn holds no task
     assert len(provider.chat_requests()) == 2, "no model call while waiting for the grant"
     refused = client.post(f"/api/v1/agent-runtime/turns/{turn_id}/resume")
     assert refused.status_code == 409
@@ -108,7 +107,8 @@ def test_revoked_and_expired_grants_do_not_count(specimen: Path,
     assert refused.json()["error"]["code"] == "GRANT_REQUIRED"
     short = client.grant(campaign_id, expires_in_seconds=1).json()["grant"]
     assert short["active"] is True
-    time.sleep(1.2)
+    wait_until(lambda: not client.get(f"/api/v1/research/campaigns/{campaign_id}").json()[
+        "campaign"]["grants"][-1]["active"], timeout=5)  # the one-second grant expired
     refused = client.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume")
     assert refused.json()["error"]["code"] == "GRANT_REQUIRED"
     history = client.get(f"/api/v1/research/campaigns/{campaign_id}").json()["campaign"]
