@@ -216,3 +216,17 @@ def test_a_full_role_refuses_logins_and_evicts_nobody_else(specimen: Path, tmp_p
             assert not _live(server, http, first[1])
         finally:
             auth.clock = original
+
+
+@pytest.mark.req("SV-03", "AV-02")
+@pytest.mark.parametrize("neighbours", [
+    'a="b; {ours}', '{ours}; a="b', 'junk; {ours}', '"; {ours}', 'x=\\"; {ours}; y=1',
+    '{ours}; =; ;;', 'a=b\x7f; {ours}', 'a={{"json":1}}; {ours}'])
+def test_a_malformed_neighbour_cookie_never_hides_the_session(
+        demo_server: LiveServer, demo_client: ApiClient, neighbours: str) -> None:
+    """RFC 6265 §5.4: pairs split on ';' — a stray quote in another cookie hides nothing."""
+    ours = f"{demo_client.cookie_name}={demo_client.cookie}"
+    response = demo_client.http.get("/api/v1/session",
+                                    headers={"Cookie": neighbours.format(ours=ours)})
+    assert response.status_code == 200, response.text
+    assert response.json()["role"] == "admin"
