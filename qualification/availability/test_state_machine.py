@@ -9,8 +9,9 @@ After every step: the worker is alive, every read route answers 2xx/4xx, no
 turn ended ``INTERNAL_ERROR``, and a fresh turn still completes in the runtime
 and in the bridge.
 
-Scale: ``LABFY_MACHINE_EXAMPLES`` times ``LABFY_MACHINE_STEPS`` (qualify runs at
-least 2,000 steps; ``tox -e security`` more).
+Scale: ``LABFY_MACHINE_EXAMPLES`` times ``LABFY_MACHINE_STEPS``, in four shards that
+the test workers run side by side (qualify runs at least 2,000 steps in all;
+``tox -e security`` more).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from qualification.harness import TERMINAL, ApiClient, LiveServer, TurnReader, w
 EXAMPLES = int(os.environ.get("LABFY_MACHINE_EXAMPLES", "45"))
 STEPS = int(os.environ.get("LABFY_MACHINE_STEPS", "50"))
 MIN_STEPS = int(os.environ.get("LABFY_MACHINE_MIN_STEPS", "2000"))
+#: Independent runs of the machine, so the test workers share the load.
+SHARDS = 4
 FINAL = '{"type":"final","text":"fresh"}'
 PAUSED = TERMINAL | {"AUTHORIZATION_REQUIRED"}
 
@@ -264,10 +267,14 @@ def stage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stage]:
 
 
 @pytest.mark.req("AV-01", "AV-02", "RT-01", "SV-05", "BR-02")
-def test_nothing_sent_stops_poisons_or_starves_the_server(stage: Stage) -> None:
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_nothing_sent_stops_poisons_or_starves_the_server(stage: Stage, shard: int) -> None:
+    """One shard of the run: shards are independent runs, spread over the test workers."""
     ServerMachine.stage = stage
+    before = stage.steps
     run_state_machine_as_test(ServerMachine, settings=settings(
-        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+        max_examples=max(1, EXAMPLES // SHARDS), stateful_step_count=STEPS, deadline=None,
         suppress_health_check=list(HealthCheck)))
-    print(f"state machine: {stage.steps} steps in {EXAMPLES} examples")
-    assert stage.steps >= MIN_STEPS, f"only {stage.steps} steps ran"
+    steps = stage.steps - before
+    print(f"state machine shard {shard}: {steps} steps")
+    assert steps >= MIN_STEPS // SHARDS, f"only {steps} steps ran in shard {shard}"
