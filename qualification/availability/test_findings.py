@@ -384,3 +384,17 @@ def test_finished_turns_release_their_tasks_and_streams(
     engine = host.service("engine")
     wait_until(lambda: engine.retained_turns == 0)
     assert engine.status()["active_turns"] == 0
+
+
+@pytest.mark.req("AV-05", "RT-03", "BR-06")
+def test_a_long_bridge_session_never_ends_for_its_length_alone(
+        specimen: Path, tmp_path: Path, server_factory: ServerFactory) -> None:
+    server = server_factory(specimen, bridge=True,
+                            composition=_composition(tmp_path, max_context_bytes=16000))
+    client = server.client()
+    sid = client.post("/api/cordis/sessions", {}).json()["session"]["id"]
+    for turn in range(12):  # ~3 KB of history per turn: four times the budget in the end
+        chunks = TurnReader(client, sid, f"turn {turn}").join()
+        assert chunks[-1]["reason"] == "completed", chunks[-2:]
+    messages = client.get(f"/api/cordis/sessions/{sid}").json()["session"]["messages"]
+    assert sum(m["role"] == "user" for m in messages) == 12, "the log keeps everything"
