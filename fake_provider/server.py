@@ -125,6 +125,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Keep test output quiet; everything is recorded instead."""
 
+    def setup(self) -> None:
+        """Send each write at once: headers and body are two writes, and Nagle's algorithm
+        with the client's delayed ACK would hold the second for ~40 ms."""
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     # -- plumbing ---------------------------------------------------------------
 
     def _read_body(self) -> bytes:
