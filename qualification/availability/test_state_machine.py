@@ -211,6 +211,24 @@ class ServerMachine(RuleBasedStateMachine):
         self.client.post(f"/api/v1/agent-runtime/turns/{turn['id']}/cancel")
         assert self.client.wait_state(turn["id"], TERMINAL)["state"] == "CANCELLED"
 
+    @rule(contents=replies, disconnect=st.booleans())
+    def cancel_bridge_turn(self, contents: list[str], disconnect: bool) -> None:
+        """A bridge turn stopped mid-request: by the cancel route, or by the client leaving."""
+        provider = self.stage.provider
+        provider.set_scenario(_script(contents, delay=0.2))
+        session_id = self.client.post("/api/cordis/sessions", {}).json()["session"]["id"]
+        self.sessions.append(session_id)
+        asked = len(provider.chat_requests())
+        reader = TurnReader(self.client, session_id, "stop me")
+        wait_until(lambda: len(provider.chat_requests()) > asked, timeout=10, interval=0.002)
+        if disconnect:
+            reader.disconnect()
+        else:
+            self._post(f"/api/cordis/sessions/{session_id}/cancel", b"")
+            assert reader.join(timeout=30)[-1]["type"] == "done"
+        wait_until(lambda: not self.client.get(f"/api/cordis/sessions/{session_id}").json()[
+            "session"]["active_turn"], timeout=10, interval=0.002)
+
     @rule(name=file_names, tool=st.sampled_from(["files.list", "files.read"]))
     def undecodable_file_name(self, name: bytes, tool: str) -> None:
         """A file whose name is any bytes, then a model that lists and reads files/."""
