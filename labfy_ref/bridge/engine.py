@@ -17,7 +17,12 @@ from typing import Any, Protocol
 from labfy_ref.bridge.contract import Decision
 from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop, Approval, TurnContext, decide
-from labfy_ref.bridge.projection import chat_history, project_messages, project_settings
+from labfy_ref.bridge.projection import (
+    chat_history,
+    check_log,
+    project_messages,
+    project_settings,
+)
 from labfy_ref.bridge.sessions import MAX_RECORD_BYTES
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.clock import iso, utcnow
@@ -59,7 +64,9 @@ class ReferenceEngine:
     # -- reading ----------------------------------------------------------------------
 
     def _read(self, session_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        return self._store.read(session_id)
+        header, events = self._store.read(session_id)
+        check_log(session_id, header, events)
+        return header, events
 
     def _view(self, session_id: str, *, messages: bool) -> dict[str, Any]:
         header, events = self._read(session_id)
@@ -191,12 +198,17 @@ class ReferenceEngine:
         if self._busy(session_id):
             raise RuntimeRefused(ErrorCode.SESSION_BUSY, "a turn is running in this session")
         settings = project_settings(header, events)
+        route = ModelRoute.parse(settings["model"])
+        if route.provider != self._loop.provider.name:
+            raise RuntimeRefused(ErrorCode.MODEL_NOT_FOUND,
+                                 f"this engine serves no provider {route.provider[:40]}; "
+                                 "change the session's model first")
         history = chat_history(project_messages(events))
         self._record(session_id, {"kind": "message", "role": "user", "text": text})
         handle = StreamHandle(session_id, AGENT_ID)
         approvals: dict[str, Approval] = {}
         turn = TurnContext(
-            session_id=session_id, model=ModelRoute.parse(settings["model"]).model,
+            session_id=session_id, model=route.model,
             permission_mode=PermissionMode(settings["permission_mode"]),
             history=[*history, {"role": "user", "content": text}], handle=handle,
             headless=headless, record=lambda event: self._record(session_id, event),

@@ -2,6 +2,12 @@
 
 Tool results stay attached to their call (one ``tool`` message per call), so
 after a reload every result is still shown at its operation.
+
+A log is checked before it is projected (:func:`check_log`): a record that is
+JSON but not of its kind's shape (a settings event without settings, a message
+without a role, a number where text belongs) makes the log ``SESSION_INVALID``
+(409, BR-07) — never an exception in a route. Kinds this build does not know
+are left alone (a later build may add some).
 """
 
 from __future__ import annotations
@@ -9,9 +15,64 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from labfy_ref.bridge.llm import ModelRoute
+from labfy_ref.config import PermissionMode
+from labfy_ref.errors import LabfyError, SessionInvalid
 from labfy_ref.protocol import ChatMessage, canonical, tool_exchange
 
 Event = dict[str, Any]
+
+
+_ROLES = frozenset({"user", "assistant"})
+_MODES = frozenset(mode.value for mode in PermissionMode)
+#: For each known kind: its required fields and their types.
+_SHAPES: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "message": {"role": str, "text": str},
+    "tool": {"call_id": str, "tool_id": str, "arguments": dict, "status": str, "result": dict},
+    "approval": {"approval_id": str, "call_id": str, "decision": str},
+    "settings": {"settings": dict},
+}
+
+
+def _settings_ok(settings: Any, *, partial: bool) -> bool:
+    if not isinstance(settings, dict) or set(settings) - {"model", "permission_mode"}:
+        return False
+    if not partial and set(settings) != {"model", "permission_mode"}:
+        return False
+    if "permission_mode" in settings and settings["permission_mode"] not in _MODES:
+        return False
+    if "model" in settings:
+        try:
+            ModelRoute.parse(settings["model"] if isinstance(settings["model"], str) else "")
+        except LabfyError:
+            return False
+    return True
+
+
+def _event_ok(event: Event) -> bool:
+    shape = _SHAPES.get(event.get("kind"))  # type: ignore[arg-type]
+    if shape is None:
+        return isinstance(event.get("kind"), str)
+    if not all(isinstance(event.get(name), kind) for name, kind in shape.items()):
+        return False
+    if not isinstance(event.get("at", ""), str):
+        return False
+    if event["kind"] == "message":
+        return event["role"] in _ROLES and isinstance(event.get("reasoning", ""), str)
+    if event["kind"] == "settings":
+        return _settings_ok(event["settings"], partial=True)
+    return True
+
+
+def check_log(session_id: str, header: Event, events: Iterable[Event]) -> None:
+    """Refuse a log whose records do not have their kind's shape (SESSION_INVALID)."""
+    if not isinstance(header.get("created_at"), str) or not _settings_ok(
+            header.get("settings"), partial=False):
+        raise SessionInvalid(f"session {session_id}: the header's fields are malformed")
+    for number, event in enumerate(events, start=2):
+        if not _event_ok(event):
+            raise SessionInvalid(f"session {session_id}: line {number} is not a valid "
+                                 f"{str(event.get('kind'))[:20]!r} record")
 
 
 def project_messages(events: Iterable[Event]) -> list[dict[str, Any]]:

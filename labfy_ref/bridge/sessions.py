@@ -48,7 +48,9 @@ MAX_RECORD_BYTES = 4 * 1024 * 1024
 #: Longest log an append may produce; a log at it stays readable (AV-06).
 MAX_LOG_BYTES = 64 * 1024 * 1024
 _SUFFIX = ".jsonl"
-_OPEN = os.O_NOFOLLOW | os.O_CLOEXEC
+#: O_NONBLOCK: a FIFO planted under a session's name must not block the opening thread
+#: (the server's event loop) waiting for a writer; regular files ignore the flag.
+_OPEN = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 #: How far back one read goes while looking for the end of the last complete line.
 _SCAN_CHUNK = 1024 * 1024
 
@@ -249,7 +251,7 @@ def _record(session_id: str, number: int, raw: bytes) -> dict[str, Any]:
     text = raw.decode("utf-8", errors="replace")
     try:
         record = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, a 5,000-digit number, deep nesting
         raise SessionInvalid(f"session {session_id}: line {number} is corrupt") from None
     if not isinstance(record, dict):
         raise SessionInvalid(f"session {session_id}: line {number} is not an object")

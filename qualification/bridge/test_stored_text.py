@@ -33,7 +33,7 @@ PROPERTY = settings(deadline=None, max_examples=150,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 HEADER = {"kind": "header", "version": 1, "created_at": "2026-01-01T00:00:00Z",
-          "settings": {"permission_mode": "read-only"}}
+          "settings": {"model": "engine:demo:deterministic-demo", "permission_mode": "read-only"}}
 #: Old lines as they stand on disk (JSON text, escapes literal) and what they read back as.
 ESCAPED = (rb'{"kind":"message","role":"user","text":"lone \ud800 high, \uDC00 low, '
            rb'pair \ud83d\ude00 end","at":"2026-01-01T00:00:01Z"}')
