@@ -62,36 +62,34 @@ class ModelProvider(Protocol):
 
 
 class LocalProvider:
-    """The configured local llama-server."""
+    """The configured local llama-server: one client (one connection pool) for every model.
+
+    A session may name any model id of that server; the id travels in each
+    request, so a thousand model names cost a thousand strings, not a thousand
+    connection pools.
+    """
 
     name = "local"
 
     def __init__(self, config: AgentConfig) -> None:
         assert config.endpoint is not None
         assert config.model_id is not None
-        self._endpoint = config.endpoint
-        self._limits = ClientLimits.with_timeout(config.timeout_seconds)
         self.default_model = config.model_id
-        self._clients: dict[str, LocalModelClient] = {}
-
-    def _client(self, model: str) -> LocalModelClient:
-        if model not in self._clients:
-            self._clients[model] = LocalModelClient(self._endpoint, model, limits=self._limits)
-        return self._clients[model]
+        self._client = LocalModelClient(config.endpoint, config.model_id,
+                                        limits=ClientLimits.with_timeout(config.timeout_seconds))
 
     async def models(self) -> list[str]:
         """``GET /v1/models`` of the server; MODEL_UNAVAILABLE if it cannot be read."""
-        return list(await self._client(self.default_model).list_models())
+        return list(await self._client.list_models())
 
     def stream(self, model: str, messages: Sequence[Mapping[str, Any]],
                response_format: Mapping[str, Any]) -> AsyncIterator[StreamDelta]:
         """Stream from llama-server."""
-        return self._client(model).stream_chat(messages, response_format=response_format)
+        return self._client.stream_chat(messages, response_format=response_format, model=model)
 
     async def aclose(self) -> None:
-        """Close every client."""
-        for client in self._clients.values():
-            await client.aclose()
+        """Close the client."""
+        await self._client.aclose()
 
 
 class DemoProvider:

@@ -192,9 +192,10 @@ class LocalModelClient:
 
     def _chat_body(
         self, messages: Sequence[Mapping[str, Any]], response_format: Mapping[str, Any] | None,
-        *, stream: bool,
+        *, stream: bool, model: str | None = None,
     ) -> bytes:
-        body: dict[str, Any] = {"model": self.model, "messages": list(messages), "stream": stream}
+        body: dict[str, Any] = {"model": model or self.model, "messages": list(messages),
+                                "stream": stream}
         if response_format is not None:
             body["response_format"] = dict(response_format)
         return json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
@@ -234,14 +235,17 @@ class LocalModelClient:
         messages: Sequence[Mapping[str, Any]],
         *,
         response_format: Mapping[str, Any] | None = None,
+        model: str | None = None,
     ) -> AsyncIterator[StreamDelta]:
         """Stream one chat completion as :class:`StreamDelta` pieces, until ``[DONE]``.
 
+        ``model`` names another model of the same server (default: the client's),
+        so one client — one connection pool — serves every model of an endpoint.
         The whole stream, from connecting to ``[DONE]``, has one deadline;
         each read waits at most the time left. A lone surrogate in an event
         raises ``ProtocolRefused``; any other failure is ``ModelUnavailable``.
         """
-        body = self._chat_body(messages, response_format, stream=True)
+        body = self._chat_body(messages, response_format, stream=True, model=model)
         deadline = self._deadline()
         decoder = SSEDecoder()
         received = events = 0

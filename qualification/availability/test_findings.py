@@ -9,6 +9,7 @@ a 500 carried no security header, and finished work was never released.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from fake_provider import Scenario
+from fake_provider import Answer, Scenario
 from labfy_ref.bridge import JsonlSessionStore, ReferenceEngine
 from labfy_ref.bridge.llm import DemoProvider
 from labfy_ref.bridge.loop import AgentLoop, TurnContext
@@ -27,7 +28,7 @@ from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.config import PermissionMode
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import Scope
-from labfy_ref.model import StreamDelta
+from labfy_ref.model import LocalModelClient, StreamDelta
 from labfy_ref.protocol import TOOL_RESULT_PREFIX
 from labfy_ref.runtime import AgentRuntime, DemoAgent
 from labfy_ref.runtime.demo import DemoReply
@@ -398,3 +399,24 @@ def test_a_long_bridge_session_never_ends_for_its_length_alone(
         assert chunks[-1]["reason"] == "completed", chunks[-2:]
     messages = client.get(f"/api/cordis/sessions/{sid}").json()["session"]["messages"]
     assert sum(m["role"] == "user" for m in messages) == 12, "the log keeps everything"
+
+
+@pytest.mark.req("AV-07", "BR-10", "MC-03")
+def test_every_model_a_session_names_shares_one_client(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    """A client per model name, never closed, cost ~0.7 MB each: 1,000 names, 748 MB."""
+    provider = provider_factory(Scenario("finals", (Answer(content=FINAL),),
+                                         when_exhausted="repeat_last"))
+    server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
+    client = server.client()
+
+    def clients() -> int:
+        return sum(isinstance(o, LocalModelClient) for o in gc.get_objects())
+
+    before = clients()
+    for number in range(24):
+        sid = client.post("/api/cordis/sessions",
+                          {"model": f"engine:local:m{number}"}).json()["session"]["id"]
+        assert TurnReader(client, sid, "hi").join()[-1]["reason"] == "completed"
+    assert [r.json()["model"] for r in provider.chat_requests()] == [f"m{n}" for n in range(24)]
+    assert clients() == before, "the model's name travels in the request, not in a new client"
