@@ -182,9 +182,30 @@ class AgentRuntime:
     def _check_capacity(self, *, resuming: bool = False) -> None:
         states = [t.state for t in self._turns.values()]
         live = sum(not s.terminal for s in states) - resuming  # a resumed turn is live already
-        if (states.count(TurnState.QUEUED) >= self.limits.max_queued_turns
-                or live >= self.limits.max_live_turns):
-            raise RuntimeRefused(ErrorCode.QUEUE_FULL, "too many queued or live turns")
+        if states.count(TurnState.QUEUED) >= self.limits.max_queued_turns:
+            raise RuntimeRefused(ErrorCode.QUEUE_FULL, "too many queued turns")
+        if live >= self.limits.max_live_turns and not resuming \
+                and self._supersede_oldest_paused():
+            live -= 1
+        if live >= self.limits.max_live_turns:
+            raise RuntimeRefused(ErrorCode.QUEUE_FULL, "too many live turns")
+
+    def _supersede_oldest_paused(self) -> bool:
+        """Turns waiting for a grant never block a new turn: the oldest one makes room.
+
+        Otherwise a model that prepares research in every turn would, once the
+        live cap is full of paused turns, refuse every new turn until a human
+        cancels them one by one.
+        """
+        paused = [t for t in self._turns.values()
+                  if t.state is TurnState.AUTHORIZATION_REQUIRED and t.resume_campaign is None]
+        if not paused:
+            return False
+        oldest = min(paused, key=lambda t: t.sequence)
+        self._end(oldest, TurnState.CANCELLED, LabfyError(
+            f"superseded: {self.limits.max_live_turns} turns were live, this one waited "
+            "longest for authorization", code=ErrorCode.TURN_SUPERSEDED))
+        return True
 
     def _retain(self, turn: Turn) -> None:
         self._turns[turn.id] = turn

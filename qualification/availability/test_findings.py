@@ -30,7 +30,7 @@ from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import Scope
 from labfy_ref.model import LocalModelClient, StreamDelta
 from labfy_ref.protocol import TOOL_RESULT_PREFIX
-from labfy_ref.runtime import AgentRuntime, DemoAgent
+from labfy_ref.runtime import AgentRuntime, DemoAgent, RuntimeLimits
 from labfy_ref.runtime.demo import DemoReply
 from labfy_ref.server.security import SECURITY_HEADERS
 from labfy_ref.workspace import open_workspace
@@ -420,3 +420,25 @@ def test_every_model_a_session_names_shares_one_client(
         assert TurnReader(client, sid, "hi").join()[-1]["reason"] == "completed"
     assert [r.json()["model"] for r in provider.chat_requests()] == [f"m{n}" for n in range(24)]
     assert clients() == before, "the model's name travels in the request, not in a new client"
+
+
+@pytest.mark.req("AV-01", "RT-03", "RT-08")
+def test_turns_waiting_for_a_grant_never_block_a_new_turn(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    """A model that prepares research in every turn filled the live cap with paused turns."""
+    prepare = _call("research.prepare", topic="t", questions=["q"])
+    provider = provider_factory(Scenario("prepare", (Answer(content=prepare),),
+                                         when_exhausted="repeat_last"))
+    limits = RuntimeLimits(max_live_turns=4)
+    server = server_factory(specimen, limits=limits, **local_agent(provider.base_url))
+    client = server.client()
+    turns = []
+    for number in range(7):
+        turn = client.start_turn(f"research {number}")
+        assert client.wait_state(turn["id"], PAUSED)["state"] == "AUTHORIZATION_REQUIRED"
+        turns.append(turn["id"])
+    ended = [client.turn(t) for t in turns]
+    assert [t["state"] for t in ended] == ["CANCELLED"] * 3 + ["AUTHORIZATION_REQUIRED"] * 4
+    assert {t["error"]["code"] for t in ended[:3]} == {"TURN_SUPERSEDED"}
+    status = client.get("/api/v1/agent-runtime/status").json()
+    assert status["turns"]["live"] == 4 and status["running"] is True
