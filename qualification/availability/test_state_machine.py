@@ -229,6 +229,28 @@ class ServerMachine(RuleBasedStateMachine):
         wait_until(lambda: not self.client.get(f"/api/cordis/sessions/{session_id}").json()[
             "session"]["active_turn"], timeout=10, interval=0.002)
 
+    @rule(line=st.one_of(
+        st.builds(lambda kind, fields: json.dumps({"kind": kind, **fields}),
+                  st.sampled_from(["message", "tool", "approval", "settings", "header", "x"]),
+                  st.dictionaries(st.sampled_from(["role", "text", "settings", "arguments",
+                                                   "result", "at", "call_id", "tool_id"]),
+                                  json_values, max_size=4)),
+        json_values.map(json.dumps),
+        st.binary(max_size=80).map(lambda raw: raw.replace(b"\n", b" ").decode("latin-1"))),
+        torn=st.booleans())
+    def edit_a_session_log_on_disk(self, line: str, torn: bool) -> None:
+        """Someone edits a session log behind the server's back: a line of anything."""
+        if not self.sessions:
+            return
+        session_id = self.sessions[-1]
+        path = self.stage.files.parent / "sessions" / f"{session_id}.jsonl"
+        if path.exists():
+            with path.open("ab") as log:
+                log.write(line.encode("utf-8", "surrogateescape") + (b"" if torn else b"\n"))
+        sent = self._post(f"/api/cordis/sessions/{session_id}/messages",
+                          _json_body({"text": "after the edit"}))
+        assert sent.status_code in (200, 404, 409, 422), sent.text
+
     @rule(name=file_names, tool=st.sampled_from(["files.list", "files.read"]))
     def undecodable_file_name(self, name: bytes, tool: str) -> None:
         """A file whose name is any bytes, then a model that lists and reads files/."""
