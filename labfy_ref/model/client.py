@@ -64,7 +64,10 @@ class ClientLimits:
 
     ``total_timeout`` is the overall deadline of one call (connect, headers and
     every body read together); ``connect_timeout`` and ``read_timeout`` bound a
-    single connect and a single read inside it.
+    single connect and a single read inside it. ``max_connections`` caps the
+    pool: a local llama-server serves a few slots at a time, so more concurrent
+    calls (many bridge sessions) wait for a connection within their deadline
+    rather than open sockets the server would only queue.
     """
 
     connect_timeout: float = 5.0
@@ -73,6 +76,7 @@ class ClientLimits:
     max_body_bytes: int = 1024 * 1024
     max_stream_bytes: int = 4 * 1024 * 1024
     max_stream_events: int = 100_000
+    max_connections: int = 8
 
     @classmethod
     def with_timeout(cls, seconds: float) -> ClientLimits:
@@ -159,8 +163,13 @@ class LocalModelClient:
         }
         if api_key is not None:
             headers["Authorization"] = f"Bearer {api_key}"
+        # The pool's bounds belong to the transport: given an explicit transport,
+        # httpx ignores the client's ``limits=``. Waiting for a free connection has no
+        # timeout of its own: the call's one deadline bounds it, like everything else.
+        pool = httpx.Limits(max_connections=self.limits.max_connections,
+                            max_keepalive_connections=self.limits.max_connections)
         self._http = httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(retries=0, trust_env=False),
+            transport=httpx.AsyncHTTPTransport(retries=0, trust_env=False, limits=pool),
             trust_env=False,
             follow_redirects=False,
             cookies=_NoCookies(),
@@ -168,9 +177,8 @@ class LocalModelClient:
             timeout=httpx.Timeout(
                 self.limits.read_timeout,
                 connect=self.limits.connect_timeout,
-                pool=self.limits.connect_timeout,
+                pool=None,
             ),
-            limits=httpx.Limits(max_connections=4, max_keepalive_connections=2),
         )
 
     async def __aenter__(self) -> Self:
@@ -277,6 +285,10 @@ class LocalModelClient:
                     for data in decoder.feed(chunk):
                         if data == _DONE:
                             decoder.close()
+                            # Read the stream's end (llama-server sends only its last
+                            # chunk) so the connection goes back to the pool.
+                            async with asyncio.timeout_at(deadline):
+                                await _drain(chunks, self.limits.max_stream_bytes - received)
                             return
                         events += 1
                         if events > self.limits.max_stream_events:
@@ -366,6 +378,12 @@ class LocalModelClient:
                 if len(raw) > self.limits.max_body_bytes:
                     raise _unavailable(f"reply exceeds {self.limits.max_body_bytes} bytes")
         return bytes(raw)
+
+
+async def _drain(chunks: AsyncGenerator[bytes, None], budget: int) -> None:
+    """Read what is left of a response, at most ``budget`` bytes (then stop reading)."""
+    while budget > 0 and (chunk := await anext(chunks, None)) is not None:
+        budget -= len(chunk)
 
 
 def _check_status(response: httpx.Response) -> None:

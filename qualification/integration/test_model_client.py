@@ -270,3 +270,38 @@ def test_a_closed_port_is_unavailable_not_a_crash(provider_factory: ProviderFact
             return caught.value.message
 
     assert asyncio.run(run()) == "connection refused or failed"
+
+
+@pytest.mark.req("MC-03")
+def test_the_connection_pool_is_capped_as_configured(provider_factory: ProviderFactory) -> None:
+    """Beside an explicit transport httpx ignores the client's ``limits=``: the cap is on it."""
+    final = '{"type":"final","text":"ok"}'
+    provider = provider_factory(Scenario("slow", (Answer(content=final, delay=0.3),),
+                                         when_exhausted="repeat_last"))
+    limits = ClientLimits(max_connections=3)
+
+    async def run() -> None:
+        async with client_for(provider, limits=limits) as client:
+            await asyncio.gather(*(client.chat([{"role": "user", "content": "hi"}])
+                                   for _ in range(9)))
+
+    asyncio.run(run())
+    peers = {request.peer for request in provider.chat_requests()}
+    assert len(provider.chat_requests()) == 9
+    assert len(peers) <= 3, f"{len(peers)} connections for a cap of 3"
+
+
+@pytest.mark.req("MC-03")
+def test_a_finished_stream_gives_its_connection_back(provider_factory: ProviderFactory) -> None:
+    """At ``[DONE]`` the rest of the response is read, so the next call reuses the socket."""
+    provider = provider_factory(Scenario("finals", (Answer(content="done"),),
+                                         when_exhausted="repeat_last"))
+
+    async def run() -> None:
+        async with client_for(provider) as client:
+            for _ in range(3):
+                async for _delta in client.stream_chat([{"role": "user", "content": "hi"}]):
+                    pass
+
+    asyncio.run(run())
+    assert len({request.peer for request in provider.chat_requests()}) == 1
