@@ -15,10 +15,20 @@ Each chat completion request consumes the next ANSWER, an object with any of:
 ends cleanly without ``[DONE]``), ``drop_after_chunks`` (the connection is cut
 mid-stream), ``drop`` (the connection is cut before any byte),
 ``oversize_bytes`` (the reply is padded to at least that size),
-``finish_reason``, and ``trickle_delay`` (seconds: a non-streamed body -- a
+``finish_reason``, ``trickle_delay`` (seconds: a non-streamed body -- a
 completion, ``raw_body`` or an error -- is sent :data:`TRICKLE_BYTES` bytes at
 a time with that pause between pieces, after its headers; streams trickle with
-``chunk_chars`` and ``chunk_delay`` instead).
+``chunk_chars`` and ``chunk_delay`` instead), and ``tool_calls``.
+
+``tool_calls`` is a list of ``{"name": ..., "arguments": ..., "id"?: ...}``:
+the reply carries OpenAI function calls (what tool-calling agents such as
+smolagents' ``ToolCallingAgent`` read). ``arguments`` is an object (sent
+JSON-encoded, as OpenAI does) or a string (sent verbatim, malformed or not);
+``id`` defaults to ``call_<n>_<completion>``. A plain reply puts them in
+``message.tool_calls`` (``content`` is ``null`` when empty); a stream sends
+each call's ``id`` and ``name`` in one delta, then its arguments
+``chunk_chars`` at a time, as ``delta.tool_calls[].function.arguments``
+pieces. ``finish_reason`` defaults to ``"tool_calls"`` for such an answer.
 """
 
 from __future__ import annotations
@@ -32,8 +42,9 @@ from typing import Any
 _ANSWER_FIELDS = {
     "content", "reasoning", "delay", "status", "headers", "raw_body", "chunk_chars",
     "chunk_delay", "truncate_after_chunks", "drop_after_chunks", "drop", "oversize_bytes",
-    "finish_reason", "trickle_delay",
+    "finish_reason", "trickle_delay", "tool_calls",
 }
+_TOOL_CALL_FIELDS = {"name", "arguments", "id"}
 _SCENARIO_FIELDS = {"name", "description", "models", "loading_health_checks", "when_exhausted",
                     "answers"}
 
@@ -44,6 +55,32 @@ TRICKLE_BYTES = 4
 
 class ScenarioError(ValueError):
     """A scenario document does not have the documented shape."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolCallReply:
+    """One OpenAI function call in an answer: its name and its arguments as sent."""
+
+    name: str
+    arguments: str = "{}"
+    id: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> ToolCallReply:
+        """Build a call from ``{"name", "arguments"?, "id"?}``, refusing anything else."""
+        if not isinstance(data, Mapping):
+            raise ScenarioError("each tool call is an object")
+        unknown = set(data) - _TOOL_CALL_FIELDS
+        if unknown:
+            raise ScenarioError(f"unknown tool call fields: {sorted(unknown)}")
+        name, arguments, ident = data.get("name"), data.get("arguments", {}), data.get("id")
+        if not isinstance(name, str) or not name:
+            raise ScenarioError("a tool call needs a name")
+        if ident is not None and not isinstance(ident, str):
+            raise ScenarioError("a tool call id is a string")
+        # OpenAI sends arguments as a JSON string; a string here is sent verbatim.
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        return cls(name=name, arguments=text, id=ident)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,6 +101,7 @@ class Answer:
     oversize_bytes: int | None = None
     finish_reason: str = "stop"
     trickle_delay: float = 0.0
+    tool_calls: tuple[ToolCallReply, ...] = ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Answer:
@@ -78,6 +116,12 @@ class Answer:
             raise ScenarioError("chunk_chars must be >= 1")
         if not float(values.get("trickle_delay", 0.0)) >= 0:
             raise ScenarioError("trickle_delay must be >= 0")
+        if "tool_calls" in values:
+            calls = values["tool_calls"]
+            if not isinstance(calls, list):
+                raise ScenarioError("tool_calls is a list")
+            values["tool_calls"] = tuple(ToolCallReply.from_json(c) for c in calls)
+            values.setdefault("finish_reason", "tool_calls" if calls else "stop")
         return cls(**values)
 
 

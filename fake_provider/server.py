@@ -3,7 +3,13 @@
 It listens on ``127.0.0.1`` or ``::1`` only, answers like llama-server
 (``/health`` with a 503 loading phase, ``/v1/models``, plain and SSE chat
 completions ending in ``data: [DONE]``) and records every request with its
-headers, body, the peer address and the local address the peer reached.
+headers, body, the peer address, the local address the peer reached and
+whether the connection had ``TCP_NODELAY`` set.
+
+Each response is written once -- status line, headers and body in one
+``send`` (a stream: its headers with its first chunk) -- on a socket with
+``TCP_NODELAY``: with two writes, Nagle's algorithm and the client's delayed
+ACK hold the second for ~40 ms.
 
 Control API (never recorded): ``GET /_fake/requests``, ``POST /_fake/scenario``
 (body: a scenario document), ``POST /_fake/reset``.
@@ -24,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
-from fake_provider.scenario import TRICKLE_BYTES, Answer, Scenario, ScenarioError
+from fake_provider.scenario import TRICKLE_BYTES, Answer, Scenario, ScenarioError, ToolCallReply
 
 _LOOPBACK = ("127.0.0.1", "::1")
 _MAX_REQUEST_BYTES = 8 * 1024 * 1024
@@ -41,6 +47,8 @@ class RecordedRequest:
     peer: tuple[str, int]
     local: tuple[str, int]
     at: float
+    #: TCP_NODELAY as read back from the served connection's socket.
+    nodelay: bool = False
 
     def header(self, name: str) -> str | None:
         """The first value of header ``name`` (case-insensitive), or None."""
@@ -61,6 +69,7 @@ class RecordedRequest:
             "peer": list(self.peer),
             "local": list(self.local),
             "at": self.at,
+            "nodelay": self.nodelay,
         }
 
 
@@ -121,15 +130,17 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
     server_version = "fake-llama-server/1"
+    nodelay = False
 
     def log_message(self, format: str, *args: Any) -> None:
         """Keep test output quiet; everything is recorded instead."""
 
     def setup(self) -> None:
-        """Send each write at once: headers and body are two writes, and Nagle's algorithm
-        with the client's delayed ACK would hold the second for ~40 ms."""
+        """Send each write at once (a stream's chunks must not wait for an ACK); the option
+        is read back and recorded with every request of this connection."""
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.nodelay = bool(self.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -148,37 +159,46 @@ class _Handler(BaseHTTPRequestHandler):
                 peer=(str(self.client_address[0]), int(self.client_address[1])),
                 local=(str(local[0]), int(local[1])),
                 at=time.time(),
+                nodelay=self.nodelay,
             )
         )
+
+    def _head(self, status: int, headers: list[tuple[str, str]]) -> bytes:
+        """The status line and headers, ready to go out with the first bytes of the body."""
+        self.log_request(status)
+        phrase = self.responses.get(status, ("",))[0]
+        lines = [f"{self.protocol_version} {status} {phrase}",
+                 f"Server: {self.version_string()}", f"Date: {self.date_time_string()}"]
+        for name, value in headers:
+            lines.append(f"{name}: {value}")
+            if name.lower() == "connection" and value.lower() == "close":
+                self.close_connection = True
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
     def _send_json(self, status: int, document: Any, extra: tuple[tuple[str, str], ...] = (),
                    raw: bytes | None = None, trickle_delay: float = 0.0) -> None:
         payload = raw if raw is not None else json.dumps(document).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
-        self.send_header("Content-Length", str(len(payload)))
-        for name, value in extra:
-            self.send_header(name, value)
-        self.end_headers()
+        head = self._head(status, [("Content-Type", "application/json; charset=utf-8"),
+                                   ("Content-Length", str(len(payload))), *extra])
         if not trickle_delay:
-            self.wfile.write(payload)
+            self.wfile.write(head + payload)  # one write: see the module docstring
             return
         # A server that never stalls long enough for a read timeout, yet never
         # finishes: only an overall deadline ends the client's wait (AV-04).
+        self.wfile.write(head)
         for start in range(0, len(payload), TRICKLE_BYTES):
             if start:
                 time.sleep(trickle_delay)
             self.wfile.write(payload[start : start + TRICKLE_BYTES])
-            self.wfile.flush()
 
     def _drop(self) -> None:
         self.close_connection = True
         with contextlib.suppress(OSError):
             self.connection.shutdown(socket.SHUT_RDWR)
 
-    def _write_chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode("ascii") + data + b"\r\n")
-        self.wfile.flush()
+    def _write_chunk(self, data: bytes, head: bytes = b"") -> None:
+        """One chunk of a chunked body, in one write (after ``head``, if not yet sent)."""
+        self.wfile.write(head + f"{len(data):x}\r\n".encode("ascii") + data + b"\r\n")
 
     # -- routes -----------------------------------------------------------------
 
@@ -255,11 +275,16 @@ class _Handler(BaseHTTPRequestHandler):
         if stream:
             self._stream(answer, model)
             return
+        ident = _completion_id()
         message: dict[str, Any] = {"role": "assistant", "content": answer.content}
         if answer.reasoning is not None:
             message["reasoning_content"] = answer.reasoning
+        if answer.tool_calls:
+            message["content"] = answer.content or None  # as OpenAI answers a pure call
+            message["tool_calls"] = [_call_json(call, index, ident)
+                                     for index, call in enumerate(answer.tool_calls)]
         document: dict[str, Any] = {
-            "id": _completion_id(), "object": "chat.completion", "created": int(time.time()),
+            "id": ident, "object": "chat.completion", "created": int(time.time()),
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": answer.finish_reason}],
             "usage": {"prompt_tokens": 10, "completion_tokens": len(answer.content.split()),
@@ -270,13 +295,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(200, document, answer.headers, trickle_delay=answer.trickle_delay)
 
     def _stream(self, answer: Answer, model: str) -> None:
-        self.send_response(HTTPStatus.OK)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        for name, value in answer.headers:
-            self.send_header(name, value)
-        self.end_headers()
+        # The headers leave with the first chunk (or the drop / the end, if there is none).
+        head = self._head(int(HTTPStatus.OK), [("Content-Type", "text/event-stream"),
+                                          ("Cache-Control", "no-cache"),
+                                          ("Transfer-Encoding", "chunked"), *answer.headers])
         ident, created = _completion_id(), int(time.time())
 
         def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -289,16 +311,23 @@ class _Handler(BaseHTTPRequestHandler):
         pieces += [event({"reasoning_content": p})
                    for p in _chunks(answer.reasoning or "", answer.chunk_chars)]
         pieces += [event({"content": p}) for p in _chunks(answer.content, answer.chunk_chars)]
+        for index, call in enumerate(answer.tool_calls):
+            pieces.append(event({"tool_calls": [_call_json(call, index, ident, arguments="")]}))
+            pieces += [event({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
+                       for p in _chunks(call.arguments, answer.chunk_chars)]
         pieces.append(event({}, answer.finish_reason))
         sent = 0
         for index, piece in enumerate(pieces):
             if answer.drop_after_chunks is not None and index >= answer.drop_after_chunks:
+                if head:
+                    self.wfile.write(head)
                 self._drop()
                 return
             if answer.truncate_after_chunks is not None and index >= answer.truncate_after_chunks:
-                self._write_chunk(b"")
+                self._write_chunk(b"", head)
                 return
-            self._write_chunk(piece)
+            self._write_chunk(piece, head)
+            head = b""
             sent += len(piece)
             if answer.chunk_delay:
                 time.sleep(answer.chunk_delay)
@@ -308,6 +337,18 @@ class _Handler(BaseHTTPRequestHandler):
             sent += len(filler)
         self._write_chunk(b"data: [DONE]\n\n")
         self._write_chunk(b"")
+
+
+def _call_json(call: ToolCallReply, index: int, completion: str,
+               arguments: str | None = None) -> dict[str, Any]:
+    """One OpenAI ``tool_calls`` entry (a stream's first delta of a call has ``index`` too)."""
+    entry: dict[str, Any] = {
+        "id": call.id or f"call_{index}_{completion}", "type": "function",
+        "function": {"name": call.name,
+                     "arguments": call.arguments if arguments is None else arguments}}
+    if arguments is not None:
+        entry["index"] = index
+    return entry
 
 
 class FakeProvider:

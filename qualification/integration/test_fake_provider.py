@@ -10,12 +10,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from fake_provider import Answer, Scenario, ScenarioError
+from fake_provider import Answer, Scenario, ScenarioError, ToolCallReply
 from fake_provider.scenario import TRICKLE_BYTES
 from labfy_ref.netutil import RESERVED_PORTS
 from qualification.conftest import SCENARIOS, ProviderFactory, scenario
@@ -149,3 +150,75 @@ def test_the_official_openai_client_reads_a_trickled_completion(
 def test_a_negative_or_nan_trickle_delay_is_refused(delay: float) -> None:
     with pytest.raises(ScenarioError, match="trickle_delay"):
         Scenario.from_json({"answers": [{"content": "x", "trickle_delay": delay}]})
+
+
+@pytest.mark.req("FP-01")
+def test_the_official_openai_client_reads_tool_calls_plain_and_streamed(
+        provider_factory: ProviderFactory) -> None:
+    scripted = scenario("openai-tool-calls")
+    provider = provider_factory(Scenario(name="twice", answers=scripted.answers * 2))
+    client = _openai_client(provider.base_url)
+    messages: list[Any] = [{"role": "user", "content": "hi"}]
+    plain = [client.chat.completions.create(model="fake-model", messages=messages)
+             for _ in scripted.answers]
+    first, final = (reply.choices[0] for reply in plain)
+    assert first.finish_reason == final.finish_reason == "tool_calls"
+    assert first.message.content is None
+    [listing] = first.message.tool_calls or []
+    assert listing.type == "function" and listing.id.startswith("call_0_")
+    assert (listing.function.name, json.loads(listing.function.arguments)) == ("list_objects", {})
+    [answer] = final.message.tool_calls or []
+    assert answer.type == "function" and answer.id == "call_final"
+    assert answer.function.name == "final_answer"
+    assert json.loads(answer.function.arguments)["answer"].endswith("𝄞")
+
+    # Streamed: each call's id and name in one delta, then its arguments in pieces.
+    for expected in scripted.answers:
+        calls: dict[int, dict[str, str]] = {}
+        finish = None
+        for chunk in client.chat.completions.create(model="fake-model", messages=messages,
+                                                    stream=True):
+            choice = chunk.choices[0]
+            finish = choice.finish_reason or finish
+            for delta in choice.delta.tool_calls or []:
+                call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+                call["id"] += delta.id or ""
+                if delta.function is not None:
+                    call["name"] += delta.function.name or ""
+                    call["arguments"] += delta.function.arguments or ""
+        [(expected_call)] = expected.tool_calls
+        assert finish == "tool_calls"
+        assert list(calls) == [0]
+        assert calls[0]["name"] == expected_call.name
+        assert calls[0]["arguments"] == expected_call.arguments
+        assert calls[0]["id"] == (expected_call.id or calls[0]["id"]) and calls[0]["id"]
+    client.close()
+
+
+@pytest.mark.req("FP-02")
+def test_tool_call_answers_are_checked_and_keep_string_arguments_verbatim() -> None:
+    answer = Answer.from_json({"tool_calls": [{"name": "f", "arguments": '{"broken": '}]})
+    assert answer.tool_calls == (ToolCallReply("f", '{"broken": '),)
+    assert answer.finish_reason == "tool_calls"
+    assert Answer.from_json({"tool_calls": [{"name": "f"}],
+                             "finish_reason": "stop"}).finish_reason == "stop"
+    bad: dict[str, Any]
+    for bad in ({"tool_calls": {"name": "f"}}, {"tool_calls": [{"arguments": {}}]},
+                {"tool_calls": [{"name": "f", "id": 3}]},
+                {"tool_calls": [{"name": "f", "function": {}}]}, {"tool_calls": ["f"]}):
+        with pytest.raises(ScenarioError, match=r"tool.call"):
+            Answer.from_json(bad)
+
+
+@pytest.mark.req("FP-01", "FP-02")
+def test_the_connection_that_served_a_request_has_tcp_nodelay(
+        provider_factory: ProviderFactory) -> None:
+    # Nothing is timed: the provider reads the option back from the socket it served on.
+    provider = provider_factory(Scenario.replies('{"type":"final","text":"x"}'))
+    with httpx.Client(trust_env=False, base_url=provider.base_url) as http:
+        assert http.get("/health").status_code == 200
+        assert http.post("/v1/chat/completions",
+                         json={"model": "fake-model", "messages": []}).status_code == 200
+        log = http.get("/_fake/requests").json()["requests"]
+    assert [r.nodelay for r in provider.requests] == [True, True]
+    assert [r["nodelay"] for r in log] == [True, True]
