@@ -58,21 +58,37 @@ def _usage(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], in
 
 
 def _workspace_preview(config: ServeConfig) -> dict[str, object]:
-    """The workspace serve would use, opened as serve opens it; nothing locked or created."""
-    from labfy_ref.workspace import open_workspace  # noqa: PLC0415
+    """The workspace serve would use, opened as serve opens it; nothing locked or created.
+
+    An older store is refused as serve refuses it, except the per-user SPECIMEN
+    copy, which serve upgrades itself: that is shown as ``workspace_upgrade``.
+    """
+    from labfy_ref.workspace import SCHEMA_VERSION, Workspace, open_workspace  # noqa: PLC0415
     from labfy_ref.workspace.layout import (  # noqa: PLC0415
         WorkspaceKind,
         default_specimen_path,
         existing_default_specimen,
     )
 
-    workspace = (open_workspace(config.workspace) if config.workspace is not None
-                 else existing_default_specimen())
+    workspace: Workspace | None
+    if config.workspace is not None:
+        workspace = open_workspace(config.workspace)
+    else:
+        try:
+            workspace = existing_default_specimen()
+        except WorkspaceError as exc:
+            if exc.code is not ErrorCode.WORKSPACE_OUTDATED:
+                raise
+            return {"workspace": str(default_specimen_path()),
+                    "workspace_kind": WorkspaceKind.SPECIMEN.value, "workspace_exists": True,
+                    "workspace_upgrade": f"to schema version {SCHEMA_VERSION} when serve "
+                                         "starts; a backup is kept"}
     if workspace is None:
         return {"workspace": str(default_specimen_path()),
-                "workspace_kind": WorkspaceKind.SPECIMEN.value, "workspace_exists": False}
+                "workspace_kind": WorkspaceKind.SPECIMEN.value, "workspace_exists": False,
+                "workspace_upgrade": None}
     return {"workspace": str(workspace.root), "workspace_kind": workspace.kind.value,
-            "workspace_exists": True}
+            "workspace_exists": True, "workspace_upgrade": None}
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -103,6 +119,20 @@ def _workspace_init(args: argparse.Namespace) -> int:
 
     workspace = init_workspace(Path(args.directory), specimen=args.specimen, name=args.name)
     print(f"created {workspace.kind.value} workspace '{workspace.name}' at {workspace.root}")
+    return EXIT_OK
+
+
+def _workspace_upgrade(args: argparse.Namespace) -> int:
+    from labfy_ref.workspace import upgrade_workspace  # noqa: PLC0415
+
+    root = Path(args.directory).resolve()
+    done = upgrade_workspace(root)
+    if done.backup is None:
+        print(f"the workspace at {root} is already at schema version {done.to_version}; "
+              "nothing to do")
+    else:
+        print(f"upgraded the workspace at {root} from schema version {done.from_version} to "
+              f"{done.to_version}; backup: {done.backup}")
     return EXIT_OK
 
 
@@ -164,7 +194,8 @@ def _report(args: argparse.Namespace) -> int:
 def _add_workspace_commands(commands: argparse._SubParsersAction[_Parser],
                             debug: _Parser) -> None:
     workspace = commands.add_parser("workspace", parents=[debug], help="workspace tools",
-                                    description="Create workspaces.")
+                                    description="Create workspaces, and upgrade those an "
+                                                "older labfy-ref made.")
     workspace.set_defaults(handler=_usage(workspace))
     actions = workspace.add_subparsers(title="actions", metavar="ACTION", dest="action",
                                        parser_class=_Parser)
@@ -181,6 +212,14 @@ def _add_workspace_commands(commands: argparse._SubParsersAction[_Parser],
                       help="the workspace's display name; default: the directory's name "
                            "(LIVE) or the specimen's name (SPECIMEN)")
     init.set_defaults(handler=_workspace_init)
+    upgrade = actions.add_parser(
+        "upgrade", parents=[debug], help="migrate a workspace made by an older release",
+        description="Migrate the store of a workspace made by an older labfy-ref to this "
+                    "release's schema. A copy of the store is kept first, beside it, as "
+                    "labfy.sqlite.vN-TIMESTAMP.bak (never overwritten). Refused while a "
+                    "server uses the workspace; a current workspace is left as it is.")
+    upgrade.add_argument("directory", metavar="DIR", help="the workspace to upgrade")
+    upgrade.set_defaults(handler=_workspace_upgrade)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,13 +7,17 @@ from labfy_ref.workspace.layout import (
     default_specimen_workspace,
     init_workspace,
     open_workspace,
+    upgrade_workspace,
     user_data_dir,
 )
+from labfy_ref.workspace.migrations import SCHEMA_VERSION, StoreUpgrade
 from labfy_ref.workspace.store import Campaign, Grant, StoredObject, WorkspaceStore
 
 __all__ = [
+    "SCHEMA_VERSION",
     "Campaign",
     "Grant",
+    "StoreUpgrade",
     "StoredObject",
     "Workspace",
     "WorkspaceKind",
@@ -22,5 +26,6 @@ __all__ = [
     "default_specimen_workspace",
     "init_workspace",
     "open_workspace",
+    "upgrade_workspace",
     "user_data_dir",
 ]

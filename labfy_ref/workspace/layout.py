@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import fcntl
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -26,6 +27,7 @@ from typing import IO
 
 from labfy_ref.errors import ErrorCode, WorkspaceError
 from labfy_ref.ids import id_pattern, new_id
+from labfy_ref.workspace.migrations import MIGRATIONS, Migration, StoreUpgrade, upgrade_store
 from labfy_ref.workspace.store import WorkspaceStore
 
 MANIFEST = "labfy-workspace.toml"
@@ -36,6 +38,7 @@ LOCK = ".labfy.lock"
 FORMAT = 1
 _WORKSPACE_ID = id_pattern("ws")
 _MAX_NAME = 120
+log = logging.getLogger("labfy_ref.workspace")
 
 
 class WorkspaceKind(enum.StrEnum):
@@ -80,7 +83,18 @@ def _manifest_text(kind: WorkspaceKind, name: str, workspace_id: str) -> str:
 
 
 def open_workspace(path: Path) -> Workspace:
-    """Open ``path`` as a workspace, or raise ``WORKSPACE_INVALID`` saying why."""
+    """Open ``path`` as a workspace, or raise ``WORKSPACE_INVALID`` saying why.
+
+    A store of an older schema is ``WORKSPACE_OUTDATED``, naming the command
+    that upgrades it.
+    """
+    workspace = _read_layout(path)
+    workspace.open_store().close()
+    return workspace
+
+
+def _read_layout(path: Path) -> Workspace:
+    """The manifest and directories of the workspace at ``path``; the store is not opened."""
     root = path.resolve()
     manifest = root / MANIFEST
     if not manifest.is_file():
@@ -98,9 +112,31 @@ def open_workspace(path: Path) -> Workspace:
     for sub in (FILES, SESSIONS):
         if not (root / sub).is_dir() or (root / sub).is_symlink():
             raise WorkspaceError(f"workspace {sub}/ is missing or is a symlink")
-    workspace = Workspace(root, kind, name, workspace_id)
-    workspace.open_store().close()
-    return workspace
+    if not (root / STORE).is_file():
+        raise WorkspaceError(f"store {STORE} is missing")
+    return Workspace(root, kind, name, workspace_id)
+
+
+def upgrade_workspace(path: Path,
+                      migrations: tuple[Migration, ...] = MIGRATIONS) -> StoreUpgrade:
+    """Migrate the store of the workspace at ``path`` to this build's schema, keeping a backup.
+
+    Refused while a server holds the workspace (``WORKSPACE_LOCKED``): the
+    lock is the one ``serve`` takes, so no server can start mid-upgrade.
+    """
+    workspace = _read_layout(path)
+    lock = WorkspaceLock(workspace)
+    try:
+        lock.acquire()
+    except WorkspaceError as exc:
+        if exc.code is not ErrorCode.WORKSPACE_LOCKED:
+            raise
+        raise WorkspaceError(f"{exc.message}; stop it, then upgrade",
+                             code=ErrorCode.WORKSPACE_LOCKED) from None
+    try:
+        return upgrade_store(workspace.store_path, migrations)
+    finally:
+        lock.release()
 
 
 def _specimen() -> Traversable:
@@ -191,8 +227,20 @@ def existing_default_specimen() -> Workspace | None:
 
 
 def default_specimen_workspace() -> Workspace:
-    """The per-user SPECIMEN workspace, created from the embedded one on first use (WS-03)."""
-    existing = existing_default_specimen()
+    """The per-user SPECIMEN workspace, created from the embedded one on first use (WS-03).
+
+    A copy made by an older release is ours, so it is upgraded here (with its
+    backup) rather than refused.
+    """
+    try:
+        existing = existing_default_specimen()
+    except WorkspaceError as exc:
+        if exc.code is not ErrorCode.WORKSPACE_OUTDATED:
+            raise
+        done = upgrade_workspace(default_specimen_path())
+        log.info("workspace upgraded path=%s from=%d to=%d backup=%s", default_specimen_path(),
+                 done.from_version, done.to_version, done.backup)
+        existing = existing_default_specimen()
     if existing is not None:
         return existing
     path = default_specimen_path()

@@ -1,8 +1,11 @@
 """The workspace's SQLite store: objects, research campaigns, grants (WS-01, WS-02, RT-08).
 
 Only the gateway's services and the workspace tooling use this module; the
-runtime never does. The schema is versioned in ``meta.schema_version``; a
-store written by a newer labfy-ref is refused rather than guessed at.
+runtime never does. The schema is versioned in ``meta.schema_version`` and
+lives in :mod:`labfy_ref.workspace.migrations`: a store written by a newer
+labfy-ref is refused rather than guessed at, and an older one is refused with
+``WORKSPACE_OUTDATED`` naming ``labfy-ref workspace upgrade``; it is never
+migrated behind the user's back.
 Grants are never deleted: revocation stamps ``revoked_at`` and keeps history.
 
 Text is valid at every edge (AV-02): a write holding a lone surrogate is refused
@@ -27,45 +30,9 @@ from labfy_ref.clock import iso, parse_iso, utcnow
 from labfy_ref.errors import ErrorCode, RuntimeRefused, WorkspaceError
 from labfy_ref.ids import new_id
 from labfy_ref.text import find_surrogate, has_surrogate, scrub
+from labfy_ref.workspace.migrations import check_version, create_schema
 
-SCHEMA_VERSION = 1
 OBJECT_KINDS = ("fact", "observation", "source", "note")
-
-_SCHEMA = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE objects (
-    object_id TEXT PRIMARY KEY,
-    kind TEXT NOT NULL CHECK (kind IN ('fact', 'observation', 'source', 'note')),
-    title TEXT NOT NULL,
-    body TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-CREATE TABLE campaigns (
-    campaign_id TEXT PRIMARY KEY,
-    workspace_id TEXT NOT NULL,
-    topic TEXT NOT NULL,
-    questions TEXT NOT NULL,
-    object_refs TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('PREPARED', 'COMPLETED', 'FAILED')),
-    evidence TEXT NOT NULL DEFAULT '[]',
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
-);
-CREATE TABLE grants (
-    grant_id TEXT PRIMARY KEY,
-    campaign_id TEXT NOT NULL REFERENCES campaigns (campaign_id),
-    workspace_id TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    expires_at TEXT,
-    revoked_at TEXT
-);
-CREATE TABLE specimen_evidence (
-    evidence_id INTEGER PRIMARY KEY,
-    keywords TEXT NOT NULL,
-    source TEXT NOT NULL,
-    excerpt TEXT NOT NULL
-);
-"""
 
 
 def _decode(raw: bytes) -> str:
@@ -158,27 +125,21 @@ class WorkspaceStore:
         self._lock = threading.RLock()
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise WorkspaceError(f"store {path.name} is unreadable: {exc}") from exc
+        try:
             self._db.text_factory = _decode
             self._db.execute("PRAGMA foreign_keys = ON")
             self._db.execute("PRAGMA journal_mode = WAL")
             if create:
-                self._create()
-            self._check_version()
+                create_schema(self._db)
+            check_version(self._db, path)
         except sqlite3.DatabaseError as exc:
+            self._db.close()
             raise WorkspaceError(f"store {path.name} is unreadable: {exc}") from exc
-
-    def _create(self) -> None:
-        with self.transaction() as db:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-
-    def _check_version(self) -> None:
-        row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        if row is None or row[0] != str(SCHEMA_VERSION):
-            found = row[0] if row else "none"
-            raise WorkspaceError(f"store schema version {found} is not {SCHEMA_VERSION}")
+        except BaseException:
+            self._db.close()
+            raise
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -295,7 +256,7 @@ class WorkspaceStore:
         _valid(campaign_id=campaign_id)
         with self._lock:
             rows = self._db.execute("SELECT * FROM grants WHERE campaign_id = ? "
-                                    "ORDER BY created_at", (campaign_id,)).fetchall()
+                                    "ORDER BY created_at, grant_id", (campaign_id,)).fetchall()
         return [Grant(*row) for row in rows]
 
     def get_grant(self, grant_id: str) -> Grant | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from labfy_ref.cli.main import build_parser
+from labfy_ref.workspace import init_workspace
+from qualification.harness import ServeProcess
+from qualification.workspace.previous_release import dump, restore_v1_workspace
 
 MUST_SHOW = ["check-config", "--agent-mode", "local-model", "--agent-endpoint",
              "http://127.0.0.1:43117", "--agent-model", "m"]
@@ -274,3 +278,94 @@ def test_report_without_a_requirements_file_is_one_clean_line(tmp_path: Path) ->
     assert done.returncode == 1
     _one_line(done, "REPORT_INVALID: no requirements file: ")
     assert "--requirements" in done.stderr
+
+
+@pytest.mark.req("CLI-02", "WS-01")
+def test_workspace_upgrade_migrates_keeps_a_backup_and_says_so(tmp_path: Path) -> None:
+    old = restore_v1_workspace(tmp_path / "old")
+    before = dump(old / "labfy.sqlite")
+    done = _run("workspace", "upgrade", str(old))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    line = done.stdout.rstrip("\n")
+    assert "\n" not in line
+    prefix = f"upgraded the workspace at {old} from schema version 1 to 2; backup: "
+    assert line.startswith(prefix), line
+    backup = Path(line.removeprefix(prefix))
+    assert backup.parent == old and backup.name.startswith("labfy.sqlite.v1-")
+    assert dump(backup) == before
+    again = _run("workspace", "upgrade", str(old))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == f"the workspace at {old} is already at schema version 2; " \
+                           "nothing to do\n"
+    assert sorted(p.name for p in old.iterdir() if p.suffix == ".bak") == [backup.name]
+
+
+@pytest.mark.req("CLI-01", "WS-01", "SV-01")
+@pytest.mark.parametrize("case", ["not-a-workspace", "newer", "locked"])
+def test_workspace_upgrade_refusals_are_one_line_and_change_nothing(tmp_path: Path,
+                                                                   case: str) -> None:
+    target = tmp_path / "ws"
+    server = None
+    if case == "not-a-workspace":
+        target.mkdir()
+        expected = f"WORKSPACE_INVALID: {target} is not a workspace"
+    elif case == "newer":
+        init_workspace(target, specimen=False)
+        with sqlite3.connect(target / "labfy.sqlite") as db:
+            db.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        expected = "WORKSPACE_INVALID: store schema version 3 is newer than this build's 2"
+    else:
+        init_workspace(target, specimen=False)
+        server = ServeProcess("--workspace", str(target), ready_file=tmp_path / "ready.json")
+        server.wait_ready()
+        expected = "WORKSPACE_LOCKED: another labfy-ref server is using this workspace; stop it"
+    store = target / "labfy.sqlite"
+    try:
+        before = dump(store) if store.exists() else []
+        done = _run("workspace", "upgrade", str(target))
+    finally:
+        if server is not None:
+            server.stop()
+    assert done.returncode == 2
+    _one_line(done, expected)
+    assert done.stdout == ""
+    assert (dump(store) if store.exists() else []) == before
+    assert not [p for p in target.iterdir() if p.suffix == ".bak"], "no backup is made"
+
+
+@pytest.mark.req("CLI-01", "WS-01", "SV-01")
+@pytest.mark.parametrize("command", ["serve", "check-config"])
+def test_serve_and_check_config_on_an_old_workspace_name_the_upgrade(tmp_path: Path,
+                                                                     command: str) -> None:
+    old = restore_v1_workspace(tmp_path / "old lab")
+    before = dump(old / "labfy.sqlite")
+    done = _run(command, "--workspace", str(old))
+    assert done.returncode == 2
+    _one_line(done, "WORKSPACE_OUTDATED: store schema version 1 is older than this build's 2")
+    assert done.stderr.rstrip("\n").endswith(f"run: labfy-ref workspace upgrade '{old}'")
+    assert dump(old / "labfy.sqlite") == before
+    assert not [p for p in old.iterdir() if p.suffix == ".bak"], "nothing is upgraded unasked"
+
+
+@pytest.mark.req("CLI-01", "WS-03")
+def test_check_config_shows_that_serve_will_upgrade_the_per_user_copy(
+        private_data_home: Path) -> None:
+    (private_data_home / "labfy-ref").mkdir(parents=True)
+    copy = restore_v1_workspace(private_data_home / "labfy-ref" / "specimen")
+    before = dump(copy / "labfy.sqlite")
+    done = _run("check-config")
+    assert done.returncode == 0, done.stderr
+    server = json.loads(done.stdout)["server"]
+    assert (server["workspace"], server["workspace_exists"]) == (str(copy), True)
+    assert server["workspace_upgrade"] == ("to schema version 2 when serve starts; "
+                                           "a backup is kept")
+    assert dump(copy / "labfy.sqlite") == before
+    assert not [p for p in copy.iterdir() if p.suffix == ".bak"], "check-config changes nothing"
+
+
+@pytest.mark.req("CLI-02")
+def test_the_workspace_group_lists_upgrade() -> None:
+    done = _run("workspace")
+    assert done.returncode == 2
+    assert "\n    upgrade" in done.stderr and "\n    init" in done.stderr
