@@ -166,9 +166,17 @@ def _reserve_backup(path: Path, version: int) -> Path:
                          | os.O_CLOEXEC, mode)
         except FileExistsError:
             continue
+        except OSError as exc:
+            raise _not_backed_up(path, exc.strerror or type(exc).__name__) from exc
         os.close(fd)
         return target
-    raise WorkspaceError(f"cannot name a backup of {path.name}: too many made this second")
+    raise _not_backed_up(path, "too many backups made this second")
+
+
+def _not_backed_up(path: Path, reason: str) -> LabfyError:
+    # A runtime failure (exit 1), not a refusal: the store is fine, the disk or directory is not.
+    return LabfyError(f"cannot back up {path.name} ({reason}); nothing was changed",
+                      code=ErrorCode.WORKSPACE_OUTDATED)
 
 
 def _backup(db: sqlite3.Connection, path: Path, version: int) -> Path:
@@ -183,7 +191,7 @@ def _backup(db: sqlite3.Connection, path: Path, version: int) -> Path:
             copy.close()
     except sqlite3.Error as exc:
         target.unlink(missing_ok=True)
-        raise WorkspaceError(f"cannot back up {path.name}, nothing was changed: {exc}") from exc
+        raise _not_backed_up(path, str(exc)) from exc
     except BaseException:
         target.unlink(missing_ok=True)
         raise
