@@ -98,7 +98,8 @@ def test_upgrade_keeps_every_object_campaign_and_grant_and_adds_the_indexes(v1: 
     workspace = open_workspace(v1)  # and this build reads it through its own store
     store = workspace.open_store()
     try:
-        now = datetime.datetime.now(datetime.UTC)
+        # A fixed "now", after the fixture was made: one grant has expired by then, one not.
+        now = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
         seen = {}
         for campaign in sorted({c for c, _, _ in FIXTURE_GRANTS.values()}):
             for grant in store.grants_for(campaign):
