@@ -170,7 +170,7 @@ def test_debug_is_accepted_anywhere_on_the_line(args: list[str]) -> None:
     assert json.loads(done.stdout)["log"]["debug"] is True
 
 
-@pytest.mark.req("CLI-02", "WS-01")
+@pytest.mark.req("CLI-02", "WS-01", "WS-05")
 def test_debug_after_a_nested_command(tmp_path: Path) -> None:
     done = _run("workspace", "init", str(tmp_path / "ws"), "--debug")
     assert done.returncode == 0, done.stderr
@@ -216,7 +216,7 @@ def test_check_config_opens_the_workspace_as_serve_would(tmp_path: Path,
     assert (server["workspace_kind"], server["workspace_exists"]) == ("SPECIMEN", True)
 
 
-@pytest.mark.req("CLI-01", "WS-03")
+@pytest.mark.req("CLI-01", "WS-03", "WS-05")
 def test_check_config_shows_the_default_workspace_without_creating_it(
         private_data_home: Path) -> None:
     default = private_data_home / "labfy-ref" / "specimen"
@@ -280,7 +280,7 @@ def test_report_without_a_requirements_file_is_one_clean_line(tmp_path: Path) ->
     assert "--requirements" in done.stderr
 
 
-@pytest.mark.req("CLI-02", "WS-01")
+@pytest.mark.req("CLI-02", "WS-01", "WS-05")
 def test_workspace_upgrade_migrates_keeps_a_backup_and_says_so(tmp_path: Path) -> None:
     old = restore_v1_workspace(tmp_path / "old")
     before = dump(old / "labfy.sqlite")
@@ -301,7 +301,7 @@ def test_workspace_upgrade_migrates_keeps_a_backup_and_says_so(tmp_path: Path) -
     assert sorted(p.name for p in old.iterdir() if p.suffix == ".bak") == [backup.name]
 
 
-@pytest.mark.req("CLI-01", "WS-01", "SV-01")
+@pytest.mark.req("CLI-01", "WS-01", "SV-01", "WS-05")
 @pytest.mark.parametrize("case", ["not-a-workspace", "newer", "locked"])
 def test_workspace_upgrade_refusals_are_one_line_and_change_nothing(tmp_path: Path,
                                                                    case: str) -> None:
@@ -334,7 +334,7 @@ def test_workspace_upgrade_refusals_are_one_line_and_change_nothing(tmp_path: Pa
     assert not [p for p in target.iterdir() if p.suffix == ".bak"], "no backup is made"
 
 
-@pytest.mark.req("CLI-01", "WS-01", "SV-01")
+@pytest.mark.req("CLI-01", "WS-01", "SV-01", "WS-05")
 @pytest.mark.parametrize("command", ["serve", "check-config"])
 def test_serve_and_check_config_on_an_old_workspace_name_the_upgrade(tmp_path: Path,
                                                                      command: str) -> None:
@@ -348,7 +348,7 @@ def test_serve_and_check_config_on_an_old_workspace_name_the_upgrade(tmp_path: P
     assert not [p for p in old.iterdir() if p.suffix == ".bak"], "nothing is upgraded unasked"
 
 
-@pytest.mark.req("CLI-01", "WS-03")
+@pytest.mark.req("CLI-01", "WS-03", "WS-05")
 def test_check_config_shows_that_serve_will_upgrade_the_per_user_copy(
         private_data_home: Path) -> None:
     (private_data_home / "labfy-ref").mkdir(parents=True)

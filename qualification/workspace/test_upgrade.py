@@ -67,7 +67,7 @@ def _failing_after_the_real_step(db: sqlite3.Connection) -> None:
     db.execute("INSERT INTO no_such_table VALUES (1)")  # fails half-way through the step
 
 
-@pytest.mark.req("WS-01")
+@pytest.mark.req("WS-01", "WS-05")
 def test_a_store_of_the_previous_release_is_refused_with_the_way_out(v1: Path) -> None:
     before = dump(v1 / "labfy.sqlite")
     with pytest.raises(WorkspaceError) as caught:
@@ -79,7 +79,7 @@ def test_a_store_of_the_previous_release_is_refused_with_the_way_out(v1: Path) -
     assert _backups(v1) == []
 
 
-@pytest.mark.req("WS-01", "WS-02", "RT-08")
+@pytest.mark.req("WS-01", "WS-02", "RT-08", "WS-05")
 def test_upgrade_keeps_every_object_campaign_and_grant_and_adds_the_indexes(v1: Path) -> None:
     before = rows(v1 / "labfy.sqlite")
     assert (len(before["objects"]), len(before["campaigns"]), len(before["grants"])) == (12, 3, 5)
@@ -122,7 +122,7 @@ def test_upgrade_keeps_every_object_campaign_and_grant_and_adds_the_indexes(v1: 
         store.close()
 
 
-@pytest.mark.req("WS-01")
+@pytest.mark.req("WS-01", "WS-05")
 def test_an_upgraded_store_has_exactly_the_schema_of_a_new_one(v1: Path,
                                                               tmp_path: Path) -> None:
     upgrade_workspace(v1)
@@ -130,7 +130,7 @@ def test_an_upgraded_store_has_exactly_the_schema_of_a_new_one(v1: Path,
     assert schema(v1 / "labfy.sqlite") == schema(fresh.store_path)
 
 
-@pytest.mark.req("WS-01")
+@pytest.mark.req("WS-01", "WS-05")
 def test_the_backup_is_a_readable_copy_of_the_previous_store(v1: Path) -> None:
     before = dump(v1 / "labfy.sqlite")
     done = upgrade_workspace(v1)
@@ -144,7 +144,7 @@ def test_the_backup_is_a_readable_copy_of_the_previous_store(v1: Path) -> None:
     assert dump(v1 / "labfy.sqlite") != before
 
 
-@pytest.mark.req("WS-01")
+@pytest.mark.req("WS-01", "WS-05")
 def test_upgrading_twice_is_harmless(v1: Path) -> None:
     first = upgrade_workspace(v1)
     upgraded = dump(v1 / "labfy.sqlite")
@@ -154,7 +154,7 @@ def test_upgrading_twice_is_harmless(v1: Path) -> None:
     assert _backups(v1) == [first.backup], "no second backup of a current store"
 
 
-@pytest.mark.req("WS-01")
+@pytest.mark.req("WS-01", "WS-05")
 def test_a_backup_never_overwrites_a_file(v1: Path) -> None:
     # Every name the backup could take during the next minute is already someone's file.
     now = datetime.datetime.now(datetime.UTC)
@@ -168,7 +168,7 @@ def test_a_backup_never_overwrites_a_file(v1: Path) -> None:
     assert all(path.read_text() == "mine" for path in planted)
 
 
-@pytest.mark.req("WS-01")
+@pytest.mark.req("WS-01", "WS-05")
 def test_a_failing_step_leaves_the_store_at_the_previous_version_untouched(v1: Path) -> None:
     before = dump(v1 / "labfy.sqlite")
     broken = (Migration(2, "the real step, then a failure", _failing_after_the_real_step),)
@@ -184,7 +184,7 @@ def test_a_failing_step_leaves_the_store_at_the_previous_version_untouched(v1: P
     assert upgrade_workspace(v1).to_version == 2, "the real upgrade still runs afterwards"
 
 
-@pytest.mark.req("WS-01")
+@pytest.mark.req("WS-01", "WS-05")
 def test_each_step_is_its_own_transaction(v1: Path) -> None:
     broken_third = (*MIGRATIONS, Migration(3, "fails", _failing_after_the_real_step))
     with pytest.raises(LabfyError) as caught:
@@ -208,7 +208,7 @@ upgrade_workspace(Path(sys.argv[1]), (Migration(2, "crashes", crash),))
 """
 
 
-@pytest.mark.req("WS-01")
+@pytest.mark.req("WS-01", "WS-05")
 def test_a_crash_mid_migration_leaves_the_store_untouched(v1: Path) -> None:
     before = dump(v1 / "labfy.sqlite")
     done = subprocess.run([sys.executable, "-c", CRASH, str(v1)], capture_output=True,
@@ -222,7 +222,7 @@ def test_a_crash_mid_migration_leaves_the_store_untouched(v1: Path) -> None:
     assert upgrade_workspace(v1).to_version == 2, "the lock died with the process"
 
 
-@pytest.mark.req("WS-01", "SV-01")
+@pytest.mark.req("WS-01", "SV-01", "WS-05")
 def test_upgrade_is_refused_while_a_server_holds_the_workspace(v1: Path) -> None:
     before = dump(v1 / "labfy.sqlite")
     lock = WorkspaceLock(_read_layout(v1))  # as a server of the previous release holds it
@@ -237,7 +237,7 @@ def test_upgrade_is_refused_while_a_server_holds_the_workspace(v1: Path) -> None
     assert dump(v1 / "labfy.sqlite") == before and _backups(v1) == []
 
 
-@pytest.mark.req("WS-01")
+@pytest.mark.req("WS-01", "WS-05")
 @pytest.mark.parametrize("version", ["3", "0", "two"])
 def test_upgrade_refuses_a_store_it_cannot_read_and_changes_nothing(v1: Path,
                                                                      version: str) -> None:
@@ -252,7 +252,7 @@ def test_upgrade_refuses_a_store_it_cannot_read_and_changes_nothing(v1: Path,
     assert dump(v1 / "labfy.sqlite") == before and _backups(v1) == []
 
 
-@pytest.mark.req("WS-03", "SV-01")
+@pytest.mark.req("WS-03", "SV-01", "WS-05")
 def test_serve_upgrades_the_per_user_specimen_copy_of_an_older_release(tmp_path: Path) -> None:
     data = tmp_path / "data"
     (data / "labfy-ref").mkdir(parents=True)
