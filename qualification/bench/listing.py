@@ -1,0 +1,87 @@
+"""``GET /api/cordis/sessions?limit=50`` with 10, 1,000 and 10,000 sessions.
+
+One real demo turn through ``serve --bridge`` gives a session log as the
+engine writes it; the other sessions are copies of it written directly with
+the JSONL store (header, then each record appended), while no server runs.
+Then ``serve --bridge`` starts on the workspace and the page is fetched over
+HTTP: once cold (the first listing after start, which may rebuild an index),
+then timed, median of the repetitions. A page at 1,000 and at 10,000 is held
+against a page at 10.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.ids import new_id
+from labfy_ref.workspace import open_workspace
+from qualification.bench.memory import bridge_message, new_session
+from qualification.bench.procs import Served, new_workspace, serving
+from qualification.bench.table import Row, at_most, median
+
+SECTION = "sessions"
+PATH = "/api/cordis/sessions?limit=50"
+
+
+def _template(workspace: Path, workdir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The header and records of one real demo turn's session log."""
+    with serving(workspace, workdir, "sessions-template", "--bridge") as server:
+        session = new_session(server)
+        bridge_message(server, session, "What is in this workspace?")
+    store = JsonlSessionStore(open_workspace(workspace).sessions_dir)
+    try:
+        return store.read(session)
+    finally:
+        store.close()
+
+
+def _top_up(workspace: Path, template: tuple[dict[str, Any], list[dict[str, Any]]],
+            count: int) -> None:
+    """Add copies of the template until the workspace holds ``count`` sessions."""
+    store = JsonlSessionStore(open_workspace(workspace).sessions_dir)
+    header, events = template
+    try:
+        for _ in range(count - len(store.list_ids())):
+            session_id = new_id("ses")
+            store.create(session_id, header)
+            for event in events:
+                store.append(session_id, event)
+    finally:
+        store.close()
+
+
+def _page(server: Served) -> tuple[float, int, int]:
+    """(seconds, sessions listed, answer bytes) of one page."""
+    start = time.perf_counter()
+    reply = server.api.get(PATH)
+    elapsed = time.perf_counter() - start
+    if reply.status_code != 200:
+        raise RuntimeError(f"{PATH} answered {reply.status_code}: {reply.text[:300]}")
+    return elapsed, len(reply.json()["sessions"]), len(reply.content)
+
+
+def run(workdir: Path, *, quick: bool) -> list[Row]:
+    """Listing rows: 1,000 and 10,000 sessions against 10."""
+    reps = 25 if quick else 50  # a page takes about a millisecond: many, for a stable median
+    counts = (10, 1000, 10000)
+    workspace = new_workspace(workdir, "sessions")
+    template = _template(workspace, workdir)
+    timings: dict[int, float] = {}
+    detail: dict[str, Any] = {"repetitions": reps, "records_per_session": len(template[1])}
+    for count in counts:
+        started = time.perf_counter()
+        _top_up(workspace, template, count)
+        detail[f"write_{count}_s"] = round(time.perf_counter() - started, 2)
+        with serving(workspace, workdir, f"sessions-{count}", "--bridge") as server:
+            cold, listed, size = _page(server)
+            timings[count] = median([_page(server)[0] for _ in range(reps)])
+        detail[str(count)] = {"cold_ms": round(cold * 1e3, 3), "ms": round(timings[count] * 1e3, 3),
+                              "listed": listed, "answer_bytes": size}
+    base = timings[counts[0]]
+    return [Row(SECTION, f"GET /api/cordis/sessions?limit=50 at {count:,} sessions / at "
+                f"{counts[0]}", timings[count] * 1e3, base * 1e3, "ms", at_most(1.5),
+                detail=detail)
+            for count in counts[1:]]

@@ -1,0 +1,101 @@
+"""Memory that grows with turns, and a session that slows with its length.
+
+Each RSS figure is one ``serve`` process on a fresh SPECIMEN workspace with
+the demo agent, driven over HTTP, its resident set read from ``/proc`` after
+the last turn; a run of many turns is held against a run of 10 in another
+process. A runtime turn is started, reaches ``AUTHORIZATION_REQUIRED`` (the
+demo prepares research) and is cancelled, as a user who declines would. A
+bridge turn is a new session with one message, its NDJSON read to ``done``.
+The 10-turn bridge server then runs one session of 200 turns, each timed
+from its POST to its ``done``: the median of the last ten against the median of
+the first ten.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from qualification.bench.procs import Served, new_workspace, rss_bytes, serving
+from qualification.bench.table import Row, at_most, median
+
+SECTION = "memory"
+FEW = 10
+_PAUSED = {"AUTHORIZATION_REQUIRED"}
+_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "MODEL_UNAVAILABLE", "MODEL_PROTOCOL_ERROR",
+          "BUDGET_EXHAUSTED"}
+
+
+def runtime_turn(server: Served, index: int) -> None:
+    """Start a demo turn, wait for its pause, cancel it."""
+    turn = server.api.start_turn(f"Is the early ivy bee record real? ({index})")
+    seen = server.api.wait_state(turn["id"], _PAUSED | _ENDED, timeout=60, interval=0.002)
+    if seen["state"] not in _PAUSED:
+        raise RuntimeError(f"runtime turn ended {seen['state']}: {seen.get('error')}")
+    cancelled = server.api.post(f"/api/v1/agent-runtime/turns/{turn['id']}/cancel")
+    if cancelled.status_code != 200:
+        raise RuntimeError(f"cancel answered {cancelled.status_code}")
+
+
+def bridge_message(server: Served, session_id: str, text: str) -> None:
+    """One bridge turn: the message's NDJSON read to a completed ``done``."""
+    api = server.api
+    reply = api.post(f"/api/cordis/sessions/{session_id}/messages", {"text": text})
+    lines = reply.text.splitlines()
+    if reply.status_code != 200 or not lines or '"reason":"completed"' not in lines[-1]:
+        raise RuntimeError(f"bridge turn answered {reply.status_code}: {reply.text[-300:]}")
+
+
+def new_session(server: Served) -> str:
+    """A new read-only bridge session."""
+    created = server.api.post("/api/cordis/sessions", {"permission_mode": "read-only"})
+    if created.status_code != 201:
+        raise RuntimeError(f"session create answered {created.status_code}")
+    session_id: str = created.json()["session"]["id"]
+    return session_id
+
+
+def _runtime_rss(workdir: Path, turns: int) -> int:
+    name = f"runtime-{turns}"
+    with serving(new_workspace(workdir, name), workdir, name) as server:
+        for index in range(turns):
+            runtime_turn(server, index)
+        return rss_bytes(server.pid)
+
+
+def _bridge_rss(workdir: Path, turns: int, session_turns: int) -> tuple[int, list[float]]:
+    """RSS after ``turns`` one-message sessions; then, if asked, one long session's timings."""
+    name = f"bridge-{turns}"
+    with serving(new_workspace(workdir, name), workdir, name, "--bridge") as server:
+        for index in range(turns):
+            bridge_message(server, new_session(server), f"What is in this workspace? ({index})")
+        rss = rss_bytes(server.pid)
+        timings = []
+        session = new_session(server) if session_turns else ""
+        for index in range(session_turns):
+            start = time.perf_counter()
+            bridge_message(server, session, f"What is in this workspace? ({index})")
+            timings.append(time.perf_counter() - start)
+        return rss, timings
+
+
+def run(workdir: Path, *, quick: bool) -> list[Row]:
+    """RSS ratios (runtime, bridge) and the long-session ratio."""
+    del quick  # turns are cheap (a few ms): the issue's sizes either way
+    many, session_turns = 2000, 200
+    runtime_few, runtime_many = _runtime_rss(workdir, FEW), _runtime_rss(workdir, many)
+    (bridge_few, timings), (bridge_many, _) = (_bridge_rss(workdir, FEW, session_turns),
+                                               _bridge_rss(workdir, many, 0))
+    first, last = median(timings[:10]), median(timings[-10:])  # one slow turn is noise
+    mib = 1024 * 1024
+    return [
+        Row(SECTION, f"runtime RSS after {many:,} turns / after {FEW}", runtime_many / mib,
+            runtime_few / mib, "MiB", at_most(1.1),
+            detail={"per_turn_kib": (runtime_many - runtime_few) / (many - FEW) / 1024}),
+        Row(SECTION, f"bridge RSS after {many:,} turns (one session each) / after {FEW}",
+            bridge_many / mib, bridge_few / mib, "MiB", at_most(1.1),
+            detail={"per_turn_kib": (bridge_many - bridge_few) / (many - FEW) / 1024}),
+        Row(SECTION, f"one bridge session: turns {session_turns - 9}–{session_turns} / 1–10",
+            last * 1e3, first * 1e3, "ms", at_most(1.2),
+            detail={"turn_ms": [round(t * 1e3, 3) for t in timings]}),
+    ]
