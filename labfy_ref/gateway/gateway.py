@@ -12,13 +12,13 @@ import collections
 import copy
 import dataclasses
 import datetime
-import json
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from labfy_ref.errors import ErrorCode, ToolError
 from labfy_ref.gateway.policy import CallContext, decide, needs_approval
 from labfy_ref.gateway.services import FileService, GrantService, ObjectService, ResearchService
+from labfy_ref.protocol.exchange import canonical
 from labfy_ref.tools.catalog import ToolCatalog, ToolSpec, default_catalog
 from labfy_ref.workspace.layout import Workspace
 from labfy_ref.workspace.store import Campaign, Grant, WorkspaceStore
@@ -36,6 +36,8 @@ class ToolOutcome:
     arguments: dict[str, Any]
     status: Status
     result: dict[str, Any]
+    #: ``result`` as canonical JSON when the gateway already wrote it (its size check).
+    result_text: str = ""
 
     @property
     def ok(self) -> bool:
@@ -160,12 +162,14 @@ class AgentGateway:
         except OSError as exc:  # a service's unexpected I/O failure is a tool error too
             return _failure(tool_id, arguments, "error", ToolError(
                 f"i/o error ({type(exc).__name__})", code=ErrorCode.TOOL_UNAVAILABLE))
-        size = len(json.dumps(data, ensure_ascii=False).encode("utf-8"))
+        result = _wrap(tool_id, True, data)
+        text = canonical(result)  # measured once, and given to the model as is
+        size = len(text.encode("utf-8"))
         if size > self.max_result_bytes:
             return _failure(tool_id, arguments, "error", ToolError(
                 f"result of {size} bytes exceeds {self.max_result_bytes}",
                 code=ErrorCode.RESULT_TOO_LARGE))
-        return ToolOutcome(tool_id, arguments, "ok", _wrap(tool_id, True, data))
+        return ToolOutcome(tool_id, arguments, "ok", result, text)
 
     @staticmethod
     def _cited_objects(tool_id: str, arguments: dict[str, Any]) -> list[str]:

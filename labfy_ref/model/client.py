@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from types import TracebackType
@@ -53,6 +52,7 @@ from labfy_ref import __version__
 from labfy_ref.errors import ModelUnavailable, ProtocolRefused
 from labfy_ref.model.endpoint import ModelEndpoint, ModelPath
 from labfy_ref.model.sse import SSEDecoder, SSEError
+from labfy_ref.protocol.exchange import MessageLog, encode_json
 from labfy_ref.protocol.strict_json import Defect, loads_strict
 
 _DONE = "[DONE]"
@@ -155,6 +155,7 @@ class LocalModelClient:
     ) -> None:
         self.endpoint = endpoint
         self.model = model
+        self._format_cache: tuple[Mapping[str, Any], str] | None = None
         self.limits = limits or ClientLimits()
         headers = {
             "User-Agent": f"labfy-ref/{__version__}",
@@ -202,11 +203,22 @@ class LocalModelClient:
         self, messages: Sequence[Mapping[str, Any]], response_format: Mapping[str, Any] | None,
         *, stream: bool, model: str | None = None,
     ) -> bytes:
-        body: dict[str, Any] = {"model": model or self.model, "messages": list(messages),
-                                "stream": stream}
+        # Built from pieces: a MessageLog brings its messages already encoded, and the
+        # round's schema is encoded once per distinct object, not once per request.
+        listed = (messages.json() if isinstance(messages, MessageLog)
+                  else encode_json(list(messages)))
+        parts = [f'{{"model": {encode_json(model or self.model)}, "messages": {listed}, '
+                 f'"stream": {"true" if stream else "false"}']
         if response_format is not None:
-            body["response_format"] = dict(response_format)
-        return json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+            parts.append(f', "response_format": {self._format_json(response_format)}')
+        parts.append("}")
+        return "".join(parts).encode("utf-8")
+
+    def _format_json(self, response_format: Mapping[str, Any]) -> str:
+        cached = self._format_cache
+        if cached is None or cached[0] is not response_format:
+            cached = self._format_cache = (response_format, encode_json(dict(response_format)))
+        return cached[1]
 
     async def chat(
         self,

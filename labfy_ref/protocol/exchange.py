@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, overload
 
 from labfy_ref.errors import ProtocolRefused
 from labfy_ref.protocol.action import Action, ActionParser, bound_action_schema
@@ -59,17 +59,60 @@ class Answer:
 Ask = Callable[[Sequence[ChatMessage], Mapping[str, Any]], Awaitable[Answer]]
 
 
+def encode_json(value: Any) -> str:
+    """JSON as sent to a model: UTF-8 text kept as is, no NaN (one encoder everywhere)."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+class MessageLog(Sequence[ChatMessage]):
+    """A growing conversation whose messages are each encoded to JSON once.
+
+    A turn's conversation only grows, yet every round sends all of it: encoding
+    the whole list per round cost a turn O(rounds x conversation) JSON work.
+    The model client joins the cached pieces (:meth:`json`) instead.
+    """
+
+    def __init__(self, messages: Iterable[ChatMessage] = ()) -> None:
+        self._items: list[ChatMessage] = []
+        self._encoded: list[str] = []
+        self.add(messages)
+
+    def add(self, messages: Iterable[ChatMessage]) -> None:
+        """Append messages (each encoded now, once)."""
+        for message in messages:
+            self._encoded.append(encode_json(message))
+            self._items.append(message)
+
+    def json(self) -> str:
+        """The JSON array of every message, as :func:`encode_json` would write it."""
+        return "[" + ", ".join(self._encoded) + "]"
+
+    @overload
+    def __getitem__(self, index: int) -> ChatMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ChatMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> ChatMessage | Sequence[ChatMessage]:
+        return self._items[index]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 def canonical(value: Any) -> str:
     """Canonical JSON text (sorted keys, no spaces): identical calls compare equal."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def tool_exchange(tool_id: str, arguments: Mapping[str, Any],
-                  result: Mapping[str, Any]) -> list[ChatMessage]:
-    """The two messages a model sees for one call: its action, then the wrapped result."""
+def tool_exchange(tool_id: str, arguments: Mapping[str, Any], result: Mapping[str, Any],
+                  result_text: str = "") -> list[ChatMessage]:
+    """The two messages a model sees for one call: its action, then the wrapped result.
+
+    ``result_text`` is ``canonical(result)`` when the caller already has it.
+    """
     action = {"type": "tool_call", "tool_id": tool_id, "arguments": arguments}
     return [{"role": "assistant", "content": canonical(action)},
-            {"role": "user", "content": TOOL_RESULT_PREFIX + canonical(result)}]
+            {"role": "user", "content": TOOL_RESULT_PREFIX + (result_text or canonical(result))}]
 
 
 def response_format_for(catalog: ToolCatalog) -> dict[str, Any]:
@@ -107,7 +150,7 @@ async def request_action(ask: Ask, messages: Sequence[ChatMessage], parser: Acti
     """
     refusal: ProtocolRefused | None = None
     for repaired in (False, True):
-        attempt = list(messages) if refusal is None else [*messages, repair_message(refusal)]
+        attempt = messages if refusal is None else [*messages, repair_message(refusal)]
         answer: Answer | None = None
         try:
             answer = await ask(attempt, response_format)

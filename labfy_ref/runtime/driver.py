@@ -34,6 +34,7 @@ from labfy_ref.protocol import (
     Answer,
     ChatMessage,
     Final,
+    MessageLog,
     ToolCall,
     canonical,
     request_action,
@@ -60,7 +61,7 @@ def new_call_id() -> str:
 class Conversation:
     """What the model has been told in one turn, and what the turn has spent."""
 
-    messages: list[ChatMessage]
+    messages: MessageLog
     context_bytes: int = 0
     rounds: int = 0
     tool_calls: int = 0
@@ -70,23 +71,24 @@ class Conversation:
     @classmethod
     def start(cls, messages: Sequence[ChatMessage]) -> Conversation:
         """A conversation holding ``messages``, with its context size counted once."""
-        return cls(list(messages), sum(message_bytes(m) for m in messages))
+        return cls(MessageLog(messages), sum(message_bytes(m) for m in messages))
 
     def add(self, messages: Sequence[ChatMessage]) -> None:
         """Append messages, keeping the running context total."""
-        self.messages += messages
+        self.messages.add(messages)
         self.context_bytes += sum(message_bytes(m) for m in messages)
 
     def answer(self, outcome: ToolOutcome, *, exempt: bool = False) -> None:
         """Give the model one call's wrapped result; ``exempt`` clears GW-05's memory."""
-        self.add(tool_exchange(outcome.tool_id, outcome.arguments, outcome.result))
+        self.add(tool_exchange(outcome.tool_id, outcome.arguments, outcome.result,
+                               outcome.result_text))
         self.tool_calls += 1
         self.last_failure = None if outcome.ok or exempt else _key(outcome.tool_id,
                                                                     outcome.arguments)
 
     def release(self) -> None:
         """Forget the messages (the turn ended: nothing unbounded stays in memory)."""
-        self.messages = []
+        self.messages = MessageLog()
         self.context_bytes = 0
 
 
