@@ -11,6 +11,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from labfy_ref.bridge.stream import StreamHandle
 
 Decision = Literal["allowed-once", "rejected"]
+#: Sessions per page of :meth:`Engine.list_sessions` when the caller names no limit.
+PAGE_SIZE = 50
+#: The largest page a caller may ask for.
+MAX_PAGE_SIZE = 200
 
 
 @runtime_checkable
@@ -25,8 +29,15 @@ class Engine(Protocol):
         """The default model and provider of the active composition."""
         ...
 
-    def list_sessions(self) -> list[dict[str, Any]]:
-        """Session summaries, newest first."""
+    def list_sessions(self, limit: int = PAGE_SIZE,
+                      cursor: str | None = None) -> dict[str, Any]:
+        """One page of session summaries, newest first: ``{"sessions", "next_cursor"}``.
+
+        ``limit`` is 1..``MAX_PAGE_SIZE``; ``cursor`` is an opaque ``next_cursor`` from
+        an earlier page (None: the first page) and stays valid while sessions are
+        created — a new session never shifts the pages after the first. Anything
+        else is VALIDATION_FAILED. ``next_cursor`` is None on the last page.
+        """
         ...
 
     def get_session(self, session_id: str) -> dict[str, Any]:

@@ -1,10 +1,15 @@
 """``ReferenceEngine``: the engine contract over our runtime pieces (BR-01..BR-12).
 
-Sessions live in the JSONL store; the engine keeps only what a running turn
-needs (its task, its handle, its pending approvals) and forgets it when the
-turn's task ends, so nothing keyed by session outlives its turn. Settings are durable
-events; a change while a turn runs is 409 ``SESSION_BUSY``. Deleting a session
-cancels and releases its turn first, then removes the log.
+Sessions live in the JSONL store; a :class:`~labfy_ref.bridge.catalog.SessionCatalog`
+indexes them (listings are pages of the index, never a read of every log) and
+caches the projections of the recently used ones (a turn never re-reads its
+log). Besides that bounded cache, the engine keeps only what a running turn
+needs (its task, its handle, its writer, its pending approvals) and forgets it
+when the turn's task has ended and its records are on disk, so nothing keyed by
+session outlives its turn. A turn's records are written off the event loop
+(:mod:`labfy_ref.bridge.journal`). Settings are durable events; a change while a
+turn runs is 409 ``SESSION_BUSY``. Deleting a session cancels and releases its
+turn first, then removes the log.
 """
 
 from __future__ import annotations
@@ -14,16 +19,14 @@ import contextlib
 import dataclasses
 from typing import Any, Protocol
 
-from labfy_ref.bridge.contract import Decision
+from labfy_ref.bridge.catalog import SessionCatalog
+from labfy_ref.bridge.contract import MAX_PAGE_SIZE, PAGE_SIZE, Decision
+from labfy_ref.bridge.history import SessionState
+from labfy_ref.bridge.index import SessionIndex, Summary
+from labfy_ref.bridge.journal import SessionWriter
 from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop, Approval, TurnContext, decide
-from labfy_ref.bridge.projection import (
-    chat_history,
-    check_log,
-    project_messages,
-    project_settings,
-)
-from labfy_ref.bridge.sessions import MAX_RECORD_BYTES
+from labfy_ref.bridge.sessions import MAX_RECORD_BYTES, Appended, Stamp, StoredLog
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.config import PermissionMode
@@ -39,9 +42,14 @@ _DECISIONS = ("allowed-once", "rejected")
 class SessionStore(Protocol):
     """What the engine needs of a session store (``delete`` is optional: BR-08)."""
 
-    def create(self, session_id: str, header: dict[str, Any]) -> None: ...
-    def append(self, session_id: str, event: dict[str, Any]) -> None: ...
-    def read(self, session_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]: ...
+    def create(self, session_id: str, header: dict[str, Any]) -> StoredLog: ...
+    def append(self, session_id: str, event: dict[str, Any]) -> Appended: ...
+    def append_line(self, session_id: str, line: bytes) -> Appended: ...
+    def encode(self, session_id: str, record: dict[str, Any]) -> bytes: ...
+    def check_room(self, session_id: str, size: int, line: bytes) -> None: ...
+    def read_log(self, session_id: str) -> StoredLog: ...
+    def stamp(self, session_id: str) -> Stamp | None: ...
+    def dir_stamp(self) -> Stamp: ...
     def list_ids(self) -> list[str]: ...
 
 
@@ -50,42 +58,51 @@ class _Running:
     handle: StreamHandle
     task: asyncio.Task[None]
     approvals: dict[str, Approval]
+    writer: SessionWriter
+
+    @property
+    def busy(self) -> bool:
+        """Is the turn running, or are its records still being written?"""
+        return not self.task.done() or self.writer.busy
 
 
 class ReferenceEngine:
-    """The reference engine, published as service ``engine``."""
+    """The reference engine, published as service ``engine``.
 
-    def __init__(self, store: SessionStore, loop: AgentLoop, scope: Scope) -> None:
+    ``index`` is the store's summary index (:meth:`SessionIndex.beside` its logs);
+    without one the engine indexes in memory, rebuilt from the logs at start.
+    """
+
+    def __init__(self, store: SessionStore, loop: AgentLoop, scope: Scope, *,
+                 index: SessionIndex | None = None) -> None:
         self._store = store
         self._loop = loop
         self._scope = scope
         self._running: dict[str, _Running] = {}
+        self.catalog = SessionCatalog(store, index or SessionIndex.in_memory())
 
     # -- reading ----------------------------------------------------------------------
 
-    def _read(self, session_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        header, events = self._store.read(session_id)
-        check_log(session_id, header, events)
-        return header, events
+    def _state(self, session_id: str) -> SessionState:
+        return self.catalog.state(session_id)
 
-    def _view(self, session_id: str, *, messages: bool) -> dict[str, Any]:
-        header, events = self._read(session_id)
-        view: dict[str, Any] = {
-            "id": session_id, "created_at": header.get("created_at"),
-            "updated_at": events[-1].get("at") if events else header.get("created_at"),
-            "settings": project_settings(header, events),
-            "active_turn": self._busy(session_id)}
-        projected = project_messages(events)
+    def _view(self, state: SessionState, *, messages: bool) -> dict[str, Any]:
+        view = self._summary_view(state.summary)
         if messages:
-            view["messages"] = projected
-        else:
-            first = next((m["text"] for m in projected if m["role"] == "user"), "")
-            view["title"] = first[:80]
+            del view["title"]
+            view["messages"] = list(state.messages)
         return view
+
+    def _summary_view(self, summary: Summary) -> dict[str, Any]:
+        if summary.error is not None:
+            return {"id": summary.session_id, "error": dict(summary.error)}
+        return {"id": summary.session_id, "created_at": summary.created_at,
+                "updated_at": summary.updated_at, "settings": dict(summary.settings or {}),
+                "active_turn": self._busy(summary.session_id), "title": summary.title or ""}
 
     def _busy(self, session_id: str) -> bool:
         running = self._running.get(session_id)
-        return running is not None and not running.task.done()
+        return running is not None and running.busy
 
     @property
     def retained_turns(self) -> int:
@@ -93,9 +110,9 @@ class ReferenceEngine:
         return len(self._running)
 
     def status(self) -> dict[str, Any]:
-        """Counts of sessions and running turns."""
-        return {"state": "ready", "sessions": len(self._store.list_ids()),
-                "active_turns": sum(self._busy(sid) for sid in self._running)}
+        """Counts of sessions (from the index) and running turns."""
+        return {"state": "ready", "sessions": self.catalog.count(),
+                "active_turns": sum(self._busy(sid) for sid in list(self._running))}
 
     def model_configuration(self) -> dict[str, Any]:
         """The default provider, model and qualified route."""
@@ -103,21 +120,25 @@ class ReferenceEngine:
         route = ModelRoute(provider.name, getattr(provider, "default_model", ""))
         return {"provider": route.provider, "model": route.model, "route": str(route)}
 
-    def list_sessions(self) -> list[dict[str, Any]]:
-        """Summaries, newest first; an unreadable log is listed with its error."""
-        views = []
-        for session_id in self._store.list_ids():
-            try:
-                views.append(self._view(session_id, messages=False))
-            except SessionInvalid as exc:
-                views.append({"id": session_id, "error": exc.as_dict()})
-        # ids are monotonic: they order sessions made in the same millisecond
-        return sorted(views, key=lambda v: (str(v.get("created_at") or ""), v["id"]),
-                      reverse=True)
+    def list_sessions(self, limit: int = PAGE_SIZE,
+                      cursor: str | None = None) -> dict[str, Any]:
+        """A page of summaries, newest first by (created_at, id), and the next page's cursor.
+
+        An unreadable log is listed with its error. ids are monotonic, so sessions
+        made in the same millisecond keep their order, and a session created while
+        a client pages is never inserted into a page it has not reached yet.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) \
+                or not 1 <= limit <= MAX_PAGE_SIZE:
+            raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
+                                 f"limit must be 1-{MAX_PAGE_SIZE}")
+        rows, next_cursor = self.catalog.page(limit, cursor)
+        return {"sessions": [self._summary_view(row) for row in rows],
+                "next_cursor": next_cursor}
 
     def get_session(self, session_id: str) -> dict[str, Any]:
         """A session with its messages."""
-        return self._view(session_id, messages=True)
+        return self._view(self._state(session_id), messages=True)
 
     def list_agents(self) -> list[dict[str, Any]]:
         """The one root agent and the sessions it is running."""
@@ -163,20 +184,22 @@ class ReferenceEngine:
     def create_session(self, options: dict[str, Any]) -> dict[str, Any]:
         """Reserve an id and write the header now (an empty session survives restart)."""
         session_id = new_id("ses")
-        self._store.create(session_id, {"created_at": iso(utcnow()),
-                                        "settings": self._settings(options, partial=False)})
-        return self._view(session_id, messages=False)
+        header = {"created_at": iso(utcnow()),
+                  "settings": self._settings(options, partial=False)}
+        with self.catalog.own_change():
+            log = self._store.create(session_id, header)
+        return self._view(self.catalog.created(session_id, log), messages=False)
 
     def update_session_settings(self, session_id: str,
                                 settings: dict[str, Any]) -> dict[str, Any]:
         """A durable settings event; refused while a turn runs."""
-        self._read(session_id)
+        self._state(session_id)
         if self._busy(session_id):
             raise RuntimeRefused(ErrorCode.SESSION_BUSY, "a turn is running in this session")
         changes = self._settings(settings, partial=True)
-        self._store.append(session_id, {"kind": "settings", "settings": changes,
-                                        "at": iso(utcnow())})
-        return self._view(session_id, messages=True)
+        event = {"kind": "settings", "settings": changes, "at": iso(utcnow())}
+        self.catalog.appended(session_id, [(event, self._store.append(session_id, event))])
+        return self._view(self._state(session_id), messages=True)
 
     def decide_approval(self, session_id: str, approval_id: str,
                         decision: Decision) -> dict[str, Any]:
@@ -184,7 +207,7 @@ class ReferenceEngine:
         if decision not in _DECISIONS:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
                                  "decision must be allowed-once or rejected")
-        self._read(session_id)
+        self._state(session_id)
         running = self._running.get(session_id)
         decide(running.approvals if running else {}, approval_id, decision)
         return {"approval_id": approval_id, "decision": decision}
@@ -194,47 +217,50 @@ class ReferenceEngine:
         if not 0 < len(text) <= MAX_MESSAGE_CHARS:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
                                  f"text must be 1-{MAX_MESSAGE_CHARS} characters")
-        header, events = self._read(session_id)
+        state = self._state(session_id)
         if self._busy(session_id):
             raise RuntimeRefused(ErrorCode.SESSION_BUSY, "a turn is running in this session")
-        settings = project_settings(header, events)
-        route = ModelRoute.parse(settings["model"])
+        route = ModelRoute.parse(state.settings["model"])
         if route.provider != self._loop.provider.name:
             raise RuntimeRefused(ErrorCode.MODEL_NOT_FOUND,
                                  f"this engine serves no provider {route.provider[:40]}; "
                                  "change the session's model first")
-        history = chat_history(project_messages(events))
-        self._record(session_id, {"kind": "message", "role": "user", "text": text})
+        writer = SessionWriter(self._store, self.catalog, session_id)
+        # Refused here, before any stream, as a direct append would be; written by the turn.
+        line = writer.stage({"kind": "message", "role": "user", "text": text})
+        self._store.check_room(session_id, state.summary.end, line)
         handle = StreamHandle(session_id, AGENT_ID)
         approvals: dict[str, Approval] = {}
         turn = TurnContext(
             session_id=session_id, model=route.model,
-            permission_mode=PermissionMode(settings["permission_mode"]),
-            history=[*history, {"role": "user", "content": text}], handle=handle,
-            headless=headless, record=lambda event: self._record(session_id, event),
-            approvals=approvals,
+            permission_mode=PermissionMode(state.settings["permission_mode"]),
+            history=[*state.history(), {"role": "user", "content": text}], handle=handle,
+            headless=headless, record=writer.stage, flush=writer.flush, approvals=approvals,
             max_record_bytes=getattr(self._store, "max_record_bytes", MAX_RECORD_BYTES))
         task = self._scope.spawn(self._loop.run(turn), f"turn {session_id}")
-        running = _Running(handle, task, approvals)
+        running = _Running(handle, task, approvals, writer)
 
         def stop() -> None:
             task.cancel()
 
-        def forget(_: asyncio.Task[None]) -> None:
-            if self._running.get(session_id) is running:
+        def forget(_: object = None) -> None:
+            if not task.done():
+                return
+            if not handle.finished:  # cancelled before its first step: it never ran
+                handle.emit("done", reason="cancelled", interrupted=True)
+            writer.drain()  # what it recorded is still written, in order
+            if not writer.busy and self._running.get(session_id) is running:
                 del self._running[session_id]
 
         handle.on_cancel(stop)
         task.add_done_callback(forget)
+        writer.on_idle = forget
         self._running[session_id] = running
         return handle
 
-    def _record(self, session_id: str, event: dict[str, Any]) -> None:
-        self._store.append(session_id, {**event, "at": iso(utcnow())})
-
     async def cancel(self, session_id: str) -> bool:
         """Cancel the running turn (it ends with ``done`` reason ``cancelled``)."""
-        self._read(session_id)
+        self._state(session_id)
         running = self._running.get(session_id)
         if running is None or running.task.done():
             return False
@@ -251,12 +277,23 @@ class ReferenceEngine:
                                  "this session store cannot delete")
         with contextlib.suppress(SessionInvalid):
             await self.cancel(session_id)
+        await self._settle(session_id)
         self._running.pop(session_id, None)
-        delete(session_id)
+        with self.catalog.own_change():
+            delete(session_id)
+        self.catalog.deleted(session_id)
 
     async def close(self) -> None:
         """Cancel every running turn (the scope also owns the tasks)."""
         for session_id in list(self._running):
             with contextlib.suppress(LabfyError, ModelUnavailable):
                 await self.cancel(session_id)
+            await self._settle(session_id)
         self._running.clear()
+
+    async def _settle(self, session_id: str) -> None:
+        """Wait until a finished turn's records are on disk (a refusal was already said)."""
+        running = self._running.get(session_id)
+        if running is not None:
+            with contextlib.suppress(LabfyError):
+                await running.writer.flush()

@@ -15,7 +15,11 @@ here too. This adapter only says how a bridge turn talks:
   call whose arguments take more than half of the store's record limit is
   refused before it runs (RECORD_TOO_LARGE, a normal refusal: the turn goes on).
   With the shipped limits (4 MiB records, 256 KiB replies) no reply gets there;
-  a store configured smaller does.
+  a store configured smaller does;
+* a record is made at once (``record``: refused there if it cannot be stored)
+  and is on disk (``flush``) before the model is asked again, before an approved
+  tool runs, and before ``done``: the session's writer does the writing off the
+  event loop.
 
 Whatever happens — cancellation, a refused record, an unexpected exception —
 the stream ends with ``done``; an unexpected exception is one incident line.
@@ -24,10 +28,11 @@ the stream ends with ``done``; an unexpected exception is one incident line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from labfy_ref.bridge.final_text import FinalTextExtractor
@@ -58,6 +63,10 @@ class Approval:
     state: str = "pending"
 
 
+async def _written() -> None:
+    """Nothing to wait for: the records were written when made."""
+
+
 @dataclasses.dataclass(slots=True)
 class TurnContext:
     """What one turn needs from its session."""
@@ -68,10 +77,14 @@ class TurnContext:
     history: list[ChatMessage]
     handle: StreamHandle
     headless: bool
-    record: Callable[[dict[str, Any]], None]
+    #: Make a session record (refused at once if it cannot be stored).
+    record: Callable[[dict[str, Any]], object]
     approvals: dict[str, Approval]
     #: The session store's largest record, in bytes (its line, newline included).
     max_record_bytes: int = 4 * 1024 * 1024
+    #: Returns once every record made so far is on disk (a ``record`` that writes at
+    #: once needs none).
+    flush: Callable[[], Awaitable[None]] = _written
 
 
 def recent(history: Sequence[ChatMessage], max_bytes: int) -> list[ChatMessage]:
@@ -112,21 +125,31 @@ class AgentLoop:
         conversation = Conversation.start(
             [{"role": "system", "content": self.system_prompt}, *window])
         try:
+            await turn.flush()  # the user's message is on disk before anything is streamed
             ending = await self.driver.drive(conversation, port,
                                              CallContext(turn.permission_mode))
-            port.finish(ending)
+            await port.finish(ending)
         except asyncio.CancelledError:
             for approval in turn.approvals.values():
                 if approval.state == "pending":
                     approval.state = "cancelled"
+            await _settle(turn)
             handle.emit("done", reason="cancelled", interrupted=True)
         except LabfyError as exc:  # a refused record (RECORD_TOO_LARGE, SESSION_FULL, ...)
+            await _settle(turn)
             _fail(handle, exc.code, exc.message)
         except Exception as exc:  # the stream must still end with error + done (AV-01)
             incident_id = incident(log, exc, f"bridge turn of {turn.session_id}")
+            await _settle(turn)
             _fail(handle, ErrorCode.INTERNAL_ERROR, f"internal error (incident {incident_id})")
         finally:
             conversation.release()
+
+
+async def _settle(turn: TurnContext) -> None:
+    """Put what the turn recorded on disk before its ending (a refusal is already said)."""
+    with contextlib.suppress(LabfyError):
+        await turn.flush()
 
 
 def _fail(handle: StreamHandle, code: ErrorCode, message: str) -> None:
@@ -148,6 +171,7 @@ class _StreamPort:
 
     async def ask(self, messages: Sequence[ChatMessage],
                   response_format: Mapping[str, Any]) -> Answer:
+        await self._turn.flush()  # the last call's record is on disk before the next request
         handle = self._turn.handle
         extractor = FinalTextExtractor()
         try:
@@ -183,6 +207,7 @@ class _StreamPort:
                          decision=decision)
         turn.record({"kind": "approval", "approval_id": approval_id, "call_id": call_id,
                      "decision": decision})
+        await turn.flush()  # the decision is on disk before the tool it allows runs
         self._decisions[call_id] = decision
         return decision
 
@@ -211,9 +236,10 @@ class _StreamPort:
             record["arguments"] = {}  # said, not hidden: the result names the refusal
         turn.record(record)
 
-    def finish(self, ending: Ending | None) -> None:
-        """Turn the driver's ending into the stream's last chunks."""
+    async def finish(self, ending: Ending | None) -> None:
+        """Turn the driver's ending into the stream's last chunks, every record on disk."""
         handle = self._turn.handle
+        await self._turn.flush()
         if ending is None:
             handle.emit("done", reason="cancelled", interrupted=True)
             return
@@ -222,6 +248,7 @@ class _StreamPort:
             if not self._shown and text:
                 handle.emit("text", text=text)
             self._turn.record({"kind": "message", "role": "assistant", "text": text})
+            await self._turn.flush()
             handle.emit("done", reason="completed", interrupted=False)
             return
         error = ending.error or RuntimeRefused(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from labfy_ref.bridge.engine import ReferenceEngine
+from labfy_ref.bridge.index import INDEX_NAME, SessionIndex
 from labfy_ref.bridge.llm import provider_for
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop
 from labfy_ref.bridge.projection import project_messages
@@ -133,8 +134,17 @@ class EnginePlugin(_Plugin):
     requires = ("agent_loop", "sessions")
 
     async def activate(self, context: PluginContext) -> None:
-        """Publish the engine; its turns are tasks of this row's scope."""
-        engine = ReferenceEngine(context.get("sessions"), context.get("agent_loop"),
-                                 context.scope.child("turns"))
+        """Publish the engine; its turns are tasks of this row's scope.
+
+        The session index lives beside the logs when the store has a directory
+        (``sessions/.index.sqlite``), else in memory; either way it is rebuilt from
+        the logs where it differs from them.
+        """
+        store = context.get("sessions")
+        root = getattr(store, "root", None)
+        index = SessionIndex.beside(root) if root is not None else SessionIndex.in_memory()
+        context.scope.defer(index.close, f"file sessions/{INDEX_NAME}")
+        engine = ReferenceEngine(store, context.get("agent_loop"), context.scope.child("turns"),
+                                 index=index)
         context.scope.defer(engine.close, "engine turns")
         context.provide("engine", engine)

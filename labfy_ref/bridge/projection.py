@@ -70,23 +70,30 @@ def check_log(session_id: str, header: Event, events: Iterable[Event]) -> None:
             header.get("settings"), partial=False):
         raise SessionInvalid(f"session {session_id}: the header's fields are malformed")
     for number, event in enumerate(events, start=2):
-        if not _event_ok(event):
-            raise SessionInvalid(f"session {session_id}: line {number} is not a valid "
-                                 f"{str(event.get('kind'))[:20]!r} record")
+        check_event(session_id, number, event)
+
+
+def check_event(session_id: str, number: int, event: Event) -> None:
+    """Refuse one event (line ``number`` of its log) that does not have its kind's shape."""
+    if not _event_ok(event):
+        raise SessionInvalid(f"session {session_id}: line {number} is not a valid "
+                             f"{str(event.get('kind'))[:20]!r} record")
+
+
+def project_message(event: Event) -> dict[str, Any] | None:
+    """The visible message of one event (None for settings, approvals, unknown kinds)."""
+    kind = event.get("kind")
+    if kind == "message":
+        return {key: event[key] for key in ("role", "text", "reasoning", "at") if key in event}
+    if kind == "tool":
+        return {"role": "tool", **{key: event.get(key) for key in (
+            "call_id", "tool_id", "arguments", "status", "result", "approval", "at")}}
+    return None
 
 
 def project_messages(events: Iterable[Event]) -> list[dict[str, Any]]:
     """The visible messages of a session, in order."""
-    messages: list[dict[str, Any]] = []
-    for event in events:
-        kind = event.get("kind")
-        if kind == "message":
-            messages.append({key: event[key] for key in ("role", "text", "reasoning", "at")
-                             if key in event})
-        elif kind == "tool":
-            messages.append({"role": "tool", **{key: event.get(key) for key in (
-                "call_id", "tool_id", "arguments", "status", "result", "approval", "at")}})
-    return messages
+    return [message for event in events if (message := project_message(event)) is not None]
 
 
 def project_settings(header: Event, events: Iterable[Event]) -> dict[str, Any]:
@@ -100,14 +107,17 @@ def project_settings(header: Event, events: Iterable[Event]) -> dict[str, Any]:
 
 def chat_history(messages: Iterable[dict[str, Any]]) -> list[ChatMessage]:
     """The conversation sent back to the model for a later turn."""
-    history: list[ChatMessage] = []
-    for message in messages:
-        role = message["role"]
-        if role == "user":
-            history.append({"role": "user", "content": message["text"]})
-        elif role == "assistant":
-            history.append({"role": "assistant",
-                            "content": canonical({"type": "final", "text": message["text"]})})
-        elif role == "tool":
-            history += tool_exchange(message["tool_id"], message["arguments"], message["result"])
-    return history
+    return [turn for message in messages for turn in chat_turns(message)]
+
+
+def chat_turns(message: dict[str, Any]) -> list[ChatMessage]:
+    """What one visible message adds to the conversation sent to the model."""
+    role = message["role"]
+    if role == "user":
+        return [{"role": "user", "content": message["text"]}]
+    if role == "assistant":
+        return [{"role": "assistant",
+                 "content": canonical({"type": "final", "text": message["text"]})}]
+    if role == "tool":
+        return tool_exchange(message["tool_id"], message["arguments"], message["result"])
+    return []

@@ -18,6 +18,11 @@
   ``sessions/`` or session file is refused); the root is checked by lstat and
   realpath equality.
 * Delete renames the log to a tombstone, then removes it.
+* Thread-safe: writes to one log never overlap (a lock per session, striped), so
+  appends may run off the event loop. Each write says where it landed
+  (:class:`Appended`: the log's :class:`Stamp` before and after) and each read what
+  it read (:class:`StoredLog`), so a cache can tell its own appends from a change
+  made behind its back.
 """
 
 from __future__ import annotations
@@ -28,8 +33,11 @@ import json
 import os
 import secrets
 import stat
+import threading
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from labfy_ref.errors import (
     ErrorCode,
@@ -53,6 +61,36 @@ _SUFFIX = ".jsonl"
 _OPEN = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 #: How far back one read goes while looking for the end of the last complete line.
 _SCAN_CHUNK = 1024 * 1024
+#: Writes to one log are serialised by one of these locks (bounded, whatever the sessions).
+_STRIPES = 64
+
+
+class Stamp(NamedTuple):
+    """What a log looked like: its size and modification time (equal: unchanged)."""
+
+    size: int
+    mtime_ns: int
+
+
+class Appended(NamedTuple):
+    """Where one record landed: the log as found, the record's offset, the log after it."""
+
+    before: Stamp
+    offset: int
+    after: Stamp
+
+
+class StoredLog(NamedTuple):
+    """One read of a log: its header, complete events, stamp, and the end of its last line."""
+
+    header: dict[str, Any]
+    events: list[dict[str, Any]]
+    stamp: Stamp
+    end: int
+
+
+def _stamp(info: os.stat_result) -> Stamp:
+    return Stamp(info.st_size, info.st_mtime_ns)
 
 
 def _not_found(session_id: str) -> RuntimeRefused:
@@ -76,6 +114,7 @@ class JsonlSessionStore:
         self.max_record_bytes = max_record_bytes
         self.max_log_bytes = max_log_bytes
         self._dir = os.open(root, os.O_RDONLY | os.O_DIRECTORY | _OPEN)
+        self._locks = tuple(threading.Lock() for _ in range(_STRIPES))
 
     def close(self) -> None:
         """Release the directory descriptor; idempotent."""
@@ -112,46 +151,82 @@ class JsonlSessionStore:
             raise SessionInvalid(f"session {session_id} is not a plain file")
         return fd
 
+    def _lock(self, session_id: str) -> threading.Lock:
+        return self._locks[zlib.crc32(session_id.encode()) % _STRIPES]
+
+    @contextlib.contextmanager
+    def holding(self, session_id: str) -> Iterator[None]:
+        """Hold a log still: its writes wait until the block ends (a consistent copy)."""
+        with self._lock(session_id):
+            yield
+
+    def stamp(self, session_id: str) -> Stamp | None:
+        """The log's stamp without opening it; None unless it is a plain file (absent too)."""
+        try:
+            info = os.stat(self._name(session_id), dir_fd=self._dir, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise SessionInvalid(f"session {session_id}: {exc.strerror}") from exc
+        return _stamp(info) if stat.S_ISREG(info.st_mode) else None
+
+    def dir_stamp(self) -> Stamp:
+        """The directory's own stamp: it changes when a log is created, renamed or removed."""
+        return _stamp(os.fstat(self._dir))
+
     # -- writing --------------------------------------------------------------------
 
-    def create(self, session_id: str, header: dict[str, Any]) -> None:
+    def create(self, session_id: str, header: dict[str, Any]) -> StoredLog:
         """Write the header of a new session, durably (refused whole, like any record)."""
-        line = self._line(session_id, {"kind": "header", "version": FORMAT_VERSION,
-                                       "session_id": session_id, **header})
-        self._check_room(session_id, 0, line)
-        fd = self._open(session_id, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            _write_whole(session_id, fd, line, 0)
-        except SessionInvalid:
-            # A header that is not on disk whole must not leave a file behind.
-            with contextlib.suppress(OSError):
-                os.unlink(self._name(session_id), dir_fd=self._dir)
-            raise
-        finally:
-            os.close(fd)
-        os.fsync(self._dir)
+        # The store's own fields win: a header copied from another log still names this one.
+        record = {"kind": "header", "version": FORMAT_VERSION, "session_id": session_id,
+                  **{key: value for key, value in header.items()
+                     if key not in ("kind", "version", "session_id")}}
+        line = self.encode(session_id, record)
+        self.check_room(session_id, 0, line)
+        with self._lock(session_id):
+            fd = self._open(session_id, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                _write_whole(session_id, fd, line, 0)
+                stamp = _stamp(os.fstat(fd))
+            except SessionInvalid:
+                # A header that is not on disk whole must not leave a file behind.
+                with contextlib.suppress(OSError):
+                    os.unlink(self._name(session_id), dir_fd=self._dir)
+                raise
+            finally:
+                os.close(fd)
+            os.fsync(self._dir)
+        return StoredLog(record, [], stamp, len(line))
 
-    def append(self, session_id: str, event: dict[str, Any]) -> None:
+    def append(self, session_id: str, event: dict[str, Any]) -> Appended:
         """Append one event; returns only once it is on disk.
 
         Raises ``RecordTooLarge`` or ``SessionFull`` (nothing written), or
         ``RuntimeRefused`` VALIDATION_FAILED for a lone surrogate (nothing written).
         """
-        line = self._line(session_id, event)
-        fd = self._open(session_id, os.O_RDWR | os.O_APPEND)
-        try:
-            size = os.fstat(fd).st_size
-            complete = _complete_end(fd, size)
-            if complete == 0:
-                raise SessionInvalid(f"session {session_id} has no complete header")
-            self._check_room(session_id, complete, line)
-            if complete < size:
-                os.ftruncate(fd, complete)  # only the torn tail of a crashed append
-            _write_whole(session_id, fd, line, complete)
-        finally:
-            os.close(fd)
+        return self.append_line(session_id, self.encode(session_id, event))
 
-    def _line(self, session_id: str, record: dict[str, Any]) -> bytes:
+    def append_line(self, session_id: str, line: bytes) -> Appended:
+        """Append a line made by :meth:`encode` (``SessionFull`` if it does not fit)."""
+        with self._lock(session_id):
+            fd = self._open(session_id, os.O_RDWR | os.O_APPEND)
+            try:
+                before = _stamp(os.fstat(fd))
+                complete = _complete_end(fd, before.size)
+                if complete == 0:
+                    raise SessionInvalid(f"session {session_id} has no complete header")
+                self.check_room(session_id, complete, line)
+                if complete < before.size:
+                    os.ftruncate(fd, complete)  # only the torn tail of a crashed append
+                _write_whole(session_id, fd, line, complete)
+                return Appended(before, complete, _stamp(os.fstat(fd)))
+            finally:
+                os.close(fd)
+
+    def encode(self, session_id: str, record: dict[str, Any]) -> bytes:
+        """A record's line, newline included; refused here (``RecordTooLarge``, a lone
+        surrogate) before anything is written."""
         text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         try:
             line = text.encode("utf-8") + b"\n"
@@ -167,7 +242,8 @@ class JsonlSessionStore:
                                  f"{self.max_record_bytes}; nothing was written")
         return line
 
-    def _check_room(self, session_id: str, size: int, line: bytes) -> None:
+    def check_room(self, session_id: str, size: int, line: bytes) -> None:
+        """``SessionFull`` unless ``line`` fits after ``size`` bytes of log."""
         if size + len(line) > self.max_log_bytes:
             raise SessionFull(f"session {session_id} is full ({size} of {self.max_log_bytes} "
                               f"bytes); start a new session")
@@ -181,18 +257,24 @@ class JsonlSessionStore:
         Unicode (a lone surrogate escape, bytes that are not UTF-8) reads back
         with U+FFFD.
         """
+        log = self.read_log(session_id)
+        return log.header, log.events
+
+    def read_log(self, session_id: str) -> StoredLog:
+        """:meth:`read`, with the stamp of what was read and the end of its last line."""
         fd = self._open(session_id, os.O_RDONLY)
         try:
-            data = os.pread(fd, os.fstat(fd).st_size, 0)
+            stamp = _stamp(os.fstat(fd))
+            data = os.pread(fd, stamp.size, 0)
         finally:
             os.close(fd)
-        complete, _, _torn = data.rpartition(b"\n")
+        complete, newline, _torn = data.rpartition(b"\n")
         records = [_record(session_id, number, raw) for number, raw
-                   in enumerate(complete.split(b"\n") if complete else [], start=1)]
+                   in enumerate(complete.split(b"\n") if newline else [], start=1)]
         if not records or records[0].get("kind") != "header" \
                 or records[0].get("session_id") != session_id:
             raise SessionInvalid(f"session {session_id} has no valid header")
-        return records[0], records[1:]
+        return StoredLog(records[0], records[1:], stamp, len(complete) + len(newline))
 
     def list_ids(self) -> list[str]:
         """Ids of the stored sessions (symlinks and strays are not listed)."""
@@ -209,12 +291,13 @@ class JsonlSessionStore:
         """Rename the log to a tombstone, then remove it."""
         name = self._name(session_id)
         tombstone = f".{session_id}.{secrets.token_hex(4)}.tombstone"
-        try:
-            os.rename(name, tombstone, src_dir_fd=self._dir, dst_dir_fd=self._dir)
-        except FileNotFoundError:
-            raise _not_found(session_id) from None
-        os.unlink(tombstone, dir_fd=self._dir)
-        os.fsync(self._dir)
+        with self._lock(session_id):
+            try:
+                os.rename(name, tombstone, src_dir_fd=self._dir, dst_dir_fd=self._dir)
+            except FileNotFoundError:
+                raise _not_found(session_id) from None
+            os.unlink(tombstone, dir_fd=self._dir)
+            os.fsync(self._dir)
 
 
 def _complete_end(fd: int, size: int) -> int:

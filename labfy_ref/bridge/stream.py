@@ -11,6 +11,11 @@ Ownership ends: once ``done`` has been delivered to a subscriber, the buffer is
 released — only the ending (``error`` if any, and ``done``) is kept, so a
 finished turn costs a few hundred bytes, not up to its 8 MiB. The turn itself
 is durable in the session log; the replay is for the *active* turn's writer.
+
+Each chunk is encoded once, as its NDJSON line, when it is emitted: that line is
+what the byte bound counts, what the buffer keeps and what :meth:`lines` hands the
+HTTP writer. Subscribers of chunks get the emitted dict live, and a replayed
+chunk decoded from its line.
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from labfy_ref.bridge.ndjson import encode_line
 from labfy_ref.errors import ErrorCode
 
 Chunk = dict[str, Any]
 Subscriber = Callable[[Chunk], None]
+#: A chunk as delivered inside the handle: its type, the dict (None when replayed), its line.
+_Listener = Callable[[str, Chunk | None, bytes], None]
 CHUNK_TYPES = frozenset({"text", "reasoning", "tool-call", "tool-result", "approval-request",
                          "approval-decision", "error", "done"})
 DEFAULT_MAX_CHUNKS = 10_000
@@ -40,10 +48,10 @@ class StreamHandle:
         self.agent_id = agent_id
         self._max_chunks = max_chunks
         self._max_bytes = max_bytes
-        self._chunks: list[Chunk] = []
+        self._entries: list[tuple[str, bytes]] = []  # (type, NDJSON line) of each chunk
         self._bytes = 0
         self._errored = False
-        self._subscribers: list[Subscriber] = []
+        self._listeners: list[_Listener] = []
         self._cancel: Callable[[], None] | None = None
         self._released = False
         self.dropped_subscribers = 0
@@ -51,7 +59,7 @@ class StreamHandle:
     @property
     def finished(self) -> bool:
         """Has ``done`` been emitted?"""
-        return bool(self._chunks) and self._chunks[-1]["type"] == "done"
+        return bool(self._entries) and self._entries[-1][0] == "done"
 
     @property
     def released(self) -> bool:
@@ -60,8 +68,8 @@ class StreamHandle:
 
     @property
     def chunks(self) -> list[Chunk]:
-        """Everything emitted so far (a copy)."""
-        return list(self._chunks)
+        """Everything kept so far, decoded (a copy)."""
+        return [json.loads(line) for _, line in self._entries]
 
     def on_cancel(self, callback: Callable[[], None]) -> None:
         """What :meth:`cancel` does (the engine cancels the turn)."""
@@ -79,75 +87,95 @@ class StreamHandle:
         if self.finished or (type_ == "error" and self._errored):
             return False
         chunk = {"type": type_, "session_id": self.session_id, "agent_id": self.agent_id,
-                 "seq": len(self._chunks) + 1, **fields}
-        size = len(json.dumps(chunk, ensure_ascii=False))
+                 "seq": len(self._entries) + 1, **fields}
+        line = encode_line(chunk)  # the one encoding: the bound counts what the wire carries
         reserve = 2  # room for the STREAM_LIMIT error and done
         if type_ not in ("error", "done") and (
-                len(self._chunks) + 1 > self._max_chunks - reserve
-                or self._bytes + size > self._max_bytes):
+                len(self._entries) + 1 > self._max_chunks - reserve
+                or self._bytes + len(line) > self._max_bytes):
             self._append({"type": "error", "session_id": self.session_id,
-                          "agent_id": self.agent_id, "seq": len(self._chunks) + 1,
+                          "agent_id": self.agent_id, "seq": len(self._entries) + 1,
                           "code": ErrorCode.STREAM_LIMIT.value,
                           "message": "the turn's stream exceeded its bounds"})
             self._errored = True
             self._append({"type": "done", "session_id": self.session_id,
-                          "agent_id": self.agent_id, "seq": len(self._chunks) + 1,
+                          "agent_id": self.agent_id, "seq": len(self._entries) + 1,
                           "reason": "error", "interrupted": True})
             if self._cancel is not None:  # the producer must stop: its stream is closed
                 self._cancel()
             return False
         if type_ == "error":
             self._errored = True
-        self._append(chunk)
-        self._bytes += size
+        self._append(chunk, line)
+        self._bytes += len(line)
         return True
 
-    def _append(self, chunk: Chunk) -> None:
-        self._chunks.append(chunk)
-        for subscriber in list(self._subscribers):
-            self._deliver(subscriber, chunk)
-        if chunk["type"] == "done" and self._subscribers:
+    def _append(self, chunk: Chunk, line: bytes | None = None) -> None:
+        type_ = chunk["type"]
+        line = encode_line(chunk) if line is None else line
+        self._entries.append((type_, line))
+        for listener in list(self._listeners):
+            self._deliver(listener, type_, chunk, line)
+        if type_ == "done" and self._listeners:
             self._release()
 
     def _release(self) -> None:
         """Keep only the ending: everything before it has been delivered."""
-        self._chunks = [c for c in self._chunks if c["type"] in ("error", "done")]
+        self._entries = [e for e in self._entries if e[0] in ("error", "done")]
         self._bytes = 0
         self._released = True
 
-    def _deliver(self, subscriber: Subscriber, chunk: Chunk) -> None:
+    def _deliver(self, listener: _Listener, type_: str, chunk: Chunk | None,
+                 line: bytes) -> None:
         try:
-            subscriber(chunk)
+            listener(type_, chunk, line)
         except Exception:  # one broken subscriber must not break the stream for others
             with contextlib.suppress(ValueError):
-                self._subscribers.remove(subscriber)
+                self._listeners.remove(listener)
             self.dropped_subscribers += 1
 
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Replay everything emitted, then deliver live chunks; returns an unsubscribe."""
-        self._subscribers.append(subscriber)
-        for chunk in list(self._chunks):
-            if subscriber not in self._subscribers:
+    def _listen(self, listener: _Listener) -> Callable[[], None]:
+        """Replay everything kept, then deliver live; returns an unsubscribe."""
+        self._listeners.append(listener)
+        for type_, line in list(self._entries):
+            if listener not in self._listeners:
                 break
-            self._deliver(subscriber, chunk)
-        if self.finished and not self._released and subscriber in self._subscribers:
+            self._deliver(listener, type_, None, line)
+        if self.finished and not self._released and listener in self._listeners:
             self._release()  # the whole turn reached its first reader
 
         def unsubscribe() -> None:
             with contextlib.suppress(ValueError):
-                self._subscribers.remove(subscriber)
+                self._listeners.remove(listener)
 
         return unsubscribe
 
-    async def iterate(self) -> AsyncIterator[Chunk]:
-        """Every chunk, replayed then live, until ``done`` (for the HTTP writer)."""
-        queue: asyncio.Queue[Chunk] = asyncio.Queue()
-        unsubscribe = self.subscribe(queue.put_nowait)
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Replay everything emitted, then deliver live chunks; returns an unsubscribe."""
+
+        def listener(_type: str, chunk: Chunk | None, line: bytes) -> None:
+            subscriber(json.loads(line) if chunk is None else chunk)
+
+        return self._listen(listener)
+
+    async def _follow(self) -> AsyncIterator[tuple[str, Chunk | None, bytes]]:
+        queue: asyncio.Queue[tuple[str, Chunk | None, bytes]] = asyncio.Queue()
+        unsubscribe = self._listen(lambda *entry: queue.put_nowait(entry))
         try:
             while True:
-                chunk = await queue.get()
-                yield chunk
-                if chunk["type"] == "done":
+                entry = await queue.get()
+                yield entry
+                if entry[0] == "done":
                     return
         finally:
             unsubscribe()
+
+    async def iterate(self) -> AsyncIterator[Chunk]:
+        """Every chunk, replayed then live, until ``done``."""
+        async for _type, chunk, line in self._follow():
+            yield json.loads(line) if chunk is None else chunk
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """Every chunk's NDJSON line, replayed then live, until ``done`` (the HTTP writer)."""
+        async for _type, _chunk, line in self._follow():
+            yield line

@@ -14,8 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import Field
 
-from labfy_ref.bridge.contract import Decision, Engine
-from labfy_ref.bridge.ndjson import encode_line
+from labfy_ref.bridge.contract import PAGE_SIZE, Decision, Engine
 from labfy_ref.bridge.service import Bridge
 from labfy_ref.errors import ErrorCode, RuntimeRefused
 from labfy_ref.server.auth import Role
@@ -73,9 +72,14 @@ async def health(request: Request) -> dict[str, Any]:
 
 
 @router.get("/sessions")
-async def list_sessions(engine: EngineDep) -> dict[str, Any]:
-    """Sessions, newest first."""
-    return {"sessions": engine.list_sessions()}
+async def list_sessions(engine: EngineDep, limit: int = PAGE_SIZE,
+                        cursor: str | None = None) -> dict[str, Any]:
+    """A page of sessions, newest first, and ``next_cursor`` (null on the last page).
+
+    The bounds of ``limit`` and the meaning of ``cursor`` are the engine's (422
+    VALIDATION_FAILED when refused); the route only passes them on.
+    """
+    return engine.list_sessions(limit=limit, cursor=cursor)
 
 
 @router.post("/sessions", status_code=201)
@@ -113,8 +117,8 @@ async def send_message(session_id: str, body: MessageBody,
 
     async def lines() -> AsyncIterator[bytes]:
         try:
-            async for chunk in handle.iterate():
-                yield encode_line(chunk)
+            async for line in handle.lines():  # encoded once, when emitted
+                yield line
         finally:
             handle.cancel()  # a client that went away cancels the turn; a no-op after done
 

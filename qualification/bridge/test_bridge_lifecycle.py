@@ -165,8 +165,10 @@ class _NoDeleteStore:
     """A store backend without delete (BR-08): the engine must say so, not pretend."""
 
     def __init__(self, inner: JsonlSessionStore) -> None:
-        self.create, self.append = inner.create, inner.append
-        self.read, self.list_ids = inner.read, inner.list_ids
+        self.create, self.append, self.append_line = inner.create, inner.append, inner.append_line
+        self.encode, self.check_room = inner.encode, inner.check_room
+        self.read_log, self.stamp, self.list_ids = inner.read_log, inner.stamp, inner.list_ids
+        self.dir_stamp = inner.dir_stamp
 
 
 @pytest.mark.req("BR-08")
