@@ -23,11 +23,13 @@ import binascii
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import sqlite3
 import stat
 import threading
+import types
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -292,7 +294,7 @@ def _remove_files(path: Path) -> None:
 def _row(summary: Summary) -> tuple[Any, ...]:
     return (summary.session_id, summary.key[0], summary.created_at,
             json.dumps(summary.updated_at),
-            None if summary.settings is None else json.dumps(summary.settings),
+            None if summary.settings is None else json.dumps(dict(summary.settings)),
             summary.title, summary.end, summary.stamp.size, summary.stamp.mtime_ns,
             None if summary.error is None else json.dumps(summary.error))
 
@@ -300,6 +302,19 @@ def _row(summary: Summary) -> tuple[Any, ...]:
 def _summary(row: tuple[Any, ...]) -> Summary:
     (session_id, _sort, created_at, updated_at, settings, title, end, size, mtime_ns,
      error) = row
-    return Summary(session_id, created_at, json.loads(updated_at),
-                   None if settings is None else json.loads(settings), title, end,
+    return Summary(session_id, created_at, _value(updated_at),
+                   None if settings is None else _settings(settings), title, end,
                    Stamp(size, mtime_ns), None if error is None else json.loads(error))
+
+
+def _value(text: str) -> Any:
+    """A JSON value; a string without escapes (a timestamp) is read without the parser."""
+    if text.startswith('"') and "\\" not in text:
+        return text[1:-1]
+    return json.loads(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _settings(text: str) -> Mapping[str, Any]:
+    """Settings read back (most sessions share a few: decoded once each, never mutated)."""
+    return types.MappingProxyType(json.loads(text))

@@ -329,11 +329,17 @@ def _write_whole(session_id: str, fd: int, line: bytes, size: int) -> None:
         raise SessionInvalid(f"session {session_id}: write failed: {exc.strerror}") from exc
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def _record(session_id: str, number: int, raw: bytes) -> dict[str, Any]:
     """One stored line as a record; not UTF-8 or a lone surrogate reads as U+FFFD."""
     text = raw.decode("utf-8", errors="replace")
     try:
-        record = json.loads(text)
+        # NaN and Infinity are not JSON (the store never writes them): a line holding
+        # one is corrupt, not a value no answer could carry.
+        record = json.loads(text, parse_constant=_not_json)
     except (ValueError, RecursionError):  # not JSON, a 5,000-digit number, deep nesting
         raise SessionInvalid(f"session {session_id}: line {number} is corrupt") from None
     if not isinstance(record, dict):

@@ -73,13 +73,14 @@ async def health(request: Request) -> dict[str, Any]:
 
 @router.get("/sessions")
 async def list_sessions(engine: EngineDep, limit: int = PAGE_SIZE,
-                        cursor: str | None = None) -> dict[str, Any]:
+                        cursor: str | None = None) -> JSONResponse:
     """A page of sessions, newest first, and ``next_cursor`` (null on the last page).
 
     The bounds of ``limit`` and the meaning of ``cursor`` are the engine's (422
-    VALIDATION_FAILED when refused); the route only passes them on.
+    VALIDATION_FAILED when refused); the route only passes them on. The page is
+    plain JSON already: it is encoded once, not walked value by value first.
     """
-    return engine.list_sessions(limit=limit, cursor=cursor)
+    return JSONResponse(engine.list_sessions(limit=limit, cursor=cursor))
 
 
 @router.post("/sessions", status_code=201)

@@ -259,6 +259,8 @@ def test_logs_changed_behind_a_running_server_are_listed_as_they_now_are(
     added = _plant(sessions, 2, seed=3)
     with (sessions / f"{ids[2]}.jsonl").open("ab") as handle:
         handle.write(b'{"kind":"settings","settings":"none"}\n')
+    with (sessions / f"{ids[3]}.jsonl").open("ab") as handle:  # not JSON, yet Python reads it
+        handle.write(b'{"kind":"note","at":NaN}\n')
     store.close()
     listed = _listed(client)
     assert listed == _truth(sessions)
@@ -266,7 +268,27 @@ def test_logs_changed_behind_a_running_server_are_listed_as_they_now_are(
     assert by_id[ids[0]]["title"] == "typed elsewhere"
     assert ids[1] not in by_id and set(added) <= set(by_id)
     assert by_id[ids[2]]["error"]["code"] == "SESSION_INVALID"
+    assert by_id[ids[3]]["error"]["code"] == "SESSION_INVALID"
+    assert client.get(f"/api/cordis/sessions/{ids[3]}").status_code == 409
     assert server.state.bridge.engine().status()["sessions"] == len(listed)
+
+
+@pytest.mark.req("BR-07", "AV-01")
+@pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
+def test_a_log_holding_nan_is_session_invalid_never_a_500(
+        specimen: Path, server_factory: ServerFactory, constant: bytes) -> None:
+    """NaN is not JSON though Python's parser reads it: the log is corrupt, and no answer
+    carries NaN (the old listing quietly turned it into null)."""
+    client = server_factory(specimen, bridge=True).client()
+    session_id = client.post("/api/cordis/sessions", {}).json()["session"]["id"]
+    with (specimen / "sessions" / f"{session_id}.jsonl").open("ab") as handle:
+        handle.write(b'{"kind":"note","at":' + constant + b"}\n")
+    listed = client.get("/api/cordis/sessions")
+    assert listed.status_code == 200, listed.text
+    strict = json.loads(listed.text, parse_constant=lambda name: pytest.fail(f"{name} sent"))
+    assert strict["sessions"][0]["error"]["code"] == "SESSION_INVALID"
+    refused = client.get(f"/api/cordis/sessions/{session_id}")
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "SESSION_INVALID")
 
 
 @pytest.mark.req("BR-07")
