@@ -32,8 +32,9 @@ from labfy_ref.bridge.sessions import Appended, Stamp, StoredLog
 from labfy_ref.errors import RuntimeRefused, SessionInvalid
 
 T = TypeVar("T")
-#: A directory stamp this recent may hide a change made in the same clock tick.
-_RACY_NS = 50_000_000
+#: A directory stamp this recent may hide a change made in the same clock tick (a
+#: kernel's coarse file times advance by ticks of at most 10 ms).
+_RACY_NS = 20_000_000
 #: How often a page is fetched again when checking it found rows out of date.
 _PAGE_PASSES = 3
 
@@ -104,7 +105,7 @@ class SessionCatalog:
                 yield
             finally:
                 if self._seen is not None and before == self._seen:
-                    self._seen = self._store.dir_stamp()
+                    self._settle(self._store.dir_stamp())
 
     def _guarded(self, action: Callable[[], T]) -> T:
         """Run ``action``; if the index file failed under it, rebuild it and run it again."""
