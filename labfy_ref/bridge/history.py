@@ -28,7 +28,7 @@ from labfy_ref.bridge.projection import (
     project_settings,
 )
 from labfy_ref.bridge.sessions import Appended, StoredLog
-from labfy_ref.protocol import ChatMessage
+from labfy_ref.protocol import ChatMessage, EncodedMessage
 
 DEFAULT_CACHED_SESSIONS = 64
 DEFAULT_CACHED_BYTES = 64 * 1024 * 1024
@@ -73,7 +73,8 @@ class SessionState:
     def history(self) -> list[ChatMessage]:
         """The conversation sent back to the model (a new list; the messages are shared)."""
         if self._history is None:
-            self._history = [turn for m in self.messages for turn in chat_turns(m)]
+            self._history = [EncodedMessage(turn) for m in self.messages
+                             for turn in chat_turns(m)]
         return list(self._history)
 
     def extend(self, event: dict[str, Any], appended: Appended) -> bool:
@@ -88,7 +89,7 @@ class SessionState:
         if message is not None:
             self.messages.append(message)
             if self._history is not None:
-                self._history += chat_turns(message)
+                self._history += [EncodedMessage(turn) for turn in chat_turns(message)]
         return True
 
 

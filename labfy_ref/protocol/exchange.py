@@ -64,6 +64,21 @@ def encode_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
+class EncodedMessage(dict[str, Any]):
+    """A chat message that carries its JSON and its content's UTF-8 size, computed once.
+
+    A long session's history is sent again at every turn; messages kept this
+    way (the bridge's session cache does) cost no encoding after the first.
+    """
+
+    __slots__ = ("encoded", "size")
+
+    def __init__(self, message: ChatMessage) -> None:
+        super().__init__(message)
+        self.encoded = encode_json(message)
+        self.size = len(str(message.get("content", "")).encode("utf-8"))
+
+
 class MessageLog(Sequence[ChatMessage]):
     """A growing conversation whose messages are each encoded to JSON once.
 
@@ -80,7 +95,8 @@ class MessageLog(Sequence[ChatMessage]):
     def add(self, messages: Iterable[ChatMessage]) -> None:
         """Append messages (each encoded now, once)."""
         for message in messages:
-            self._encoded.append(encode_json(message))
+            self._encoded.append(message.encoded if isinstance(message, EncodedMessage)
+                                 else encode_json(message))
             self._items.append(message)
 
     def json(self) -> str:

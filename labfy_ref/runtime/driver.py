@@ -33,6 +33,7 @@ from labfy_ref.protocol import (
     ActionParser,
     Answer,
     ChatMessage,
+    EncodedMessage,
     Final,
     MessageLog,
     ToolCall,
@@ -49,6 +50,8 @@ ALLOWED_ONCE = "allowed-once"
 
 def message_bytes(message: ChatMessage) -> int:
     """What one message adds to the context budget: its content's UTF-8 size."""
+    if isinstance(message, EncodedMessage):
+        return message.size
     return len(str(message.get("content", "")).encode("utf-8"))
 
 
