@@ -56,7 +56,7 @@ def _fresh_history(sessions: Path, session_id: str) -> list[ChatMessage]:
     return chat_history(project_messages(events))
 
 
-@pytest.mark.req("BR-06", "AV-07")
+@pytest.mark.req("BR-06", "AV-07", "BR-15")
 def test_turns_never_read_their_log_again(specimen: Path) -> None:
     workspace = open_workspace(specimen)
     store = workspace.open_store()
@@ -85,7 +85,7 @@ def test_turns_never_read_their_log_again(specimen: Path) -> None:
     sessions.close()
 
 
-@pytest.mark.req("BR-06")
+@pytest.mark.req("BR-06", "BR-15")
 def test_each_turn_sends_the_model_the_history_its_log_holds(
         specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:

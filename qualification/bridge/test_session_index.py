@@ -105,7 +105,7 @@ def _listed(client: ApiClient, limit: int = 200) -> list[dict[str, Any]]:
     raise AssertionError("paging did not end")
 
 
-@pytest.mark.req("BR-04", "BR-06")
+@pytest.mark.req("BR-04", "BR-06", "BR-15")
 def test_ten_thousand_sessions_page_in_order_without_gap_or_repeat(
         specimen: Path, server_factory: ServerFactory) -> None:
     sessions = specimen / "sessions"
@@ -126,7 +126,7 @@ def test_ten_thousand_sessions_page_in_order_without_gap_or_repeat(
     assert server.state.bridge.engine().status()["sessions"] == 10_000
 
 
-@pytest.mark.req("BR-04", "BR-06")
+@pytest.mark.req("BR-04", "BR-06", "BR-15")
 def test_paging_is_stable_while_sessions_are_created(
         specimen: Path, server_factory: ServerFactory) -> None:
     server = server_factory(specimen, bridge=True)
@@ -155,7 +155,7 @@ def test_paging_is_stable_while_sessions_are_created(
     assert fresh == created[::-1] + before[::-1]
 
 
-@pytest.mark.req("BR-04")
+@pytest.mark.req("BR-04", "BR-15")
 @pytest.mark.parametrize("query", [
     "limit=0", "limit=201", "limit=-1", "limit=ten", "limit=1.5",
     "cursor=", "cursor=!!!", "cursor=" + "A" * 400,
@@ -172,7 +172,7 @@ def test_a_bad_limit_or_cursor_is_422(specimen: Path, server_factory: ServerFact
     assert refused.json()["error"]["code"] == "VALIDATION_FAILED"
 
 
-@pytest.mark.req("BR-04")
+@pytest.mark.req("BR-04", "BR-15")
 def test_the_largest_page_and_a_cursor_past_every_session(
         specimen: Path, server_factory: ServerFactory) -> None:
     client = server_factory(specimen, bridge=True).client()
@@ -221,7 +221,7 @@ def _damage(sessions: Path, how: str, ids: list[str]) -> None:
             handle.write(b'{"kind":"message","role":7}\n')
 
 
-@pytest.mark.req("BR-06", "BR-07")
+@pytest.mark.req("BR-06", "BR-07", "BR-15")
 @pytest.mark.parametrize("how", ["index-deleted", "index-corrupt", "index-older-schema",
                                  "log-appended", "log-removed", "log-added", "log-corrupted"])
 def test_the_index_is_rebuilt_from_the_logs_when_missing_corrupt_or_stale(
@@ -244,7 +244,7 @@ def test_the_index_is_rebuilt_from_the_logs_when_missing_corrupt_or_stale(
     db.close()
 
 
-@pytest.mark.req("BR-06", "BR-07")
+@pytest.mark.req("BR-06", "BR-07", "BR-15")
 def test_logs_changed_behind_a_running_server_are_listed_as_they_now_are(
         specimen: Path, server_factory: ServerFactory) -> None:
     sessions = specimen / "sessions"
@@ -273,7 +273,7 @@ def test_logs_changed_behind_a_running_server_are_listed_as_they_now_are(
     assert server.state.bridge.engine().status()["sessions"] == len(listed)
 
 
-@pytest.mark.req("BR-07", "AV-01")
+@pytest.mark.req("BR-07", "AV-01", "BR-15")
 @pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
 def test_a_log_holding_nan_is_session_invalid_never_a_500(
         specimen: Path, server_factory: ServerFactory, constant: bytes) -> None:
@@ -330,7 +330,7 @@ EVENTS = st.one_of(
 )
 
 
-@pytest.mark.req("BR-06", "AV-02")
+@pytest.mark.req("BR-06", "AV-02", "BR-15")
 @settings(deadline=None, max_examples=60)
 @given(st.lists(st.tuples(EVENTS, st.booleans()), max_size=14))
 def test_a_summary_kept_on_append_equals_one_rebuilt_from_the_log(
