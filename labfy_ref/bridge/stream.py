@@ -176,6 +176,20 @@ class StreamHandle:
             yield json.loads(line) if chunk is None else chunk
 
     async def lines(self) -> AsyncIterator[bytes]:
-        """Every chunk's NDJSON line, replayed then live, until ``done`` (the HTTP writer)."""
-        async for _type, _chunk, line in self._follow():
-            yield line
+        """Every chunk's NDJSON line, replayed then live, until ``done`` (the HTTP writer).
+
+        Lines already waiting when the writer gets to them go out together: a burst
+        of chunks costs one write, not one per chunk.
+        """
+        queue: asyncio.Queue[tuple[str, Chunk | None, bytes]] = asyncio.Queue()
+        unsubscribe = self._listen(lambda *entry: queue.put_nowait(entry))
+        try:
+            while True:
+                entries = [await queue.get()]
+                while not queue.empty():
+                    entries.append(queue.get_nowait())
+                yield b"".join(line for _type, _chunk, line in entries)
+                if entries[-1][0] == "done":  # done is always the last chunk
+                    return
+        finally:
+            unsubscribe()
