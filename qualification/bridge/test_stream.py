@@ -132,3 +132,29 @@ def test_a_client_reading_in_arbitrary_splits_reassembles_exactly(
         last = cut
     decoder.close()
     assert [v["text"] for v in values] == [json.loads(json.dumps(t)) for t in texts]
+
+
+@pytest.mark.req("BR-03", "BR-04")
+def test_lines_waiting_together_go_out_in_one_write_in_order() -> None:
+    """A burst costs the HTTP writer one write; every line is there, in order, once."""
+    handle = StreamHandle("ses_X", "assistant")
+
+    async def run() -> list[bytes]:
+        writes: list[bytes] = []
+
+        async def writer() -> None:
+            async for batch in handle.lines():
+                writes.append(batch)
+
+        task = asyncio.ensure_future(writer())
+        await asyncio.sleep(0)  # the writer waits for its first line
+        for number in range(50):  # a burst: emitted without the writer running between
+            handle.emit("text", text=f"t{number}")
+        handle.emit("done", reason="completed", interrupted=False)
+        await task
+        return writes
+
+    writes = asyncio.run(run())
+    lines = b"".join(writes).split(b"\n")[:-1]
+    assert [json.loads(line)["seq"] for line in lines] == list(range(1, 52))
+    assert len(writes) <= 2, f"{len(writes)} writes for one burst"
