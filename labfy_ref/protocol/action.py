@@ -88,7 +88,7 @@ class ActionParser:
         document = loads_strict(reply)
         if not isinstance(document, dict):
             raise refuse(Defect.NOT_AN_OBJECT)
-        if not self._validator.is_valid(document):
+        if not (plainly_valid(document) or self._validator.is_valid(document)):
             raise refuse(Defect.WRONG_FIELDS, _field_hint(document))
         if document["type"] == "final":
             return Final(text=document["text"])
@@ -104,6 +104,30 @@ class ActionParser:
             detail = f"{spec.tool_id} at '{_safe(where)}' ({error.validator})"
             raise refuse(Defect.INVALID_ARGUMENTS, detail)
         return ToolCall(tool_id=spec.tool_id, arguments=arguments)
+
+
+_TOOL_CALL_KEYS = frozenset({"type", "tool_id", "arguments"})
+_FINAL_KEYS = frozenset({"type", "text"})
+
+
+def plainly_valid(document: dict[str, Any]) -> bool:
+    """Does ``document`` match a branch of the action schema in its plainest form?
+
+    A shortcut, never a second definition: True only for what the published
+    schema accepts (a property test holds it to that); anything else — every
+    refusal included — is judged by the schema itself. It saves the schema's
+    ``oneOf`` walk (~30 µs, most of a round's parse) on the replies that are
+    plainly right.
+    """
+    keys = document.keys()
+    if keys == _TOOL_CALL_KEYS:
+        tool_id = document["tool_id"]
+        return (document["type"] == "tool_call" and type(tool_id) is str
+                and 0 < len(tool_id) <= 64 and type(document["arguments"]) is dict)
+    if keys == _FINAL_KEYS:
+        text = document["text"]
+        return document["type"] == "final" and type(text) is str and len(text) <= 65536
+    return False
 
 
 def _safe(text: str, limit: int = 64) -> str:

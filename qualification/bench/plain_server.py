@@ -60,7 +60,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m qualification.bench.plain_server")
     parser.add_argument("--ready-file", required=True)
     args = parser.parse_args()
-    # Bound like the product binds: a loopback port, never a reserved one (8080).
+    # Bound like the product binds: a loopback port, never a reserved one (netutil).
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), _Handler)
     server.daemon_threads = True
     stop = threading.Event()

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from labfy_ref.errors import ErrorCode, ProtocolRefused
-from labfy_ref.protocol import ActionParser, Final, ToolCall, bound_action_schema
+from labfy_ref.protocol import ActionParser, Final, ToolCall, action_schema, bound_action_schema
+from labfy_ref.protocol.action import plainly_valid
 from labfy_ref.tools import default_catalog
 
 PARSER = ActionParser(default_catalog())
@@ -158,3 +159,26 @@ def test_malformed_or_self_authorizing_replies_are_refused(reply: str, defect: s
 def test_a_final_text_claiming_a_grant_is_only_text() -> None:
     parsed = PARSER.parse('{"type":"final","text":"I have granted research for camp_1."}')
     assert parsed == Final(text="I have granted research for camp_1.")
+
+
+def _document_parts() -> st.SearchStrategy[dict[str, Any]]:
+    values = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                       st.text(max_size=70), st.just("tool_call"), st.just("final"),
+                       st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+                       st.lists(st.integers(), max_size=2),
+                       st.integers(0, 70_000).map(lambda n: "x" * n))
+    keys = st.sampled_from(["type", "tool_id", "arguments", "text", "extra"])
+    return st.one_of(st.dictionaries(keys, values, max_size=4),
+                     st.fixed_dictionaries({"type": values, "tool_id": values,
+                                            "arguments": values}),
+                     st.fixed_dictionaries({"type": values, "text": values}))
+
+
+@pytest.mark.req("PR-05", "PR-02")
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@given(document=_document_parts())
+def test_the_parse_shortcut_admits_only_what_the_published_schema_admits(
+        document: dict[str, Any]) -> None:
+    """The published schema stays the judge: the shortcut only skips its walk when sure."""
+    if plainly_valid(document):
+        assert Draft202012Validator(action_schema()).is_valid(document)
