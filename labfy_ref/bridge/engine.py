@@ -231,10 +231,12 @@ class ReferenceEngine:
         self._store.check_room(session_id, state.summary.end, line)
         handle = StreamHandle(session_id, AGENT_ID)
         approvals: dict[str, Approval] = {}
+        history = state.history()
+        history.add([{"role": "user", "content": text}])
         turn = TurnContext(
             session_id=session_id, model=route.model,
             permission_mode=PermissionMode(state.settings["permission_mode"]),
-            history=[*state.history(), {"role": "user", "content": text}], handle=handle,
+            history=history, handle=handle,
             headless=headless, record=writer.stage, flush=writer.flush, approvals=approvals,
             max_record_bytes=getattr(self._store, "max_record_bytes", MAX_RECORD_BYTES))
         task = self._scope.spawn(self._loop.run(turn), f"turn {session_id}")

@@ -28,7 +28,7 @@ from labfy_ref.bridge.projection import (
     project_settings,
 )
 from labfy_ref.bridge.sessions import Appended, StoredLog
-from labfy_ref.protocol import ChatMessage, EncodedMessage
+from labfy_ref.protocol import EncodedMessage, MessageLog
 
 DEFAULT_CACHED_SESSIONS = 64
 DEFAULT_CACHED_BYTES = 64 * 1024 * 1024
@@ -46,7 +46,7 @@ class SessionState:
         self.summary = summary
         self.messages = messages
         self.lines = lines  # records in the log, the header included
-        self._history: list[ChatMessage] | None = None  # built on first use
+        self._history: MessageLog | None = None  # built on first use
 
     @classmethod
     def load(cls, session_id: str, log: StoredLog) -> SessionState:
@@ -70,12 +70,12 @@ class SessionState:
         """What this state costs the cache: its log's bytes."""
         return self.summary.end
 
-    def history(self) -> list[ChatMessage]:
-        """The conversation sent back to the model (a new list; the messages are shared)."""
+    def history(self) -> MessageLog:
+        """The conversation sent back to the model (a new log; messages and pieces shared)."""
         if self._history is None:
-            self._history = [EncodedMessage(turn) for m in self.messages
-                             for turn in chat_turns(m)]
-        return list(self._history)
+            self._history = MessageLog(EncodedMessage(turn) for m in self.messages
+                                       for turn in chat_turns(m))
+        return self._history.copy()
 
     def extend(self, event: dict[str, Any], appended: Appended) -> bool:
         """Apply one record the engine appended; False if the log had changed before it."""
@@ -89,7 +89,7 @@ class SessionState:
         if message is not None:
             self.messages.append(message)
             if self._history is not None:
-                self._history += [EncodedMessage(turn) for turn in chat_turns(message)]
+                self._history.add([EncodedMessage(turn) for turn in chat_turns(message)])
         return True
 
 

@@ -43,8 +43,8 @@ from labfy_ref.errors import ErrorCode, LabfyError, ProtocolRefused, RuntimeRefu
 from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
 from labfy_ref.ids import new_id
 from labfy_ref.logs import incident
-from labfy_ref.protocol import Answer, ChatMessage, ToolCall
-from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver, message_bytes
+from labfy_ref.protocol import Answer, ChatMessage, MessageLog, ToolCall
+from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
 
@@ -74,7 +74,7 @@ class TurnContext:
     session_id: str
     model: str
     permission_mode: PermissionMode
-    history: list[ChatMessage]
+    history: Sequence[ChatMessage]
     handle: StreamHandle
     headless: bool
     #: Make a session record (refused at once if it cannot be stored).
@@ -87,19 +87,10 @@ class TurnContext:
     flush: Callable[[], Awaitable[None]] = _written
 
 
-def recent(history: Sequence[ChatMessage], max_bytes: int) -> list[ChatMessage]:
+def recent(history: Sequence[ChatMessage], max_bytes: int) -> MessageLog:
     """The newest messages of ``history`` that fit ``max_bytes``, starting at a user message."""
-    kept: list[ChatMessage] = []
-    total = 0
-    for message in reversed(history):
-        total += message_bytes(message)
-        if total > max_bytes:
-            break
-        kept.append(message)
-    kept.reverse()
-    while kept and kept[0].get("role") != "user":
-        kept.pop(0)  # never open on an answer whose question was cut off
-    return kept
+    log = history if isinstance(history, MessageLog) else MessageLog(history)
+    return log.tail(max_bytes)
 
 
 class AgentLoop:
@@ -122,8 +113,9 @@ class AgentLoop:
         # The newest history that fits half the context budget: a long session never
         # ends BUDGET_EXHAUSTED for its length alone.
         window = recent(turn.history, self.limits.max_context_bytes // 2)
-        conversation = Conversation.start(
-            [{"role": "system", "content": self.system_prompt}, *window])
+        messages = MessageLog([{"role": "system", "content": self.system_prompt}])
+        messages.add(window)  # the window's pieces are reused, never encoded again
+        conversation = Conversation.start(messages)
         try:
             await turn.flush()  # the user's message is on disk before anything is streamed
             ending = await self.driver.drive(conversation, port,

@@ -15,9 +15,10 @@ how a call and its wrapped result read to a model is part of the contract.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, overload
 
 from labfy_ref.errors import ProtocolRefused
@@ -79,29 +80,72 @@ class EncodedMessage(dict[str, Any]):
         self.size = len(str(message.get("content", "")).encode("utf-8"))
 
 
+def message_bytes(message: ChatMessage) -> int:
+    """What one message weighs in a context budget: its content's UTF-8 size."""
+    if isinstance(message, EncodedMessage):
+        return message.size
+    return len(str(message.get("content", "")).encode("utf-8"))
+
+
 class MessageLog(Sequence[ChatMessage]):
     """A growing conversation whose messages are each encoded to JSON once.
 
     A turn's conversation only grows, yet every round sends all of it: encoding
     the whole list per round cost a turn O(rounds x conversation) JSON work.
-    The model client joins the cached pieces (:meth:`json`) instead.
+    The model client joins the cached pieces (:meth:`json`) instead. The log
+    also keeps running sizes, so its weight and its newest part that fits a
+    budget (:meth:`tail`) cost no walk over a long session's history.
     """
 
     def __init__(self, messages: Iterable[ChatMessage] = ()) -> None:
         self._items: list[ChatMessage] = []
         self._encoded: list[str] = []
+        self._prefix: list[int] = [0]  # running content sizes: _prefix[i] = sum of the first i
         self.add(messages)
 
     def add(self, messages: Iterable[ChatMessage]) -> None:
-        """Append messages (each encoded now, once)."""
+        """Append messages (each encoded now, once; another log's pieces are reused)."""
+        if isinstance(messages, MessageLog):
+            base = self._prefix[-1] - messages._prefix[0]
+            self._items += messages._items
+            self._encoded += messages._encoded
+            self._prefix += [base + total for total in messages._prefix[1:]]
+            return
         for message in messages:
             self._encoded.append(message.encoded if isinstance(message, EncodedMessage)
                                  else encode_json(message))
             self._items.append(message)
+            self._prefix.append(self._prefix[-1] + message_bytes(message))
+
+    @property
+    def size(self) -> int:
+        """The UTF-8 size of every message's content, together."""
+        return self._prefix[-1] - self._prefix[0]
+
+    def tail(self, max_bytes: int) -> MessageLog:
+        """The newest messages that fit ``max_bytes``, opening on a user message."""
+        start = bisect.bisect_left(self._prefix, self._prefix[-1] - max_bytes)
+        while start < len(self._items) and self._items[start].get("role") != "user":
+            start += 1  # never open on an answer whose question was cut off
+        return self._slice(start)
+
+    def copy(self) -> MessageLog:
+        """A log of the same messages that can grow on its own."""
+        return self._slice(0)
+
+    def _slice(self, start: int) -> MessageLog:
+        log = MessageLog()
+        log._items = self._items[start:]
+        log._encoded = self._encoded[start:]
+        log._prefix = self._prefix[start:]
+        return log
 
     def json(self) -> str:
         """The JSON array of every message, as :func:`encode_json` would write it."""
         return "[" + ", ".join(self._encoded) + "]"
+
+    def __iter__(self) -> Iterator[ChatMessage]:
+        return iter(self._items)
 
     @overload
     def __getitem__(self, index: int) -> ChatMessage: ...
@@ -113,6 +157,16 @@ class MessageLog(Sequence[ChatMessage]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a log or a list holding the same messages, in order."""
+        if isinstance(other, MessageLog):
+            return self._items == other._items
+        if isinstance(other, list):
+            return self._items == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a list
 
 
 def canonical(value: Any) -> str:

@@ -33,11 +33,11 @@ from labfy_ref.protocol import (
     ActionParser,
     Answer,
     ChatMessage,
-    EncodedMessage,
     Final,
     MessageLog,
     ToolCall,
     canonical,
+    message_bytes,
     request_action,
     response_format_for,
     tool_exchange,
@@ -46,13 +46,6 @@ from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
 
 ALLOWED_ONCE = "allowed-once"
-
-
-def message_bytes(message: ChatMessage) -> int:
-    """What one message adds to the context budget: its content's UTF-8 size."""
-    if isinstance(message, EncodedMessage):
-        return message.size
-    return len(str(message.get("content", "")).encode("utf-8"))
 
 
 def new_call_id() -> str:
@@ -74,7 +67,8 @@ class Conversation:
     @classmethod
     def start(cls, messages: Sequence[ChatMessage]) -> Conversation:
         """A conversation holding ``messages``, with its context size counted once."""
-        return cls(MessageLog(messages), sum(message_bytes(m) for m in messages))
+        log = messages if isinstance(messages, MessageLog) else MessageLog(messages)
+        return cls(log, log.size)
 
     def add(self, messages: Sequence[ChatMessage]) -> None:
         """Append messages, keeping the running context total."""
