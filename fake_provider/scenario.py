@@ -158,6 +158,12 @@ class Scenario:
         return cls.from_json(json.loads(Path(path).read_text("utf-8")))
 
     @classmethod
+    def always(cls, content: str, *, name: str = "always", **answer: Any) -> Scenario:
+        """A scenario that answers every request with ``content`` (and the same fields)."""
+        return cls(name=name, answers=(Answer(content=content, **answer),),
+                   when_exhausted="repeat_last")
+
+    @classmethod
     def replies(cls, *contents: str, name: str = "inline", **answer: Any) -> Scenario:
         """A scenario whose answers are ``contents``, each with the same extra fields."""
         return cls(name=name, answers=tuple(Answer(content=c, **answer) for c in contents))

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from fake_provider import Answer, Scenario
+from fake_provider import Scenario
 from labfy_ref.bridge import JsonlSessionStore, ReferenceEngine
 from labfy_ref.bridge.llm import DemoProvider
 from labfy_ref.bridge.loop import AgentLoop, TurnContext
@@ -405,8 +405,7 @@ def test_a_long_bridge_session_never_ends_for_its_length_alone(
 def test_every_model_a_session_names_shares_one_client(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
     """A client per model name, never closed, cost ~0.7 MB each: 1,000 names, 748 MB."""
-    provider = provider_factory(Scenario("finals", (Answer(content=FINAL),),
-                                         when_exhausted="repeat_last"))
+    provider = provider_factory(Scenario.always(FINAL))
     server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
     client = server.client()
 
@@ -427,8 +426,7 @@ def test_turns_waiting_for_a_grant_never_block_a_new_turn(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
     """A model that prepares research in every turn filled the live cap with paused turns."""
     prepare = _call("research.prepare", topic="t", questions=["q"])
-    provider = provider_factory(Scenario("prepare", (Answer(content=prepare),),
-                                         when_exhausted="repeat_last"))
+    provider = provider_factory(Scenario.always(prepare))
     limits = RuntimeLimits(max_live_turns=4)
     server = server_factory(specimen, limits=limits, **local_agent(provider.base_url))
     client = server.client()

@@ -106,8 +106,7 @@ def test_each_turn_sends_the_model_the_history_its_log_holds(
 def test_a_log_edited_behind_the_servers_back_is_read_again(
         specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
-    provider = provider_factory(Scenario("finals", (Answer(content=FINAL),),
-                                         when_exhausted="repeat_last"))
+    provider = provider_factory(Scenario.always(FINAL))
     server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
     client = server.client()
     session_id = client.post("/api/cordis/sessions", {}).json()["session"]["id"]

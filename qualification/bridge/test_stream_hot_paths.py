@@ -94,8 +94,7 @@ def _kinds(path: Path) -> list[str]:
 def test_an_append_waiting_on_its_log_stalls_no_other_stream(
         specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
-    provider = provider_factory(Scenario("finals", (Answer(content=FINAL),),
-                                         when_exhausted="repeat_last"))
+    provider = provider_factory(Scenario.always(FINAL))
     server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
     client = server.client()
     held, free = (client.post("/api/cordis/sessions", {}).json()["session"]["id"]

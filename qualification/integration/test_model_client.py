@@ -276,8 +276,7 @@ def test_a_closed_port_is_unavailable_not_a_crash(provider_factory: ProviderFact
 def test_the_connection_pool_is_capped_as_configured(provider_factory: ProviderFactory) -> None:
     """Beside an explicit transport httpx ignores the client's ``limits=``: the cap is on it."""
     final = '{"type":"final","text":"ok"}'
-    provider = provider_factory(Scenario("slow", (Answer(content=final, delay=0.3),),
-                                         when_exhausted="repeat_last"))
+    provider = provider_factory(Scenario.always(final, delay=0.3))
     limits = ClientLimits(max_connections=3)
 
     async def run() -> None:
@@ -294,8 +293,7 @@ def test_the_connection_pool_is_capped_as_configured(provider_factory: ProviderF
 @pytest.mark.req("MC-03")
 def test_a_finished_stream_gives_its_connection_back(provider_factory: ProviderFactory) -> None:
     """At ``[DONE]`` the rest of the response is read, so the next call reuses the socket."""
-    provider = provider_factory(Scenario("finals", (Answer(content="done"),),
-                                         when_exhausted="repeat_last"))
+    provider = provider_factory(Scenario.always("done"))
 
     async def run() -> None:
         async with client_for(provider) as client:
