@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -43,7 +42,7 @@ from labfy_ref.errors import ErrorCode, LabfyError, ProtocolRefused, RuntimeRefu
 from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
 from labfy_ref.ids import new_id
 from labfy_ref.logs import incident
-from labfy_ref.protocol import Answer, ChatMessage, MessageLog, ToolCall
+from labfy_ref.protocol import Answer, ChatMessage, MessageLog, ToolCall, encode_json
 from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
@@ -204,7 +203,7 @@ class _StreamPort:
         return decision
 
     def admit(self, action: ToolCall) -> ToolError | None:
-        size = _encoded_size(action.arguments)
+        size = len(encode_json(action.arguments).encode("utf-8"))
         if size > self._turn.max_record_bytes // 2:  # the other half: the result, the fields
             return ToolError(f"the call's arguments ({size} bytes) are too large to record",
                              code=ErrorCode.RECORD_TOO_LARGE)
@@ -246,10 +245,6 @@ class _StreamPort:
         error = ending.error or RuntimeRefused(
             ErrorCode.INTERNAL_ERROR, f"the turn ended {ending.state.value}")
         _fail(handle, error.code, error.message)
-
-
-def _encoded_size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
 def decide(approvals: Mapping[str, Approval], approval_id: str, decision: str) -> None:

@@ -37,7 +37,6 @@ from labfy_ref.protocol import (
     MessageLog,
     ToolCall,
     canonical,
-    message_bytes,
     request_action,
     response_format_for,
     tool_exchange,
@@ -58,7 +57,6 @@ class Conversation:
     """What the model has been told in one turn, and what the turn has spent."""
 
     messages: MessageLog
-    context_bytes: int = 0
     rounds: int = 0
     tool_calls: int = 0
     #: The canonical text of the last call if it failed (GW-05), else None.
@@ -67,13 +65,16 @@ class Conversation:
     @classmethod
     def start(cls, messages: Sequence[ChatMessage]) -> Conversation:
         """A conversation holding ``messages``, with its context size counted once."""
-        log = messages if isinstance(messages, MessageLog) else MessageLog(messages)
-        return cls(log, log.size)
+        return cls(messages if isinstance(messages, MessageLog) else MessageLog(messages))
+
+    @property
+    def context_bytes(self) -> int:
+        """What the model would be sent, in content bytes (the log keeps the running total)."""
+        return self.messages.size
 
     def add(self, messages: Sequence[ChatMessage]) -> None:
-        """Append messages, keeping the running context total."""
+        """Append messages (the log counts their size as it encodes them)."""
         self.messages.add(messages)
-        self.context_bytes += sum(message_bytes(m) for m in messages)
 
     def answer(self, outcome: ToolOutcome, *, exempt: bool = False) -> None:
         """Give the model one call's wrapped result; ``exempt`` clears GW-05's memory."""
@@ -86,7 +87,6 @@ class Conversation:
     def release(self) -> None:
         """Forget the messages (the turn ended: nothing unbounded stays in memory)."""
         self.messages = MessageLog()
-        self.context_bytes = 0
 
 
 def _key(tool_id: str, arguments: dict[str, Any]) -> str:
