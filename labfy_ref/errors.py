@@ -11,6 +11,7 @@ Hierarchy::
     ├── ConfigRefused            -- exit 2 at configuration time
     │   └── EndpointRefused      -- ENDPOINT_REFUSED (MC-01)
     ├── ModelUnavailable         -- MODEL_UNAVAILABLE (MC-02, MC-03)
+    ├── LlamaServerFailed        -- LLAMA_SERVER_*: our llama-server did not start (SM-05)
     ├── ProtocolRefused          -- one refused model output (PR-01, PR-02)
     ├── WorkspaceError           -- WORKSPACE_* (WS-01)
     ├── ToolError                -- a tool's bounded diagnostic (GW-05), given to the model
@@ -50,6 +51,11 @@ class ErrorCode(enum.StrEnum):
     # real model stage (SM)
     GGUF_INVALID = "GGUF_INVALID"
     GGUF_SHA256_MISMATCH = "GGUF_SHA256_MISMATCH"
+    RESOURCES_INSUFFICIENT = "RESOURCES_INSUFFICIENT"  # the model cannot fit (SM-04)
+    LLAMA_SERVER_NOT_FOUND = "LLAMA_SERVER_NOT_FOUND"
+    LLAMA_SERVER_EXITED = "LLAMA_SERVER_EXITED"
+    LLAMA_SERVER_NOT_OURS = "LLAMA_SERVER_NOT_OURS"
+    LLAMA_SERVER_START_TIMEOUT = "LLAMA_SERVER_START_TIMEOUT"
     # workspace (WS)
     WORKSPACE_INVALID = "WORKSPACE_INVALID"
     WORKSPACE_EXISTS = "WORKSPACE_EXISTS"
@@ -114,6 +120,9 @@ HTTP_STATUS: Mapping[ErrorCode, int] = {
     ErrorCode.MODEL_UNAVAILABLE: 503, ErrorCode.MODEL_PROTOCOL_ERROR: 502,
     ErrorCode.REPORT_INVALID: 422, ErrorCode.INTERNAL_ERROR: 500, ErrorCode.SERVE_FAILED: 500,
     ErrorCode.GGUF_INVALID: 422, ErrorCode.GGUF_SHA256_MISMATCH: 422,
+    ErrorCode.RESOURCES_INSUFFICIENT: 422, ErrorCode.LLAMA_SERVER_NOT_FOUND: 503,
+    ErrorCode.LLAMA_SERVER_EXITED: 503, ErrorCode.LLAMA_SERVER_NOT_OURS: 503,
+    ErrorCode.LLAMA_SERVER_START_TIMEOUT: 503,
     ErrorCode.WORKSPACE_INVALID: 409, ErrorCode.WORKSPACE_EXISTS: 409,
     ErrorCode.WORKSPACE_LOCKED: 409, ErrorCode.WORKSPACE_OUTDATED: 409,
     ErrorCode.TOOL_UNAVAILABLE: 409, ErrorCode.INVALID_ARGUMENTS: 422,
@@ -194,6 +203,12 @@ class ModelUnavailable(LabfyError):
     """The configured model could not be reached or answered outside the bounds."""
 
     code = ErrorCode.MODEL_UNAVAILABLE
+
+
+class LlamaServerFailed(LabfyError):
+    """The supervised llama-server exited, was not ours, or missed its deadline (SM-05)."""
+
+    code = ErrorCode.LLAMA_SERVER_EXITED
 
 
 class ProtocolRefused(LabfyError):
