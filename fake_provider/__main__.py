@@ -1,4 +1,4 @@
-"""``python -m fake_provider --scenario FILE --port 0 --ready-file PATH``."""
+"""``python -m fake_provider --scenario FILE --port 0 --ready-file PATH [--api-key KEY]``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", choices=["127.0.0.1", "::1"])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--ready-file", help="write {url, port, host, pid} here when ready")
+    parser.add_argument("--api-key", help="as llama-server: /v1/* answers 401 without "
+                        "'Authorization: Bearer KEY'; /health stays public")
     args = parser.parse_args(argv)
     if args.port in RESERVED_PORTS or not 0 <= args.port <= 65535:
         print(f"fake_provider: port {args.port} is not allowed", file=sys.stderr)
@@ -34,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with FakeProvider(scenario, host=args.host, port=args.port) as provider:
+    with FakeProvider(scenario, host=args.host, port=args.port,
+                      api_key=args.api_key) as provider:
         ready = {"url": provider.base_url, "port": provider.port, "host": provider.host,
                  "pid": os.getpid()}
         if args.ready_file:

@@ -76,9 +76,10 @@ class RecordedRequest:
 class _State:
     """The scenario cursor and the request log, shared by handler threads."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, api_key: str | None = None) -> None:
         self.lock = threading.Lock()
         self.scenario = scenario
+        self.api_key = api_key
         self.cursor = 0
         self.health_checks = 0
         self.requests: list[RecordedRequest] = []
@@ -191,6 +192,17 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(trickle_delay)
             self.wfile.write(payload[start : start + TRICKLE_BYTES])
 
+    def _refused(self) -> bool:
+        """Like llama-server with ``--api-key``: ``/v1/*`` needs the Bearer key (401 else)."""
+        key = self.server.state.api_key
+        if key is None or not self.path.startswith("/v1/"):
+            return False
+        if self.headers.get("Authorization") == f"Bearer {key}":
+            return False
+        self._send_json(401, {"error": {"code": 401, "message": "Invalid API Key",
+                                        "type": "authentication_error"}})
+        return True
+
     def _drop(self) -> None:
         self.close_connection = True
         with contextlib.suppress(OSError):
@@ -209,6 +221,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"requests": log})
             return
         self._record(b"")
+        if self._refused():
+            return
         if self.path == "/health":
             if self.server.state.health_loading():
                 self._send_json(503, {"error": {"code": 503, "message": "Loading model",
@@ -241,6 +255,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"ok": True})
             return
         self._record(body)
+        if self._refused():
+            return
         if self.path != "/v1/chat/completions":
             self._send_json(404, {"error": {"code": 404, "message": "File Not Found"}})
             return
@@ -354,10 +370,11 @@ def _call_json(call: ToolCallReply, index: int, completion: str,
 class FakeProvider:
     """Run the fake provider in a background thread: ``with FakeProvider(s) as fp: ...``."""
 
-    def __init__(self, scenario: Scenario, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, scenario: Scenario, *, host: str = "127.0.0.1", port: int = 0,
+                 api_key: str | None = None) -> None:
         if host not in _LOOPBACK:
             raise ValueError("the fake provider listens on 127.0.0.1 or ::1 only")
-        self._state = _State(scenario)
+        self._state = _State(scenario, api_key)
         self._server = _Server(host, port, self._state)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         kwargs={"poll_interval": 0.05}, daemon=True)
