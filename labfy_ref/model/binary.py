@@ -176,7 +176,7 @@ def identify(binary: Path) -> BinaryIdentity:
     """
     resolved = binary.resolve()
     try:
-        probe = run_probe([str(binary), "--version"])
+        probe = run_probe([str(binary), "--version"], timeout=VERSION_TIMEOUT)
     except OSError as exc:
         raise _refuse(f"{binary}: cannot run ({exc.strerror}); {HOW_TO_GET}") from exc
     lines = [line.strip() for line in probe.output.splitlines() if line.strip()]

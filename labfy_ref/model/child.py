@@ -217,15 +217,32 @@ class ChildProcess:
         self.release()
 
 
-async def group_gone(pgid: int, timeout: float) -> bool:
-    """Wait (bounded) until no process of group ``pgid`` is left; sends signal 0 only.
+def _has_live_member(pgid: int) -> bool:
+    """Whether a running process of group ``pgid`` is left (``/proc``; zombies are dead)."""
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_bytes()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(b")") + 2 :].split()  # state, ppid, pgrp, ...
+            if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+                return True
+    return False
 
-    Killed members become zombies until their reaper collects them: when we
-    are PID 1 that is us (only this group's are reaped), else init.
+
+async def group_gone(pgid: int, timeout: float) -> bool:
+    """Wait (bounded) until no process of group ``pgid`` runs; sends signal 0 only.
+
+    Killed members stay zombies until their reaper collects them: when we are
+    PID 1 that is us (only this group's are reaped), else init, in its own
+    time; a group of zombies only is gone already.
     """
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
-    while loop.time() < end:
+    while True:
         if os.getpid() == 1:
             with contextlib.suppress(ChildProcessError):
                 while os.waitpid(-pgid, os.WNOHANG)[0] > 0:
@@ -234,5 +251,9 @@ async def group_gone(pgid: int, timeout: float) -> bool:
             os.killpg(pgid, 0)
         except ProcessLookupError:
             return True
+        with contextlib.suppress(OSError):
+            if not _has_live_member(pgid):
+                return True
+        if loop.time() >= end:
+            return False
         await asyncio.sleep(0.05)
-    return False
