@@ -116,21 +116,23 @@ def _flags(argv: list[str]) -> dict[str, str]:
     return flags
 
 
-def _load_backend(launcher: str, sigill: list[str]) -> tuple[str | None, mmap.mmap | None]:
-    """Map the best backend beside the resolved launcher; die of SIGILL if told to."""
+def _pick_backend(launcher: str) -> Path | None:
+    """The best backend beside the resolved launcher, as ggml picks it."""
     folder = Path(launcher).resolve().parent
-    present = [v for v in PREFERENCE if (folder / f"libggml-cpu-{v}.so").exists()]
-    if not present:
-        return None, None
-    best = present[0]
-    with (folder / f"libggml-cpu-{best}.so").open("rb") as handle:
+    present = [folder / f"libggml-cpu-{v}.so" for v in PREFERENCE]
+    return next((path for path in present if path.exists()), None)
+
+
+def _load_backend(backend: Path, sigill: list[str]) -> mmap.mmap:
+    """Map ``backend`` (so /proc/<pid>/maps names it); die of SIGILL if told to."""
+    with backend.open("rb") as handle:
         mapped = mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ)
-    if best in sigill:
-        print(f"load_backend: loaded CPU backend from libggml-cpu-{best}.so", file=sys.stderr,
+    if backend.name.removeprefix("libggml-cpu-").removesuffix(".so") in sigill:
+        print(f"load_backend: loaded CPU backend from {backend.name}", file=sys.stderr,
               flush=True)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file for the test
         os.kill(os.getpid(), signal.SIGILL)
-    return best, mapped
+    return mapped
 
 
 def _serve(host: str, port: int, key: str | None, alias: str, loading: int) -> None:
@@ -168,7 +170,8 @@ def main(config_path: str, launcher: str) -> int:
     key = flags.get("--api-key")
     if "--api-key-file" in flags:
         key = Path(flags["--api-key-file"]).read_text("ascii").strip()
-    variant, _mapped = _load_backend(launcher, config["sigill"])
+    backend = _pick_backend(launcher)
+    variant = backend.name[len("libggml-cpu-") : -len(".so")] if backend else None
     mode = config["mode"]
     run: dict[str, Any] = {"argv": argv, "env": dict(os.environ), "pid": os.getpid(),
                            "pgid": os.getpgid(0), "sid": os.getsid(0), "variant": variant,
@@ -183,6 +186,7 @@ def main(config_path: str, launcher: str) -> int:
              str(REPO), flags["--port"], key or ""], start_new_session=True).pid
     with open(config["record"], "a", encoding="utf-8") as record:
         record.write(json.dumps(run) + "\n")
+    _mapped = _load_backend(backend, config["sigill"]) if backend else None
     if mode == "exit":
         print("error: failed to load model (fake)", file=sys.stderr, flush=True)
         return int(config["exit_code"])
