@@ -18,8 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
+from fake_provider import FakeProvider, Scenario
 from labfy_ref.errors import ErrorCode, IllegalTransition, LlamaServerFailed
 from labfy_ref.model import LocalModelClient
+from labfy_ref.model.child import BoundedLog
 from labfy_ref.model.supervisor import (
     KEY_FILE,
     LaunchOptions,
@@ -329,3 +331,33 @@ def test_the_server_dies_with_a_parent_killed_outright(tmp_path: Path) -> None:
     finally:  # a failure here must not leave the orphan running
         if running_members(child):
             os.killpg(child, signal.SIGKILL)
+
+
+@pytest.mark.req("SM-02")
+def test_the_log_is_capped_and_keeps_the_newest_output(tmp_path: Path) -> None:
+    log = BoundedLog(tmp_path / "llama-server.log", 64 * 1024)
+    for n in range(20_000):  # ~500 KiB of numbered lines
+        log.write(f"line {n:06d} of the child's output\n".encode())
+    tail = log.tail(4096).decode()
+    log.close()
+    files = sorted(tmp_path.iterdir())
+    assert [p.name for p in files] == ["llama-server.log", "llama-server.log.1"]
+    assert sum(p.stat().st_size for p in files) <= 64 * 1024
+    assert tail.endswith("line 019999 of the child's output\n")
+    assert "line 000000" not in "".join(p.read_text() for p in files)
+    log.write(b"after close\n")  # dropped, never raises
+    assert b"after close" not in files[0].read_bytes()
+
+
+@pytest.mark.req("SM-05")
+def test_the_fake_provider_with_a_key_guards_v1_like_llama_server() -> None:
+    with FakeProvider(Scenario.always("hi"), api_key="k-123") as provider:
+        url = provider.base_url
+        with httpx.Client(trust_env=False) as http:
+            assert http.get(f"{url}/health").status_code == 200
+            assert http.get(f"{url}/v1/models").status_code == 401
+            assert http.get(f"{url}/v1/models",
+                            headers={"Authorization": "Bearer wrong"}).status_code == 401
+            assert http.get(f"{url}/v1/models",
+                            headers={"Authorization": "Bearer k-123"}).status_code == 200
+            assert http.post(f"{url}/v1/chat/completions", json={}).status_code == 401
