@@ -70,14 +70,18 @@ class BoundedLog:
                        | os.O_CLOEXEC, 0o600)
 
     def write(self, data: bytes) -> None:
-        """Append ``data`` (dropped once closed)."""
+        """Append ``data`` (dropped once closed, or once the disk refused a write)."""
         if self._fd < 0:
             return
-        if self._size + len(data) > self._half:
-            os.close(self._fd)
-            os.replace(self.path, self._older)
-            self._fd, self._size = self._open(), 0
-        self._size += os.write(self._fd, data[: self._half])
+        try:
+            if self._size + len(data) > self._half:
+                os.close(self._fd)
+                self._fd = -1
+                os.replace(self.path, self._older)
+                self._fd, self._size = self._open(), 0
+            self._size += os.write(self._fd, data[: self._half])
+        except OSError:  # a full disk or a removed folder must not stop the child's pipe
+            self.close()
 
     def tail(self, max_bytes: int) -> bytes:
         """The last ``max_bytes`` written (across both halves)."""

@@ -343,18 +343,19 @@ class LocalModelSupervisor:
                                  f"llama-server not ready within {self._options.start_timeout:g}"
                                  " s (/health never answered 200)")
             self._observe_variant(child)
-            if await self._status(http, ModelPath.HEALTH, with_key=False) == 200:
+            budget = min(_REQUEST_TIMEOUT, max(0.05, deadline - loop.time()))
+            if await self._status(http, ModelPath.HEALTH, with_key=False, timeout=budget) == 200:
                 return
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(_POLL, max(0.0, deadline - loop.time()))):
                     await child.exited.wait()
 
-    async def _status(self, http: httpx.AsyncClient, path: ModelPath, *,
-                      with_key: bool) -> int | None:
+    async def _status(self, http: httpx.AsyncClient, path: ModelPath, *, with_key: bool,
+                      timeout: float = _REQUEST_TIMEOUT) -> int | None:
         """The status of one GET on our port; None when nothing answered."""
         headers = {"Authorization": f"Bearer {self._api_key}"} if with_key else {}
         try:
-            reply = await http.get(self.endpoint.url(path), headers=headers)
+            reply = await http.get(self.endpoint.url(path), headers=headers, timeout=timeout)
         except httpx.HTTPError:
             return None
         return reply.status_code

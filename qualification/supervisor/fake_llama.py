@@ -51,7 +51,7 @@ VERSION_LINE = "version: 9.9.9-fake (build 1, commit fake)"
 _FULL_HELP = """\
 -m,    --model FNAME                    model path
 --host HOST                             IP addresses to listen on
---port PORT                             port to listen (default: 8080)
+--port PORT                             port to listen
 -c,    --ctx-size N                     size of the prompt context
 -t,    --threads N                      number of CPU threads
 -np,   --parallel N                     number of server slots

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -108,7 +109,7 @@ def test_the_child_gets_a_minimal_environment(tmp_path: Path,
     # llama-server reads these; none of the user's may change what we launch.
     monkeypatch.setenv("LLAMA_ARG_HOST", "0.0.0.0")
     monkeypatch.setenv("LLAMA_API_KEY", "user-key")
-    monkeypatch.setenv("LLAMA_ARG_PORT", "8080")
+    monkeypatch.setenv("LLAMA_ARG_PORT", str(min(RESERVED_PORTS)))
     fake = install_fake(tmp_path / "bin", loading_checks=0)
     sup = supervisor(fake, tmp_path)
 
@@ -347,6 +348,12 @@ def test_the_log_is_capped_and_keeps_the_newest_output(tmp_path: Path) -> None:
     assert "line 000000" not in "".join(p.read_text() for p in files)
     log.write(b"after close\n")  # dropped, never raises
     assert b"after close" not in files[0].read_bytes()
+    (tmp_path / "gone").mkdir()
+    gone = BoundedLog(tmp_path / "gone" / "x.log", 1024)
+    shutil.rmtree(tmp_path / "gone")
+    for _ in range(100):  # its folder removed: writes stop, the child's pipe never does
+        gone.write(b"x" * 100)
+    gone.close()
 
 
 @pytest.mark.req("SM-05")
