@@ -113,8 +113,9 @@ class SupervisorState(enum.StrEnum):
 def listener_owned_by(pid: int, port: int) -> bool | None:
     """Whether every TCP listener on ``port`` is a socket of process ``pid``.
 
-    None when ``/proc`` cannot tell (no ``/proc/net/tcp``, or the descriptors
-    are unreadable); the HTTP proof then stands alone.
+    None when ``/proc`` cannot tell (no ``/proc/net/tcp``, no listener on the
+    port in it, or the descriptors are unreadable); the HTTP proof then stands
+    alone.
     """
     inodes: set[str] = set()
     readable = False
@@ -127,13 +128,13 @@ def listener_owned_by(pid: int, port: int) -> bool | None:
         for fields in (line.split() for line in lines):
             if len(fields) > 9 and fields[3] == "0A" and fields[1].endswith(f":{port:04X}"):
                 inodes.add(f"socket:[{fields[9]}]")
-    if not readable:
+    if not readable or not inodes:
         return None
     try:
         owned = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
     except OSError:
         return None
-    return bool(inodes) and inodes <= owned
+    return inodes <= owned
 
 
 class LocalModelSupervisor:
