@@ -24,7 +24,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -85,6 +85,28 @@ class _State:
         self.requests: list[RecordedRequest] = []
         #: Chat answers fully written (or abandoned by the client): tests wait on this.
         self.answered = 0
+        #: The last prompt's tokens: a prefix cache like llama-server's one slot.
+        self.cached_prompt: list[str] = []
+
+    def prompt_usage(self, request: Mapping[str, Any]) -> tuple[int, int]:
+        """``(prompt_tokens, cached_tokens)`` of a request, as a one-slot prefix cache counts.
+
+        Tokens are 4-character pieces of the messages as the server would
+        template them; the cached ones are the leading tokens shared with the
+        previous prompt (never all of them: the last token is always computed).
+        """
+        messages = request.get("messages")
+        text = "".join(f"<|{m.get('role')}|>{m.get('content')}\n" for m in messages
+                       if isinstance(m, dict)) if isinstance(messages, list) else ""
+        tokens = [text[i:i + 4] for i in range(0, len(text), 4)]
+        with self.lock:
+            shared = 0
+            for old, new in zip(self.cached_prompt, tokens, strict=False):
+                if old != new:
+                    break
+                shared += 1
+            self.cached_prompt = tokens
+        return len(tokens), min(shared, max(len(tokens) - 1, 0))
 
     def next_answer(self) -> Answer | None:
         with self.lock:
@@ -272,12 +294,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(500, {"error": {"code": 500, "message": "scenario exhausted"}})
             return
         try:
-            self._answer(answer, model=model, stream=stream)
+            self._answer(answer, model=model, stream=stream, usage=state.prompt_usage(request))
         finally:
             with state.lock:
                 state.answered += 1
 
-    def _answer(self, answer: Answer, *, model: str, stream: bool) -> None:
+    def _answer(self, answer: Answer, *, model: str, stream: bool,
+                usage: tuple[int, int]) -> None:
         if answer.delay:
             time.sleep(answer.delay)
         if answer.drop:
@@ -299,12 +322,14 @@ class _Handler(BaseHTTPRequestHandler):
             message["content"] = answer.content or None  # as OpenAI answers a pure call
             message["tool_calls"] = [_call_json(call, index, ident)
                                      for index, call in enumerate(answer.tool_calls)]
+        (prompt, cached), completion = usage, len(answer.content.split())
         document: dict[str, Any] = {
             "id": ident, "object": "chat.completion", "created": int(time.time()),
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": answer.finish_reason}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": len(answer.content.split()),
-                      "total_tokens": 10 + len(answer.content.split())},
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                      "total_tokens": prompt + completion,
+                      "prompt_tokens_details": {"cached_tokens": cached}},
         }
         if answer.oversize_bytes:
             document["padding"] = "x" * answer.oversize_bytes

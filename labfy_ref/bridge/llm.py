@@ -17,6 +17,7 @@ from urllib.parse import quote, unquote
 from labfy_ref.config import AgentConfig, AgentMode
 from labfy_ref.errors import ErrorCode, ModelUnavailable, RuntimeRefused
 from labfy_ref.model import ClientLimits, LocalModelClient, StreamDelta
+from labfy_ref.protocol import Decoding
 from labfy_ref.runtime.demo import DemoAgent
 
 ROUTE_PREFIX = "engine"
@@ -52,8 +53,8 @@ class ModelProvider(Protocol):
         ...
 
     def stream(self, model: str, messages: Sequence[Mapping[str, Any]],
-               response_format: Mapping[str, Any]) -> AsyncIterator[StreamDelta]:
-        """Stream one completion."""
+               decoding: Decoding) -> AsyncIterator[StreamDelta]:
+        """Stream one completion under the round's constrained decoding (PR-06)."""
         ...
 
     async def aclose(self) -> None:
@@ -83,9 +84,10 @@ class LocalProvider:
         return list(await self._client.list_models())
 
     def stream(self, model: str, messages: Sequence[Mapping[str, Any]],
-               response_format: Mapping[str, Any]) -> AsyncIterator[StreamDelta]:
+               decoding: Decoding) -> AsyncIterator[StreamDelta]:
         """Stream from llama-server."""
-        return self._client.stream_chat(messages, response_format=response_format, model=model)
+        return self._client.stream_chat(messages, response_format=decoding.response_format,
+                                        max_tokens=decoding.max_tokens, model=model)
 
     async def aclose(self) -> None:
         """Close the client."""
@@ -106,11 +108,11 @@ class DemoProvider:
         return [self.default_model]
 
     async def stream(self, model: str, messages: Sequence[Mapping[str, Any]],
-                     response_format: Mapping[str, Any]) -> AsyncIterator[StreamDelta]:
+                     decoding: Decoding) -> AsyncIterator[StreamDelta]:
         """The demo's decision, as a model would stream it."""
         if model != self.default_model:
             raise ModelUnavailable(f"the demo provider has no model {model[:60]}")
-        reply = await self._agent.chat(messages, response_format=response_format)
+        reply = await self._agent.chat(messages, response_format=decoding.response_format)
         yield StreamDelta(content=reply.content, finish_reason="stop")
 
     async def aclose(self) -> None:

@@ -42,7 +42,15 @@ from labfy_ref.errors import ErrorCode, LabfyError, ProtocolRefused, RuntimeRefu
 from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
 from labfy_ref.ids import new_id
 from labfy_ref.logs import incident
-from labfy_ref.protocol import Answer, ChatMessage, MessageLog, ToolCall, encode_json
+from labfy_ref.protocol import (
+    Answer,
+    ChatMessage,
+    Decoding,
+    MessageLog,
+    RoundUsage,
+    ToolCall,
+    encode_json,
+)
 from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
@@ -157,17 +165,20 @@ class _StreamPort:
         self._shown = False  # did the last reply's final text reach the user?
         self._decisions: dict[str, str] = {}  # call_id -> the human's answer
 
+    @property
+    def human(self) -> bool:
+        return not self._turn.headless  # "Allow once / Deny" needs someone to show it to
+
     def live(self) -> bool:
         return True  # a bridge turn stops by cancellation of its task
 
-    async def ask(self, messages: Sequence[ChatMessage],
-                  response_format: Mapping[str, Any]) -> Answer:
+    async def ask(self, messages: Sequence[ChatMessage], decoding: Decoding) -> Answer:
         await self._turn.flush()  # the last call's record is on disk before the next request
         handle = self._turn.handle
         extractor = FinalTextExtractor()
         try:
             async for delta in self._loop.provider.stream(self._turn.model, messages,
-                                                          response_format):
+                                                          decoding):
                 if delta.reasoning:
                     handle.emit("reasoning", text=delta.reasoning)
                 piece = extractor.feed(delta.content)
@@ -208,6 +219,9 @@ class _StreamPort:
             return ToolError(f"the call's arguments ({size} bytes) are too large to record",
                              code=ErrorCode.RECORD_TOO_LARGE)
         return None
+
+    def spent(self, round_number: int, usage: RoundUsage) -> None:
+        return None  # a streamed reply's tokens are not reported by the provider's stream
 
     def called(self, call_id: str, action: ToolCall) -> None:
         self._turn.handle.emit("tool-call", call_id=call_id, tool_id=action.tool_id,

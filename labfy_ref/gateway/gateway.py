@@ -113,6 +113,14 @@ class AgentGateway:
         return [spec.describe(available=(avail := self.availability(spec))[0], reason=avail[1])
                 for spec in self.catalog.values()]
 
+    def offerable(self, context: CallContext, *, approvals: bool) -> list[str]:
+        """The tools a model may be offered now (PR-06): available, and allowed by policy
+        — or allowed once by a human when the caller can ask one (``approvals``)."""
+        return [spec.tool_id for spec in self.catalog.values()
+                if self.availability(spec)[0]
+                and (decide(spec, context).allowed
+                     or (approvals and needs_approval(spec, context)))]
+
     def needs_approval(self, tool_id: str, context: CallContext) -> bool:
         """Would this call be refused now but allowed by a one-time approval (BR-12)?"""
         spec = self.catalog.get(tool_id)

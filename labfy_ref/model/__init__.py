@@ -7,8 +7,8 @@ from labfy_ref.model.client import (
     ChatReply,
     ClientLimits,
     LocalModelClient,
+    Sampling,
     StreamDelta,
-    Usage,
 )
 from labfy_ref.model.endpoint import LoopbackHost, ModelEndpoint, ModelPath, parse_endpoint
 from labfy_ref.model.governor import ResourceReport, check_resources
@@ -19,6 +19,7 @@ from labfy_ref.model.variants import (
     loaded_variant,
     stage_variant,
 )
+from labfy_ref.protocol.exchange import Usage
 
 __all__ = [
     "Availability",
@@ -32,6 +33,7 @@ __all__ = [
     "ModelEndpoint",
     "ModelPath",
     "ResourceReport",
+    "Sampling",
     "StreamDelta",
     "SupervisorState",
     "Usage",

@@ -52,7 +52,7 @@ from labfy_ref import __version__
 from labfy_ref.errors import ModelUnavailable, ProtocolRefused
 from labfy_ref.model.endpoint import ModelEndpoint, ModelPath
 from labfy_ref.model.sse import SSEDecoder, SSEError
-from labfy_ref.protocol.exchange import MessageLog, encode_json
+from labfy_ref.protocol.exchange import MessageLog, Usage, encode_json
 from labfy_ref.protocol.strict_json import Defect, loads_strict
 
 _DONE = "[DONE]"
@@ -91,11 +91,21 @@ class ClientLimits:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Usage:
-    """Token counts the provider reported, when it did."""
+class Sampling:
+    """Sampling settings sent with every request (None: the server's own default).
 
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    A supervised llama-server runs deterministic (temperature 0, a fixed
+    seed): the same turn on the same model gives the same calls.
+    """
+
+    temperature: float | None = None
+    seed: int | None = None
+
+    def json_fields(self) -> str:
+        """The settings as JSON object members, each with a leading ``, ``."""
+        fields = {"temperature": self.temperature, "seed": self.seed}
+        return "".join(f", {encode_json(key)}: {encode_json(value)}"
+                       for key, value in fields.items() if value is not None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -152,9 +162,11 @@ class LocalModelClient:
         *,
         limits: ClientLimits | None = None,
         api_key: str | None = None,
+        sampling: Sampling | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.model = model
+        self.sampling = sampling or Sampling()
         self._format_cache: tuple[Mapping[str, Any], str] | None = None
         self.limits = limits or ClientLimits()
         headers = {
@@ -201,7 +213,7 @@ class LocalModelClient:
 
     def _chat_body(
         self, messages: Sequence[Mapping[str, Any]], response_format: Mapping[str, Any] | None,
-        *, stream: bool, model: str | None = None,
+        *, stream: bool, model: str | None = None, max_tokens: int | None = None,
     ) -> bytes:
         # Built from pieces: a MessageLog brings its messages already encoded, and the
         # round's schema is encoded once per distinct object, not once per request.
@@ -211,6 +223,9 @@ class LocalModelClient:
                  f'"stream": {"true" if stream else "false"}']
         if response_format is not None:
             parts.append(f', "response_format": {self._format_json(response_format)}')
+        if max_tokens is not None:
+            parts.append(f', "max_tokens": {int(max_tokens)}')
+        parts.append(self.sampling.json_fields())
         parts.append("}")
         return "".join(parts).encode("utf-8")
 
@@ -225,13 +240,16 @@ class LocalModelClient:
         messages: Sequence[Mapping[str, Any]],
         *,
         response_format: Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
     ) -> ChatReply:
         """Send one chat completion and return the whole reply, within the deadline.
 
-        Raises ``ModelUnavailable`` (unreachable, over a bound or the deadline,
-        a malformed envelope) or ``ProtocolRefused`` (a lone surrogate).
+        ``max_tokens`` caps the completion (PR-06 sets it to fit the round's
+        largest admitted action). Raises ``ModelUnavailable`` (unreachable,
+        over a bound or the deadline, a malformed envelope) or
+        ``ProtocolRefused`` (a lone surrogate).
         """
-        body = self._chat_body(messages, response_format, stream=False)
+        body = self._chat_body(messages, response_format, stream=False, max_tokens=max_tokens)
         document = await self._request_json("POST", ModelPath.CHAT, body, self._deadline(),
                                             model_output=True)
         try:
@@ -255,6 +273,7 @@ class LocalModelClient:
         messages: Sequence[Mapping[str, Any]],
         *,
         response_format: Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
         model: str | None = None,
     ) -> AsyncIterator[StreamDelta]:
         """Stream one chat completion as :class:`StreamDelta` pieces, until ``[DONE]``.
@@ -265,7 +284,8 @@ class LocalModelClient:
         each read waits at most the time left. A lone surrogate in an event
         raises ``ProtocolRefused``; any other failure is ``ModelUnavailable``.
         """
-        body = self._chat_body(messages, response_format, stream=True, model=model)
+        body = self._chat_body(messages, response_format, stream=True, model=model,
+                               max_tokens=max_tokens)
         deadline = self._deadline()
         decoder = SSEDecoder()
         received = events = 0
@@ -419,13 +439,17 @@ def _transport_failure(exc: httpx.HTTPError) -> ModelUnavailable:
 
 
 def _usage(raw: Any) -> Usage:
+    """The envelope's ``usage``; counts that are not non-negative integers are not said."""
     if not isinstance(raw, dict):
         return Usage()
-    prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
-    return Usage(
-        prompt_tokens=prompt if isinstance(prompt, int) else None,
-        completion_tokens=completion if isinstance(completion, int) else None,
-    )
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(_count(raw.get("prompt_tokens")), _count(raw.get("completion_tokens")),
+                 _count(cached))
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
 
 
 def _stream_delta(data: str) -> StreamDelta | None:

@@ -14,16 +14,18 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from labfy_ref.protocol import TOOL_RESULT_PREFIX, canonical
+from labfy_ref.protocol import TOOL_RESULT_PREFIX, Usage, canonical
+from labfy_ref.protocol.narrowing import QUESTION_CHARS, TOPIC_CHARS
 
 DEMO_LABEL = "Deterministic demo agent"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class DemoReply:
-    """The demo's reply: action JSON text, like a model's."""
+    """The demo's reply: action JSON text, like a model's (it costs no tokens)."""
 
     content: str
+    usage: Usage = dataclasses.field(default_factory=Usage)
 
 
 def _tool_result(messages: Sequence[Mapping[str, Any]], index: int) -> dict[str, Any] | None:
@@ -85,8 +87,12 @@ class DemoAgent:
     label = DEMO_LABEL
 
     async def chat(self, messages: Sequence[Mapping[str, Any]], *,
-                   response_format: Mapping[str, Any] | None = None) -> DemoReply:
-        """Decide the next action from the conversation and the tools offered."""
+                   response_format: Mapping[str, Any] | None = None,
+                   max_tokens: int | None = None) -> DemoReply:
+        """Decide the next action from the conversation and the tools offered.
+
+        Its actions are short, far under any round's completion limit.
+        """
         return DemoReply(self.decide(messages, offered_tools(response_format)))
 
     def decide(self, messages: Sequence[Mapping[str, Any]],
@@ -121,8 +127,8 @@ class DemoAgent:
             if offered is not None and "research.prepare" not in offered:
                 return _final(f"Read {data['object_id']} ({data['title'][:200]}); research "
                               "is not offered here.")
-            question = _user_request(messages)[:500] or data["title"]
-            return _call("research.prepare", topic=data["title"][:200],
+            question = _user_request(messages)[:QUESTION_CHARS] or data["title"][:QUESTION_CHARS]
+            return _call("research.prepare", topic=data["title"][:TOPIC_CHARS],
                          questions=[question], object_refs=[data["object_id"]])
         if tool == "research.get_state":
             evidence = data["evidence"]

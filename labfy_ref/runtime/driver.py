@@ -24,21 +24,26 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+import time
+from collections.abc import Sequence
+from typing import Protocol
 
 from labfy_ref.errors import ErrorCode, LabfyError, ModelUnavailable, ProtocolRefused, ToolError
 from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
 from labfy_ref.protocol import (
     ActionParser,
     Answer,
+    Budget,
     ChatMessage,
+    Decoding,
     Final,
     MessageLog,
+    Observations,
+    RoundUsage,
     ToolCall,
-    canonical,
+    call_key,
+    narrow,
     request_action,
-    response_format_for,
     tool_exchange,
 )
 from labfy_ref.runtime.limits import RuntimeLimits
@@ -58,7 +63,8 @@ class Conversation:
 
     messages: MessageLog
     rounds: int = 0
-    tool_calls: int = 0
+    #: What this turn's results showed (PR-06's input), and how many calls it made.
+    observations: Observations = dataclasses.field(default_factory=Observations)
     #: The canonical text of the last call if it failed (GW-05), else None.
     last_failure: str | None = None
 
@@ -66,6 +72,11 @@ class Conversation:
     def start(cls, messages: Sequence[ChatMessage]) -> Conversation:
         """A conversation holding ``messages``, with its context size counted once."""
         return cls(messages if isinstance(messages, MessageLog) else MessageLog(messages))
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls answered in this turn."""
+        return self.observations.tool_calls
 
     @property
     def context_bytes(self) -> int:
@@ -80,17 +91,14 @@ class Conversation:
         """Give the model one call's wrapped result; ``exempt`` clears GW-05's memory."""
         self.add(tool_exchange(outcome.tool_id, outcome.arguments, outcome.result,
                                outcome.result_text))
-        self.tool_calls += 1
-        self.last_failure = None if outcome.ok or exempt else _key(outcome.tool_id,
-                                                                    outcome.arguments)
+        self.observations = self.observations.observe(outcome.tool_id, outcome.arguments,
+                                                      outcome.result)
+        self.last_failure = None if outcome.ok or exempt else call_key(outcome.tool_id,
+                                                                        outcome.arguments)
 
     def release(self) -> None:
         """Forget the messages (the turn ended: nothing unbounded stays in memory)."""
         self.messages = MessageLog()
-
-
-def _key(tool_id: str, arguments: dict[str, Any]) -> str:
-    return canonical([tool_id, arguments])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,8 +118,12 @@ class TurnPort(Protocol):
         """May the turn still have effects? (False once cancelled: answers are discarded.)"""
         ...
 
-    async def ask(self, messages: Sequence[ChatMessage],
-                  response_format: Mapping[str, Any]) -> Answer:
+    @property
+    def human(self) -> bool:
+        """Can this surface ask a human to approve a write once? (Then writes are offered.)"""
+        ...
+
+    async def ask(self, messages: Sequence[ChatMessage], decoding: Decoding) -> Answer:
         """Ask the model once (may raise ModelUnavailable or ProtocolRefused)."""
         ...
 
@@ -121,6 +133,10 @@ class TurnPort(Protocol):
 
     def admit(self, action: ToolCall) -> ToolError | None:
         """A refusal this surface needs before any effect (e.g. a call too large to record)."""
+        ...
+
+    def spent(self, round_number: int, usage: RoundUsage) -> None:
+        """A round was answered: its time and tokens (events, a usage ledger)."""
         ...
 
     def called(self, call_id: str, action: ToolCall) -> None:
@@ -144,7 +160,16 @@ class TurnDriver:
         self.gateway = gateway
         self.limits = limits
         self.parser = ActionParser(gateway.catalog)
-        self.response_format = response_format_for(gateway.catalog)
+
+    def decoding(self, conversation: Conversation, port: TurnPort,
+                 context: CallContext) -> Decoding:
+        """This round's narrowed schema and completion limit (PR-06)."""
+        limits = self.limits
+        return narrow(self.gateway.catalog, self.gateway.offerable(context, approvals=port.human),
+                      conversation.observations,
+                      Budget(round=conversation.rounds, max_rounds=limits.max_rounds,
+                             max_tool_calls=limits.max_tool_calls,
+                             conclude_after=limits.conclude_after))
 
     async def drive(self, conversation: Conversation, port: TurnPort,
                     context: CallContext) -> Ending | None:
@@ -154,13 +179,16 @@ class TurnDriver:
             if conversation.rounds >= limits.max_rounds:
                 return _budget(f"{limits.max_rounds} rounds used")
             conversation.rounds += 1
+            decoding = self.decoding(conversation, port, context)
+            started = time.monotonic()
             try:
                 accepted = await request_action(port.ask, conversation.messages, self.parser,
-                                                self.response_format)
+                                                decoding)
             except ModelUnavailable as exc:
                 return Ending(TurnState.MODEL_UNAVAILABLE, error=exc)
             except ProtocolRefused as exc:
                 return Ending(TurnState.MODEL_PROTOCOL_ERROR, error=exc)
+            port.spent(conversation.rounds, RoundUsage.since(started, accepted.usage))
             if not port.live():
                 return None  # cancelled while the model answered: the answer is discarded
             action = accepted.action
@@ -168,7 +196,7 @@ class TurnDriver:
                 return Ending(TurnState.COMPLETED, final_text=action.text)
             if conversation.tool_calls >= limits.max_tool_calls:
                 return _budget(f"{limits.max_tool_calls} tool calls used")
-            if conversation.last_failure == _key(action.tool_id, action.arguments):
+            if conversation.last_failure == call_key(action.tool_id, action.arguments):
                 return Ending(TurnState.FAILED, error=LabfyError(
                     f"{action.tool_id} repeated with the same arguments after failing",
                     code=ErrorCode.REPEATED_TOOL_FAILURE))

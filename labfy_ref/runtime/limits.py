@@ -19,6 +19,8 @@ class RuntimeLimits:
     max_context_bytes: int = 1024 * 1024
     max_result_bytes: int = 256 * 1024
     max_message_chars: int = 8000
+    #: After this many tool calls only concluding actions are offered (PR-06; 0 = never).
+    conclude_after: int = 4
 
     def as_json(self) -> dict[str, Any]:
         """The limits as reported by ``GET /api/v1/agent-runtime/status``."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from labfy_ref.config import PermissionMode
@@ -27,7 +27,15 @@ from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
 from labfy_ref.host.scope import Scope
 from labfy_ref.ids import new_id
 from labfy_ref.logs import incident
-from labfy_ref.protocol import Answer, ChatMessage, ChatModel, ToolCall, system_prompt
+from labfy_ref.protocol import (
+    Answer,
+    ChatMessage,
+    ChatModel,
+    Decoding,
+    RoundUsage,
+    ToolCall,
+    system_prompt,
+)
 from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver, new_call_id
 from labfy_ref.runtime.events import EventLog
 from labfy_ref.runtime.limits import RuntimeLimits
@@ -314,19 +322,25 @@ class _RuntimePort:
         self._runtime = runtime
         self._turn = turn
 
+    human = False  # runtime turns run with the server's mode: a write is refused (GW-07)
+
     def live(self) -> bool:
         return self._turn.state is TurnState.RUNNING
 
-    async def ask(self, messages: Sequence[ChatMessage],
-                  response_format: Mapping[str, Any]) -> Answer:
-        reply = await self._runtime.model.chat(messages, response_format=response_format)
-        return Answer(reply.content)
+    async def ask(self, messages: Sequence[ChatMessage], decoding: Decoding) -> Answer:
+        reply = await self._runtime.model.chat(messages, response_format=decoding.response_format,
+                                               max_tokens=decoding.max_tokens)
+        return Answer(reply.content, usage=reply.usage)
 
     async def approve(self, call_id: str, action: ToolCall) -> str | None:
-        return None  # runtime turns run with the server's mode: a write is refused (GW-07)
+        return None
 
     def admit(self, action: ToolCall) -> ToolError | None:
         return None
+
+    def spent(self, round_number: int, usage: RoundUsage) -> None:
+        self._runtime.events.append(self._turn.id, "turn.round",
+                                    {"round": round_number, **usage.as_json()})
 
     def called(self, call_id: str, action: ToolCall) -> None:
         return None

@@ -29,7 +29,7 @@ from labfy_ref.config import PermissionMode
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import Scope
 from labfy_ref.model import LocalModelClient, StreamDelta
-from labfy_ref.protocol import TOOL_RESULT_PREFIX
+from labfy_ref.protocol import TOOL_RESULT_PREFIX, Decoding
 from labfy_ref.runtime import AgentRuntime, DemoAgent, RuntimeLimits
 from labfy_ref.runtime.demo import DemoReply
 from labfy_ref.server.security import SECURITY_HEADERS
@@ -136,7 +136,8 @@ class _Exploding:
         self._demo = DemoAgent()
 
     async def chat(self, messages: Sequence[Mapping[str, Any]], *,
-                   response_format: Mapping[str, Any] | None = None) -> DemoReply:
+                   response_format: Mapping[str, Any] | None = None,
+                   max_tokens: int | None = None) -> DemoReply:
         self.calls += 1
         if self.calls == 1:
             raise ZeroDivisionError("a bug nobody handled")
@@ -183,11 +184,11 @@ class _ExplodingProvider(DemoProvider):
         self.calls = 0
 
     async def stream(self, model: str, messages: Sequence[Mapping[str, Any]],
-                     response_format: Mapping[str, Any]) -> Any:
+                     decoding: Decoding) -> Any:
         self.calls += 1
         if self.calls == 1:
             raise KeyError("a bug nobody handled")
-        async for delta in super().stream(model, messages, response_format):
+        async for delta in super().stream(model, messages, decoding):
             yield delta
 
 
@@ -313,7 +314,7 @@ def test_a_call_too_large_to_record_is_refused_and_the_turn_goes_on(specimen: Pa
         """Asks for one large write, then concludes."""
 
         async def stream(self, model: str, messages: Sequence[Mapping[str, Any]],
-                         response_format: Mapping[str, Any]) -> Any:
+                         decoding: Decoding) -> Any:
             yield StreamDelta(content=big if len(messages) == 2 else FINAL)
 
     engine = ReferenceEngine(sessions, AgentLoop(

@@ -10,11 +10,13 @@ from fake_provider import Scenario
 from labfy_ref.errors import ErrorCode, ProtocolRefused
 from labfy_ref.protocol import (
     ActionParser,
+    Budget,
     Final,
+    Observations,
     Round,
     chat_asker,
+    narrow,
     request_action,
-    response_format_for,
     system_prompt,
 )
 from labfy_ref.tools import default_catalog
@@ -23,6 +25,9 @@ from qualification.conftest import ProviderFactory, client_for
 CATALOG = default_catalog()
 MESSAGES = [{"role": "system", "content": system_prompt(CATALOG)},
             {"role": "user", "content": "Summarise the workspace. SECRET-USER-PROMPT"}]
+#: The first round of a turn that may use every tool.
+DECODING = narrow(CATALOG, CATALOG, Observations(), Budget(round=1, max_rounds=16,
+                                                          max_tool_calls=64))
 GOOD = '{"type":"final","text":"done"}'
 BAD = 'Sure! Here it is: {"type":"final","text":"x"} IGNORE-ME'
 
@@ -35,7 +40,7 @@ def _round(provider_factory: ProviderFactory, *answers: str) -> tuple[Round | Pr
         async with client_for(provider) as client:
             try:
                 return await request_action(chat_asker(client), MESSAGES, ActionParser(CATALOG),
-                                            response_format_for(CATALOG))
+                                            DECODING)
             except ProtocolRefused as exc:
                 return exc
 
@@ -76,9 +81,10 @@ def test_a_second_refusal_is_model_protocol_error_with_no_third_request(
     assert len(sent) == 2
 
 
-@pytest.mark.req("PR-05")
-def test_every_request_carries_the_bound_schema_as_response_format(
+@pytest.mark.req("PR-05", "PR-06")
+def test_every_request_carries_the_rounds_schema_and_completion_limit(
         provider_factory: ProviderFactory) -> None:
     _, sent = _round(provider_factory, BAD, GOOD)
-    for body in sent:
-        assert body["response_format"] == response_format_for(CATALOG)
+    for body in sent:  # the repair asks under the same narrowed schema
+        assert body["response_format"] == DECODING.response_format
+        assert body["max_tokens"] == DECODING.max_tokens

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,39 @@ def test_a_live_workspace_has_no_research_adapter(
     failed = client.wait_state(str(paused["id"]), TERMINAL)
     assert failed["state"] == "FAILED"
     assert failed["error"]["code"] == "RESEARCH_ADAPTER_UNAVAILABLE"
+
+
+@pytest.mark.req("PR-06", "RT-08")
+def test_each_round_is_narrowed_prefix_stable_and_reports_its_tokens(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    provider = provider_factory(scenario("read-prepare-final"))
+    server = server_factory(specimen, **local_agent(provider.base_url))
+    client = server.client()
+    paused, campaign_id = _paused(server)
+    assert client.grant(campaign_id).status_code == 201
+    assert client.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume").status_code == 202
+    assert client.wait_state(str(paused["id"]), TERMINAL)["state"] == "COMPLETED"
+    bodies = [r.json() for r in provider.chat_requests()]
+    offered = [[b["properties"]["tool_id"]["const"]
+                for b in body["response_format"]["json_schema"]["schema"]["oneOf"]
+                if "tool_id" in b["properties"]] for body in bodies]
+    assert "workspace.read_object" not in offered[0], "no object id was seen yet"
+    notes = [o["object_id"] for o in client.get("/api/v1/objects").json()["objects"]
+             if o["kind"] == "note"]
+    read = next(b for b in bodies[1]["response_format"]["json_schema"]["schema"]["oneOf"]
+                if b["properties"].get("tool_id") == {"const": "workspace.read_object"})
+    assert read["properties"]["arguments"]["properties"]["object_id"]["enum"] == notes
+    assert "research.prepare" not in offered[2], "the turn's campaign exists"
+    assert all(body["max_tokens"] > 0 for body in bodies)
+    for before, after in itertools.pairwise(bodies):
+        assert after["messages"][:len(before["messages"])] == before["messages"], \
+            "every request extends the previous one (prefix-stable)"
+    events = client.get("/api/v1/agent-runtime/events").json()["events"]
+    rounds = [e["data"] for e in events if e["type"] == "turn.round"]
+    assert [r["round"] for r in rounds] == [1, 2, 3]
+    assert all(r["prompt_tokens"] > 0 and r["ms"] >= 0 for r in rounds)
+    for before, later in itertools.pairwise(rounds):
+        assert later["cached_tokens"] >= before["prompt_tokens"] - 1, "the whole last prompt"
+    later = rounds[1:]
+    cached = sum(r["cached_tokens"] for r in later) / sum(r["prompt_tokens"] for r in later)
+    assert cached >= 0.8, f"{cached:.0%} of prompt tokens cached from round 2 on"

@@ -1,0 +1,62 @@
+"""Hypothesis strategies shared by suites."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from hypothesis import strategies as st
+
+
+def instances(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """Values matching ``schema`` (the keywords narrowing uses), strings of any character.
+
+    Control characters are in the alphabet, so the longest JSON spellings
+    (``\\u0001``) are drawn too: the completion limit must hold for them.
+    """
+    if "const" in schema:
+        return st.just(schema["const"])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    if "oneOf" in schema:
+        return st.one_of([instances(branch) for branch in schema["oneOf"]])
+    kind = schema["type"]
+    if kind == "string":
+        return st.text(st.characters(codec="utf-8"), min_size=schema.get("minLength", 0),
+                       max_size=schema["maxLength"])
+    if kind == "array":
+        return st.lists(instances(schema["items"]), min_size=schema.get("minItems", 0),
+                        max_size=schema["maxItems"], unique=schema.get("uniqueItems", False))
+    assert kind == "object", kind
+    required = set(schema.get("required", []))
+    return st.fixed_dictionaries(
+        {key: instances(value) for key, value in schema["properties"].items()
+         if key in required},
+        optional={key: instances(value) for key, value in schema["properties"].items()
+                  if key not in required})
+
+
+def random_instance(schema: dict[str, Any], rng: random.Random) -> Any:
+    """One value matching ``schema``, drawn with ``rng`` (for code Hypothesis cannot draw in).
+
+    The same keywords as :func:`instances`; strings mix ASCII, accents, emoji
+    and control characters, at any length the schema admits.
+    """
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    if "oneOf" in schema:
+        return random_instance(rng.choice(schema["oneOf"]), rng)
+    kind = schema["type"]
+    if kind == "string":
+        size = rng.randint(schema.get("minLength", 0), schema["maxLength"])
+        return "".join(rng.choice("ab \u00e9\U0001f41d\x01\"\\") for _ in range(size))
+    if kind == "array":
+        items = [random_instance(schema["items"], rng)
+                 for _ in range(rng.randint(schema.get("minItems", 0), schema["maxItems"]))]
+        return list(dict.fromkeys(items)) if schema.get("uniqueItems") else items
+    assert kind == "object", kind
+    required = set(schema.get("required", []))
+    return {key: random_instance(value, rng) for key, value in schema["properties"].items()
+            if key in required or rng.random() < 0.5}

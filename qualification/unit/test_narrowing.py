@@ -1,0 +1,230 @@
+"""PR-06: the narrowed action schema, as a pure function of a turn's observations.
+
+Properties over any observation history (results of any shape, ids real or
+invented, hostile strings): the narrowed schema is a valid JSON Schema; every
+action it admits is accepted by the wide published parser (PR-05) — so it is
+a subset of the wide schema; it never admits an id the turn did not see, nor
+a reference call already answered; it fits the round's completion limit; and
+the budget rule leaves only concluding actions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+
+from labfy_ref.config import PermissionMode
+from labfy_ref.gateway import AgentGateway, CallContext
+from labfy_ref.protocol import (
+    ActionParser,
+    Budget,
+    Final,
+    Observations,
+    ToolCall,
+    call_key,
+    max_json_bytes,
+    narrow,
+)
+from labfy_ref.protocol.narrowing import FINAL_TEXT_CHARS
+from labfy_ref.tools import default_catalog
+from labfy_ref.workspace import open_workspace
+from qualification.strategies import instances
+
+CATALOG = default_catalog()
+PARSER = ActionParser(CATALOG)
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+REFERENCE_FIELDS = {"workspace.read_object": "object_id", "research.get_state": "campaign_id",
+                    "files.list": "path", "files.read": "path"}
+
+# Any text: lone surrogates and every plane included (ATTACKS.md §G).
+texts = st.text(st.characters(codec=None), max_size=40)
+ids = st.one_of(
+    st.builds(lambda p, s: f"{p}_{s}", st.sampled_from(["obj", "camp"]),
+              st.text(st.sampled_from(_CROCKFORD), min_size=26, max_size=26)),
+    texts)
+
+
+def _results() -> st.SearchStrategy[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(tool_id, arguments, wrapped result): real shapes, broken shapes, failures."""
+    listing = st.builds(lambda objs: {"objects": [{"object_id": o, "kind": "note", "title": "t"}
+                                                  for o in objs]}, st.lists(ids, max_size=6))
+    files = st.builds(lambda base, entries: {"path": base, "entries": [
+        {"name": n, "type": t} for n, t in entries], "skipped": 0},
+        st.sampled_from(["", "notes", "a/b"]),
+        st.lists(st.tuples(texts, st.sampled_from(["file", "directory", "other"])), max_size=5))
+    data = {
+        "workspace.list_objects": listing,
+        "workspace.read_object": st.builds(lambda o: {"object_id": o}, ids),
+        "research.prepare": st.builds(lambda c: {"campaign_id": c, "status": "PREPARED"}, ids),
+        "research.get_state": st.builds(lambda c: {"campaign_id": c, "evidence": []}, ids),
+        "files.list": files,
+        "files.read": st.builds(lambda p: {"path": p, "content": "x"}, texts),
+        "files.write": st.just({"path": "x", "bytes_written": 1}),
+    }
+
+    def wrap(tool_id: str) -> st.SearchStrategy[tuple[str, dict[str, Any], dict[str, Any]]]:
+        arguments = st.dictionaries(st.sampled_from(["path", "object_id", "campaign_id", "kind"]),
+                                    ids, max_size=2)
+        payload = st.one_of(data[tool_id], st.dictionaries(texts, texts, max_size=2))
+        return st.tuples(st.just(tool_id), arguments, st.builds(
+            lambda ok, d: {"trust": "UNTRUSTED_DATA", "tool_id": tool_id, "ok": ok, "data": d},
+            st.booleans(), payload))
+
+    return st.sampled_from(sorted(data)).flatmap(wrap)
+
+
+histories = st.lists(_results(), max_size=8)
+budgets = st.builds(Budget, round=st.integers(1, 16), max_rounds=st.integers(1, 16),
+                    max_tool_calls=st.integers(1, 64), conclude_after=st.integers(0, 6))
+availability = st.sets(st.sampled_from(sorted(CATALOG)))
+
+
+def _observe(history: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> Observations:
+    seen = Observations()
+    for tool_id, arguments, result in history:
+        seen = seen.observe(tool_id, arguments, result)
+    return seen
+
+
+def _seen_values(history: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> set[str]:
+    """Every string that appears anywhere in the history's results."""
+    found: set[str] = {""}
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            found.add(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for _, _, result in history:
+        walk(result)
+    # a listed entry's path is its listing's path joined with its name
+    bases = {r["data"].get("path") for _, _, r in history if isinstance(r.get("data"), dict)}
+    names = set(found)
+    found.update(f"{b}/{n}" for b in bases if isinstance(b, str) and b for n in names)
+    return found
+
+
+@pytest.mark.req("PR-06", "PR-05")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.data_too_large])
+@given(history=histories, budget=budgets, available=availability, data=st.data())
+def test_any_history_gives_a_valid_subset_schema_that_admits_no_unseen_reference(
+        history: list[tuple[str, dict[str, Any], dict[str, Any]]], budget: Budget,
+        available: set[str], data: st.DataObject) -> None:
+    seen = _observe(history)
+    decoding = narrow(CATALOG, available, seen, budget)
+    Draft202012Validator.check_schema(decoding.schema)
+    assert set(decoding.offered) <= available
+    instance = data.draw(instances(decoding.schema))
+    Draft202012Validator(decoding.schema).validate(instance)
+    text = json.dumps(instance, ensure_ascii=False)
+    assert len(text.encode("utf-8")) <= decoding.max_tokens, "the completion limit fits it"
+    action = PARSER.parse(text)  # the wide schema accepts whatever the narrow one admits
+    if isinstance(action, Final):
+        assert 1 <= len(action.text) <= FINAL_TEXT_CHARS
+        return
+    assert isinstance(action, ToolCall)
+    assert action.tool_id in decoding.offered
+    assert not decoding.concluding or action.tool_id == "research.prepare"
+    values = _seen_values(history)
+    field = REFERENCE_FIELDS.get(action.tool_id)
+    if field is not None:
+        assert action.arguments[field] in values, "an unseen reference is never admitted"
+        assert call_key(action.tool_id, action.arguments) not in seen.answered
+    for ref in action.arguments.get("object_refs", []):
+        assert ref in values
+    if action.tool_id == "research.prepare":
+        assert not seen.campaigns, "one campaign per turn"
+
+
+@pytest.mark.req("PR-06")
+def test_references_come_only_from_this_turns_results_and_leave_once_answered() -> None:
+    obj = "obj_" + "A" * 26
+    listing = {"ok": True, "data": {"objects": [{"object_id": obj, "kind": "note", "title": "t"},
+                                                {"object_id": "not-an-id", "kind": "x"}]}}
+    budget = Budget(round=1, max_rounds=16, max_tool_calls=64, conclude_after=0)
+    first = narrow(CATALOG, CATALOG, Observations(), budget)
+    assert "workspace.read_object" not in first.offered, "no id known yet"
+    assert "research.get_state" not in first.offered, "no campaign yet"
+    assert "files.read" not in first.offered, "no file listed yet"
+    seen = Observations().observe("workspace.list_objects", {}, listing)
+    second = narrow(CATALOG, CATALOG, seen, budget)
+    assert "workspace.list_objects" not in second.offered, "the same listing is not offered again"
+    read = next(b for b in second.schema["oneOf"]
+                if b["properties"].get("tool_id") == {"const": "workspace.read_object"})
+    assert read["properties"]["arguments"]["properties"]["object_id"]["enum"] == [obj]
+    seen = seen.observe("workspace.read_object", {"object_id": obj},
+                        {"ok": True, "data": {"object_id": obj}})
+    third = narrow(CATALOG, CATALOG, seen, budget)
+    assert "workspace.read_object" not in third.offered, "the only id was read already"
+    assert "research.prepare" in third.offered
+
+
+@pytest.mark.req("PR-06", "GW-07")
+def test_tools_unavailable_now_are_not_offered(specimen: Path) -> None:
+    workspace = open_workspace(specimen)
+    store = workspace.open_store()
+    try:
+        gateway = AgentGateway(workspace, store)
+        read_only = CallContext(PermissionMode.READ_ONLY)
+        assert "files.write" not in gateway.offerable(read_only, approvals=False)
+        assert "files.write" in gateway.offerable(read_only, approvals=True), "Allow once"
+        writable = CallContext(PermissionMode.WORKSPACE_WRITE)
+        assert "files.write" in gateway.offerable(writable, approvals=False)
+        surface = gateway.surface(["files.list", "files.read"])
+        assert surface.offerable(writable, approvals=True) == ["files.list", "files.read"]
+    finally:
+        store.close()
+
+
+@pytest.mark.req("PR-06")
+@pytest.mark.parametrize(("calls", "round_", "campaign", "expected"), [
+    (4, 1, False, {"research.prepare"}),       # conclude after 4 tool calls
+    (4, 15, False, {"research.prepare"}),      # concluding, a round left: a resume can answer
+    (1, 16, False, set()),                     # the last round of 16: final alone
+    (4, 1, True, set()),                       # a campaign exists: only final
+    (64, 1, False, set()),                     # the tool-call budget is spent
+    (3, 15, False, None),                      # neither: the usual narrowing
+])
+def test_budget_rule_leaves_only_concluding_actions(
+        calls: int, round_: int, campaign: bool, expected: set[str] | None) -> None:
+    seen = Observations(tool_calls=calls,
+                        campaigns=("camp_" + "B" * 26,) if campaign else ())
+    decoding = narrow(CATALOG, CATALOG, seen, Budget(round=round_, max_rounds=16,
+                                                      max_tool_calls=64, conclude_after=4))
+    if expected is None:
+        assert not decoding.concluding and "workspace.list_objects" in decoding.offered
+    else:
+        assert decoding.concluding and set(decoding.offered) == expected
+    assert decoding.schema["oneOf"][-1]["properties"]["type"] == {"const": "final"}
+
+
+@pytest.mark.req("PR-06")
+def test_conclude_after_zero_never_concludes_early() -> None:
+    seen = Observations(tool_calls=40)
+    decoding = narrow(CATALOG, CATALOG, seen, Budget(round=2, max_rounds=16,
+                                                      max_tool_calls=64, conclude_after=0))
+    assert not decoding.concluding
+
+
+@pytest.mark.req("PR-06")
+def test_the_completion_limit_is_the_largest_admitted_action_at_its_longest() -> None:
+    decoding = narrow(CATALOG, ["files.list"], Observations(),
+                      Budget(round=1, max_rounds=16, max_tool_calls=64))
+    # final: {"type":"final","text": 600 characters each as a 6-byte \\uXXXX escape}
+    longest_final = max_json_bytes(decoding.schema["oneOf"][-1])
+    assert decoding.max_tokens == max(longest_final, max_json_bytes(decoding.schema["oneOf"][0]))
+    assert decoding.max_tokens >= 6 * FINAL_TEXT_CHARS
+    with pytest.raises(ValueError, match="unbounded"):
+        max_json_bytes({"type": "string"})
