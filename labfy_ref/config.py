@@ -21,8 +21,11 @@ from typing import Any
 
 from labfy_ref.errors import ConfigRefused, ErrorCode
 from labfy_ref.logs import DEFAULT_LEVEL, LEVELS
+from labfy_ref.model.binary import locate_llama_server
 from labfy_ref.model.endpoint import LoopbackHost, ModelEndpoint, parse_endpoint
+from labfy_ref.model.variants import check_variant
 from labfy_ref.netutil import RESERVED_PORTS
+from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 
 ENV_AGENT_MODE = "LABFY_AGENT_MODE"
 ENV_AGENT_ENDPOINT = "LABFY_AGENT_MODEL_ENDPOINT"
@@ -35,6 +38,8 @@ MAX_MODEL_ID_CHARS = 256
 _SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 # 0 asks for any free port, as uvicorn and the fake provider read it.
 _PORT = re.compile(r"0|[1-9][0-9]{0,4}", re.ASCII)
+_COUNT = re.compile(r"0|[1-9][0-9]{0,3}", re.ASCII)
+MAX_CONCLUDE_AFTER = 1000
 
 
 class AgentMode(enum.StrEnum):
@@ -58,6 +63,8 @@ class SupervisedModel:
     llama_server: Path
     model_file: Path
     model_sha256: str
+    #: The CPU backend to pin (SM-06); None lets llama.cpp pick (one SIGILL retry).
+    cpu_variant: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,6 +95,8 @@ class ServeConfig:
     log_level: str
     log_file: Path | None
     debug: bool
+    #: PR-06: after this many tool calls only concluding actions are offered (0 = never).
+    conclude_after: int = DEFAULT_CONCLUDE_AFTER
 
     def as_json(self) -> dict[str, Any]:
         """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
@@ -115,7 +124,9 @@ class ServeConfig:
                     "llama_server": str(supervised.llama_server),
                     "model_file": str(supervised.model_file),
                     "model_sha256": supervised.model_sha256,
+                    "cpu_variant": supervised.cpu_variant,
                 },
+                "conclude_after": self.conclude_after,
                 "sources": dict(agent.sources),
             },
             "log": {"level": self.log_level, "file": _path(self.log_file), "debug": self.debug},
@@ -145,6 +156,8 @@ class RawOptions:
     llama_server: str | None = None
     model_file: str | None = None
     model_sha256: str | None = None
+    cpu_variant: str | None = None
+    conclude_after: str | None = None
     log_level: str | None = None
     log_file: str | None = None
     debug: bool = False
@@ -187,22 +200,33 @@ def _existing_file(text: str, flag: str) -> Path:
     return path
 
 
-def _supervised(raw: RawOptions) -> SupervisedModel | None:
-    given = [raw.llama_server, raw.model_file, raw.model_sha256]
-    if all(value is None for value in given):
+def _supervised(raw: RawOptions, environ: Mapping[str, str]) -> SupervisedModel | None:
+    """SM-07: ``--model-file`` with ``--model-sha256``; the binary from flag, env or package."""
+    if raw.model_file is None and raw.model_sha256 is None:
+        if raw.llama_server is not None or raw.cpu_variant is not None:
+            raise _refuse("--llama-server and --cpu-variant need --model-file and "
+                          "--model-sha256 (a supervised local model)")
         return None
-    if any(value is None for value in given):
-        raise _refuse("--llama-server, --model-file and --model-sha256 go together")
-    assert raw.llama_server is not None
-    assert raw.model_file is not None
-    assert raw.model_sha256 is not None
+    if raw.model_file is None or raw.model_sha256 is None:
+        raise _refuse("--model-file and --model-sha256 go together")
     if not _SHA256.fullmatch(raw.model_sha256.lower()):
         raise _refuse("--model-sha256 must be 64 hexadecimal digits")
-    return SupervisedModel(
-        llama_server=_existing_file(raw.llama_server, "--llama-server"),
-        model_file=_existing_file(raw.model_file, "--model-file"),
-        model_sha256=raw.model_sha256.lower(),
-    )
+    model_file = _existing_file(raw.model_file, "--model-file")
+    binary = locate_llama_server(raw.llama_server, environ)
+    if raw.cpu_variant is not None:
+        check_variant(binary, raw.cpu_variant)
+    return SupervisedModel(llama_server=binary, model_file=model_file,
+                           model_sha256=raw.model_sha256.lower(), cpu_variant=raw.cpu_variant)
+
+
+def conclude_after_option(text: str | None) -> int:
+    """``--conclude-after N`` (PR-06): a whole number 0-1000, default 4."""
+    if text is None:
+        return DEFAULT_CONCLUDE_AFTER
+    if not _COUNT.fullmatch(text) or int(text) > MAX_CONCLUDE_AFTER:
+        raise _refuse(f"--conclude-after must be a whole number 0-{MAX_CONCLUDE_AFTER} "
+                      "(0: never)")
+    return int(text)
 
 
 def resolve_agent(raw: RawOptions, environ: Mapping[str, str]) -> AgentConfig:
@@ -211,7 +235,7 @@ def resolve_agent(raw: RawOptions, environ: Mapping[str, str]) -> AgentConfig:
     endpoint_text, endpoint_src = _pick(raw.agent_endpoint, ENV_AGENT_ENDPOINT, environ)
     model_text, model_src = _pick(raw.agent_model, ENV_AGENT_MODEL, environ)
     timeout_text, timeout_src = _pick(raw.agent_timeout, ENV_AGENT_TIMEOUT, environ)
-    supervised = _supervised(raw)
+    supervised = _supervised(raw, environ)
     sources = {"mode": mode_src, "endpoint": endpoint_src, "model": model_src,
                "timeout": timeout_src}
     try:
@@ -227,12 +251,15 @@ def resolve_agent(raw: RawOptions, environ: Mapping[str, str]) -> AgentConfig:
                 "set --agent-mode local-model (configuration is explicit)"
             )
         return AgentConfig(mode, None, None, timeout, None, sources)
+    if model_text is None and supervised is not None:
+        model_text, model_src = supervised.model_file.stem, "model file"
+        sources["model"] = model_src
     if model_text is None:
         raise _refuse("--agent-mode local-model needs --agent-model")
     if (endpoint_text is None) == (supervised is None):
         raise _refuse(
             "--agent-mode local-model needs exactly one of --agent-endpoint or "
-            "--llama-server/--model-file/--model-sha256"
+            "--model-file/--model-sha256"
         )
     endpoint = parse_endpoint(endpoint_text) if endpoint_text is not None else None
     return AgentConfig(mode, endpoint, _model_id(model_text), timeout, supervised, sources)
@@ -305,4 +332,5 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         log_level=_log_level(raw.log_level),
         log_file=_output_file(raw.log_file, "--log-file"),
         debug=raw.debug,
+        conclude_after=conclude_after_option(raw.conclude_after),
     )

@@ -55,7 +55,7 @@ class LiveServer:
         self.port = int(self.sock.getsockname()[1])
         try:
             self.state: ServerState = build_state(self.config, open_workspace(workspace),
-                                                  self.port, LAUNCH_CODE, limits)
+                                                  self.port, LAUNCH_CODE, limits=limits)
         except BaseException:
             self.sock.close()
             raise

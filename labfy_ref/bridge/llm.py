@@ -17,6 +17,7 @@ from urllib.parse import quote, unquote
 from labfy_ref.config import AgentConfig, AgentMode
 from labfy_ref.errors import ErrorCode, ModelUnavailable, RuntimeRefused
 from labfy_ref.model import ClientLimits, LocalModelClient, StreamDelta
+from labfy_ref.model.supervised import SupervisedLlama
 from labfy_ref.protocol import Decoding
 from labfy_ref.runtime.demo import DemoAgent
 
@@ -41,6 +42,10 @@ class ModelRoute:
             raise RuntimeRefused(ErrorCode.MODEL_NOT_FOUND,
                                  "a model is written engine:<provider>:<model>")
         return cls(unquote(parts[1]), unquote(parts[2]))
+
+
+#: The server's model client: a plain one, or a supervised llama-server's.
+ModelClient = LocalModelClient | SupervisedLlama
 
 
 class ModelProvider(Protocol):
@@ -72,12 +77,15 @@ class LocalProvider:
 
     name = "local"
 
-    def __init__(self, config: AgentConfig) -> None:
-        assert config.endpoint is not None
+    def __init__(self, config: AgentConfig, client: ModelClient | None = None) -> None:
         assert config.model_id is not None
         self.default_model = config.model_id
-        self._client = LocalModelClient(config.endpoint, config.model_id,
-                                        limits=ClientLimits.with_timeout(config.timeout_seconds))
+        self._owned = client is None
+        if client is None:
+            assert config.endpoint is not None
+            client = LocalModelClient(config.endpoint, config.model_id,
+                                      limits=ClientLimits.with_timeout(config.timeout_seconds))
+        self._client: ModelClient = client
 
     async def models(self) -> list[str]:
         """``GET /v1/models`` of the server; MODEL_UNAVAILABLE if it cannot be read."""
@@ -90,8 +98,9 @@ class LocalProvider:
                                         max_tokens=decoding.max_tokens, model=model)
 
     async def aclose(self) -> None:
-        """Close the client."""
-        await self._client.aclose()
+        """Close the client, if it is this provider's own."""
+        if self._owned:
+            await self._client.aclose()
 
 
 class DemoProvider:
@@ -119,6 +128,9 @@ class DemoProvider:
         """Nothing to release."""
 
 
-def provider_for(config: AgentConfig) -> LocalProvider | DemoProvider:
-    """The provider the agent configuration names."""
-    return LocalProvider(config) if config.mode is AgentMode.LOCAL_MODEL else DemoProvider()
+def provider_for(config: AgentConfig,
+                 client: ModelClient | None = None) -> LocalProvider | DemoProvider:
+    """The provider the agent configuration names (sharing ``client`` when given)."""
+    if config.mode is AgentMode.LOCAL_MODEL:
+        return LocalProvider(config, client)
+    return DemoProvider()

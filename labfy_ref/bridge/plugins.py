@@ -89,10 +89,15 @@ class LlmPlugin(_Plugin):
 
     provides = ("llm",)
     requires = ("agent_config",)
+    optional = ("model_client",)
 
     async def activate(self, context: PluginContext) -> None:
-        """Publish the provider; its connections close with the row."""
-        provider = provider_for(context.get("agent_config"))
+        """Publish the provider; its connections close with the row.
+
+        The server's own model client (``model_client``: its pool, a supervised
+        server's key) is shared when given; it stays the server's to close.
+        """
+        provider = provider_for(context.get("agent_config"), context.get("model_client"))
         context.scope.defer(provider.aclose, "llm connections")
         context.provide("llm", provider)
 

@@ -8,6 +8,7 @@ one line starting with its error code; a traceback appears only with
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -17,8 +18,13 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from labfy_ref import __version__
-from labfy_ref.cli.options import add_debug_option, add_serve_options, raw_options
-from labfy_ref.config import ServeConfig, resolve
+from labfy_ref.cli.options import (
+    add_debug_option,
+    add_serve_options,
+    add_supervised_options,
+    raw_options,
+)
+from labfy_ref.config import ServeConfig, conclude_after_option, resolve
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError, bounded
 from labfy_ref.model.gguf import verify_gguf
 from labfy_ref.report import (
@@ -111,7 +117,7 @@ def _serve(args: argparse.Namespace) -> int:
     # The server stack (FastAPI, uvicorn) loads only for the commands that need it.
     from labfy_ref.server.serve import serve  # noqa: PLC0415
 
-    return serve(resolve(raw_options(args), os.environ))
+    return serve(resolve(raw_options(args), os.environ), _progress_bar(sys.stderr))
 
 
 def _workspace_init(args: argparse.Namespace) -> int:
@@ -161,6 +167,32 @@ def _progress_bar(stream: TextIO) -> Callable[[int, int], None] | None:
         stream.flush()
 
     return show
+
+
+def _smoke(args: argparse.Namespace) -> int:
+    from labfy_ref.model.binary import locate_llama_server  # noqa: PLC0415
+    from labfy_ref.model.gguf import expected_digest  # noqa: PLC0415
+    from labfy_ref.model.variants import check_variant  # noqa: PLC0415
+    from labfy_ref.smoke import PASSED, SmokeOptions, run_smoke  # noqa: PLC0415
+
+    model_file = Path(args.model_file)
+    if not model_file.is_file():
+        raise ConfigRefused(f"--model-file: no such file: {model_file}")
+    binary = locate_llama_server(args.llama_server, os.environ)
+    if args.cpu_variant is not None:
+        check_variant(binary, args.cpu_variant)
+    options = SmokeOptions(binary=binary, model_file=model_file,
+                           model_sha256=expected_digest(args.model_sha256),
+                           cpu_variant=args.cpu_variant, record_dir=Path(args.record),
+                           conclude_after=conclude_after_option(args.conclude_after))
+
+    def say(line: str) -> None:
+        print(f"smoke: {line}", flush=True)
+
+    record = asyncio.run(run_smoke(options, say, _progress_bar(sys.stderr)))
+    if record.status == PASSED:
+        return EXIT_OK
+    return EXIT_REFUSED if record.refused else EXIT_FAILURE
 
 
 def _verify_gguf(args: argparse.Namespace) -> int:
@@ -259,6 +291,19 @@ def build_parser() -> argparse.ArgumentParser:
                       help="expected SHA-256 (64 hex digits); a mismatch is refused; "
                            "default: none (the digest is only printed)")
     gguf.set_defaults(handler=_verify_gguf)
+
+    smoke = commands.add_parser(
+        "smoke", parents=[debug], help="run the SPECIMEN scenario on a real local model",
+        description="Govern, verify and start our own llama-server on MODEL, then drive the "
+                    "SPECIMEN scenario over the real HTTP API of a fresh temporary workspace "
+                    "server; write the smoke record. Exit 0 on PASS_LOCAL_SPECIMEN.")
+    add_supervised_options(smoke, required=True)
+    smoke.add_argument("--record", default=str(DEFAULT_REPORT_DIR), metavar="DIR",
+                       help="where smoke-record.json is written; default: %(default)s")
+    smoke.add_argument("--conclude-after", metavar="N",
+                       help="PR-06: after N tool calls only concluding actions are offered "
+                            "(0: never); default: 4")
+    smoke.set_defaults(handler=_smoke)
 
     report = commands.add_parser(
         "report", parents=[debug], help="rebuild the status report from recorded results",

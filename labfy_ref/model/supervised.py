@@ -1,0 +1,185 @@
+"""A supervised llama-server as the agent's model (SM-07): loading, ready, or gone.
+
+:class:`SupervisedLlama` is what ``serve`` and ``smoke`` give the runtime and
+the bridge when ``--model-file`` is set: the same calls as a
+:class:`~labfy_ref.model.LocalModelClient` (chat, stream, models, probe),
+answered by a client that exists only once the supervisor proved the server
+is its own (SM-05) and that carries that server's fresh key. Before that the
+model is "loading"; after the child died it is unavailable with the reason
+(exit code or signal): every call then raises ``MODEL_UNAVAILABLE`` and no
+request is sent anywhere. There is never a fallback to another model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from labfy_ref.errors import LabfyError, ModelUnavailable
+from labfy_ref.model.client import (
+    Availability,
+    ChatReply,
+    ClientLimits,
+    LocalModelClient,
+    Sampling,
+    StreamDelta,
+)
+from labfy_ref.model.governor import ResourceReport, check_resources
+from labfy_ref.model.supervisor import LaunchOptions, LocalModelSupervisor, SupervisorState
+
+log = logging.getLogger("labfy_ref.model")
+LOADING = "loading: llama-server is starting"
+
+
+class SupervisedLlama:
+    """The agent's model, served by our own llama-server child."""
+
+    def __init__(self, supervisor: LocalModelSupervisor, model_id: str, *,
+                 limits: ClientLimits, sampling: Sampling) -> None:
+        self.supervisor = supervisor
+        self.model = model_id
+        self._limits = limits
+        self._sampling = sampling
+        self._client: LocalModelClient | None = None
+        self._failure: str | None = None
+        self._starting = False
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start and prove the child; raise its ``LabfyError`` (also kept as the condition)."""
+        self._starting = True
+        try:
+            await self.supervisor.start()
+        except LabfyError as exc:
+            self._failure = f"{exc.code.value}: {exc.message}"
+            raise
+        self._client = LocalModelClient(self.supervisor.endpoint, self.model,
+                                        limits=self._limits, api_key=self.supervisor.api_key,
+                                        sampling=self._sampling)
+        log.info("llama-server ready pid=%s cpu_variant=%s", self.supervisor.pid,
+                 self.supervisor.cpu_variant)
+
+    async def run(self) -> None:
+        """Start in the background of a server (unless started already); then watch the child.
+
+        A failure is logged and shown (:meth:`condition`), never raised.
+        """
+        with contextlib.suppress(LabfyError):
+            if not self._starting:
+                await self.start()
+            exit_description = await self.supervisor.wait_exited()
+            if not self._closed:
+                log.error("MODEL_UNAVAILABLE llama-server exited (%s)", exit_description)
+
+    async def aclose(self) -> None:
+        """Close the client and stop the child (terminate, then kill); idempotent."""
+        self._closed = True
+        if self._client is not None:
+            await self._client.aclose()
+        await self.supervisor.stop()
+
+    # -- condition ------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """``loading``, ``ready``, ``exited`` or ``failed`` (a start that did not prove)."""
+        supervisor_state = self.supervisor.state
+        if self._failure is not None:
+            return "failed"
+        if supervisor_state is SupervisorState.READY and self._client is not None:
+            return "ready"
+        if supervisor_state in (SupervisorState.EXITED, SupervisorState.STOPPED) \
+                and self._client is not None:
+            return "exited"
+        return "loading"
+
+    def condition(self) -> tuple[bool, str]:
+        """Is the model usable now, and if not, the one-line reason."""
+        state = self.state
+        if state == "ready":
+            return True, "ready"
+        if state == "failed":
+            assert self._failure is not None
+            return False, self._failure
+        if state == "exited":
+            return False, f"llama-server exited ({self.supervisor.exit_description})"
+        return False, LOADING
+
+    def _ready(self) -> LocalModelClient:
+        available, diagnostic = self.condition()
+        if not available or self._client is None:
+            raise ModelUnavailable(diagnostic)
+        return self._client
+
+    def describe(self) -> dict[str, Any]:
+        """What ``/status`` shows of the supervised server."""
+        return {"state": self.state, "cpu_variant": self.supervisor.cpu_variant,
+                "notes": list(self.supervisor.notes),
+                "exit": self.supervisor.exit_description if self.state == "exited" else None}
+
+    # -- the client's calls ------------------------------------------------------------
+
+    async def chat(self, messages: Sequence[Mapping[str, Any]], *,
+                   response_format: Mapping[str, Any] | None = None,
+                   max_tokens: int | None = None) -> ChatReply:
+        """One whole reply from our server (``MODEL_UNAVAILABLE`` unless ready)."""
+        return await self._ready().chat(messages, response_format=response_format,
+                                        max_tokens=max_tokens)
+
+    async def stream_chat(self, messages: Sequence[Mapping[str, Any]], *,
+                          response_format: Mapping[str, Any] | None = None,
+                          max_tokens: int | None = None,
+                          model: str | None = None) -> AsyncIterator[StreamDelta]:
+        """One streamed reply from our server (``MODEL_UNAVAILABLE`` unless ready)."""
+        async for delta in self._ready().stream_chat(messages, response_format=response_format,
+                                                     max_tokens=max_tokens, model=model):
+            yield delta
+
+    async def list_models(self) -> tuple[str, ...]:
+        """Our server's model ids (``MODEL_UNAVAILABLE`` unless ready)."""
+        return await self._ready().list_models()
+
+    async def probe(self) -> Availability:
+        """Our server's availability, or why it has none; never raises."""
+        available, diagnostic = self.condition()
+        if not available or self._client is None:
+            return Availability(False, diagnostic)
+        return await self._client.probe()
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Wait (bounded) until the model is ready or will never be; True when ready."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.state == "loading" and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        return self.state == "ready"
+
+
+#: The context a supervised server gets: a turn's prompt plus the largest action PR-06 admits.
+CTX_SIZE = 8192
+#: Deterministic decoding: the same turn on the same model gives the same calls.
+SEED = 0
+TEMPERATURE = 0.0
+
+
+def govern(model_file: Path, binary: Path, scratch: Path) -> ResourceReport:
+    """SM-04 before anything starts: file size, KV cache and scratch disk (never hashes)."""
+    return check_resources(model_file, ctx_size=CTX_SIZE, scratch=scratch, binary=binary)
+
+
+def supervised_llama(binary: Path, model_file: Path, model_id: str, *,
+                     cpu_variant: str | None, timeout_seconds: float,
+                     log_dir: Path) -> SupervisedLlama:
+    """Our llama-server for ``model_file`` (not started), with deterministic sampling."""
+    options = LaunchOptions(ctx_size=CTX_SIZE, seed=SEED, parallel=1, cpu_variant=cpu_variant,
+                            model_alias=model_id)
+    supervisor = LocalModelSupervisor(binary, model_file, options, log_dir=log_dir)
+    return SupervisedLlama(supervisor, model_id,
+                           limits=ClientLimits.with_timeout(timeout_seconds),
+                           sampling=Sampling(temperature=TEMPERATURE, seed=SEED))
