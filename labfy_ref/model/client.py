@@ -100,10 +100,14 @@ class Sampling:
 
     temperature: float | None = None
     seed: int | None = None
+    #: llama.cpp's penalty on repeating recent tokens (greedy decoding of a small model
+    #: otherwise loops on a phrase until the completion limit).
+    repeat_penalty: float | None = None
 
     def json_fields(self) -> str:
         """The settings as JSON object members, each with a leading ``, ``."""
-        fields = {"temperature": self.temperature, "seed": self.seed}
+        fields = {"temperature": self.temperature, "seed": self.seed,
+                  "repeat_penalty": self.repeat_penalty}
         return "".join(f", {encode_json(key)}: {encode_json(value)}"
                        for key, value in fields.items() if value is not None)
 

@@ -166,6 +166,7 @@ CTX_SIZE = 8192
 #: Deterministic decoding: the same turn on the same model gives the same calls.
 SEED = 0
 TEMPERATURE = 0.0
+REPEAT_PENALTY = 1.1
 
 
 def govern(model_file: Path, binary: Path, scratch: Path) -> ResourceReport:
@@ -182,4 +183,5 @@ def supervised_llama(binary: Path, model_file: Path, model_id: str, *,
     supervisor = LocalModelSupervisor(binary, model_file, options, log_dir=log_dir)
     return SupervisedLlama(supervisor, model_id,
                            limits=ClientLimits.with_timeout(timeout_seconds),
-                           sampling=Sampling(temperature=TEMPERATURE, seed=SEED))
+                           sampling=Sampling(temperature=TEMPERATURE, seed=SEED,
+                                             repeat_penalty=REPEAT_PENALTY))

@@ -223,8 +223,31 @@ def _smoke_line(stage: Stage, record: dict[str, Any] | None) -> Line:
         status = Status(record["status"])
     except ValueError:
         status = Status.FAIL
-    reason = record.get("reason") or record.get("summary")
-    return Line(stage.name, stage.title, status, reason=None if reason is None else str(reason))
+    detail = [_smoke_model(record)]
+    if record.get("reached") is not None:
+        detail.append(f"reached {record['reached']}")
+    if record.get("reason"):
+        detail.append(str(record["reason"]))
+    return Line(stage.name, stage.title, status,
+                reason="; ".join(part for part in detail if part)[:500])
+
+
+def _smoke_model(record: dict[str, Any]) -> str:
+    """Which model and server a smoke record ran, in one phrase (fields may be missing)."""
+    def part(key: str) -> dict[str, Any]:
+        value = record.get(key)
+        return value if isinstance(value, dict) else {}
+
+    model, server = part("model"), part("llama_server")
+    rounds = part("timings_ms").get("rounds")
+    parts = [f"model {model.get('file')} (sha256 {str(model.get('sha256'))[:12]}…)"
+             if model.get("file") else "",
+             f"llama-server {server.get('package') or server.get('version')}"
+             if server.get("version") or server.get("package") else "",
+             f"cpu {server.get('cpu_variant')}" if server.get("cpu_variant") else "",
+             f"{len(rounds)} rounds" if isinstance(rounds, list) else "",
+             f"at {record.get('finished_at')}" if record.get("finished_at") else ""]
+    return ", ".join(part for part in parts if part)
 
 
 def build_report(requirements: Requirements, runs: list[Run], smoke: dict[str, Any] | None,

@@ -60,7 +60,7 @@ def to_markdown(report: StatusReport) -> str:
         "",
         "## Stages",
         "",
-        "| Stage | Status | Title | Reason |",
+        "| Stage | Status | Title | Detail |",
         "|---|---|---|---|",
         *(_md_row(line, tests=False) for line in report.stages),
         "",

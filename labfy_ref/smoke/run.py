@@ -37,6 +37,7 @@ from labfy_ref.model.endpoint import LoopbackHost
 from labfy_ref.model.gguf import Progress, verify_gguf
 from labfy_ref.model.supervised import (
     CTX_SIZE,
+    REPEAT_PENALTY,
     SEED,
     TEMPERATURE,
     SupervisedLlama,
@@ -86,7 +87,8 @@ async def run_smoke(options: SmokeOptions, say: Say,
         model={"file": options.model_file.name, "bytes": options.model_file.stat().st_size,
                "sha256": options.model_sha256},
         llama_server={"version": None, "package": None, "sha256": None, "cpu_variant": None},
-        settings={"temperature": TEMPERATURE, "seed": SEED, "ctx_size": CTX_SIZE},
+        settings={"temperature": TEMPERATURE, "seed": SEED, "ctx_size": CTX_SIZE,
+                  "repeat_penalty": REPEAT_PENALTY},
         conclude_after=options.conclude_after)
     with tempfile.TemporaryDirectory(prefix="labfy-smoke-") as scratch:
         try:

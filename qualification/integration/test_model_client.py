@@ -11,7 +11,14 @@ import pytest
 
 from fake_provider import Answer, Scenario
 from labfy_ref.errors import ErrorCode, ModelUnavailable, ProtocolRefused
-from labfy_ref.model import ClientLimits, LocalModelClient, StreamDelta
+from labfy_ref.model import (
+    ClientLimits,
+    LocalModelClient,
+    Sampling,
+    StreamDelta,
+    Usage,
+    parse_endpoint,
+)
 from labfy_ref.protocol import bound_action_schema
 from labfy_ref.protocol.strict_json import Defect
 from labfy_ref.tools import default_catalog
@@ -303,3 +310,36 @@ def test_a_finished_stream_gives_its_connection_back(provider_factory: ProviderF
 
     asyncio.run(run())
     assert len({request.peer for request in provider.chat_requests()}) == 1
+
+
+@pytest.mark.req("PR-06", "SM-03", "MC-02")
+def test_sampling_settings_and_the_completion_limit_travel_and_cached_tokens_come_back(
+        provider_factory: ProviderFactory) -> None:
+    provider = provider_factory(Scenario.always('{"type":"final","text":"ok"}'))
+    client = LocalModelClient(parse_endpoint(provider.base_url), "m",
+                              sampling=Sampling(temperature=0.0, seed=7, repeat_penalty=1.1))
+    messages = [{"role": "system", "content": "s" * 400}, {"role": "user", "content": "q"}]
+
+    async def run() -> tuple[Usage, Usage]:
+        async with client:
+            first = await client.chat(messages, max_tokens=321)
+            second = await client.chat([*messages, {"role": "user", "content": "again"}])
+            return first.usage, second.usage
+
+    first, second = asyncio.run(run())
+    bodies = [r.json() for r in provider.chat_requests()]
+    assert (bodies[0]["temperature"], bodies[0]["seed"], bodies[0]["repeat_penalty"]) == (
+        0.0, 7, 1.1)
+    assert bodies[0]["max_tokens"] == 321 and "max_tokens" not in bodies[1]
+    assert first.cached_tokens == 0
+    assert second.cached_tokens is not None and second.cached_tokens >= 100, \
+        "the unchanged prefix is reported cached"
+
+    async def plain() -> None:
+        async with LocalModelClient(parse_endpoint(provider.base_url), "m") as unset:
+            await unset.chat(messages)
+
+    asyncio.run(plain())
+    last = provider.chat_requests()[-1].json()
+    assert not {"temperature", "seed", "repeat_penalty", "max_tokens"} & set(last), \
+        "nothing is sent that the operator did not set"
