@@ -18,6 +18,11 @@ one JSON line, and behaves as its ``mode`` says:
 * ``impostor``: does not listen itself; a process in another session serves
   the port (with the key it read) while the fake idles.
 
+A serving fake answers chats from ``scenario`` (a scenario file) when given,
+else ``"fake reply"`` to every one; with ``gate`` it starts but does not listen
+until that file exists (the test holds "loading" as long as it needs). Every
+``--version``/``--help`` run is recorded too (:meth:`FakeLlama.probes`).
+
 CPU backends: like ggml, it looks for ``libggml-cpu-<v>.so`` beside its
 *resolved* path, maps the best one (so ``/proc/<pid>/maps`` names it) and,
 when that one is listed in ``sigill``, dies of SIGILL as an unsupported
@@ -48,6 +53,9 @@ REPO = Path(__file__).resolve().parents[2]
 PREFERENCE = ("sapphirerapids", "zen4", "icelake", "skylakex", "alderlake", "haswell",
               "sandybridge", "sse42", "x64")
 VERSION_LINE = "version: 9.9.9-fake (build 1, commit fake)"
+PROBES = "probes.jsonl"
+#: How long a gated fake waits for its gate file before giving up (exit 4).
+GATE_SECONDS = 60.0
 _FULL_HELP = """\
 -m,    --model FNAME                    model path
 --host HOST                             IP addresses to listen on
@@ -80,17 +88,27 @@ class FakeLlama:
             return []
         return [json.loads(line) for line in self.record.read_text("utf-8").splitlines()]
 
+    def probes(self) -> list[list[str]]:
+        """The argv of each ``--version``/``--help`` run, oldest first."""
+        path = self.record.with_name(PROBES)
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+
 
 def install_fake(folder: Path, *, mode: str = "serve", variants: tuple[str, ...] = (),
                  sigill: tuple[str, ...] = (), help_style: str = "full", exit_code: int = 3,
-                 loading_checks: int = 3) -> FakeLlama:
+                 loading_checks: int = 3, scenario: Path | None = None,
+                 gate: Path | None = None) -> FakeLlama:
     """Write an executable fake llama-server (and its CPU backends) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     config = folder / "fake-config.json"
     record = folder / "runs.jsonl"
     config.write_text(json.dumps({
         "mode": mode, "sigill": list(sigill), "help": help_style, "exit_code": exit_code,
-        "loading_checks": loading_checks, "record": str(record)}), "utf-8")
+        "loading_checks": loading_checks, "record": str(record),
+        "scenario": None if scenario is None else str(scenario),
+        "gate": None if gate is None else str(gate)}), "utf-8")
     for variant in variants:
         (folder / f"libggml-cpu-{variant}.so").write_bytes(b"\x7fELF fake backend\n" * 64)
     # Shared libraries and a relative symlink, as a real build has beside its binary.
@@ -135,9 +153,11 @@ def _load_backend(backend: Path, sigill: list[str]) -> mmap.mmap:
     return mapped
 
 
-def _serve(host: str, port: int, key: str | None, alias: str, loading: int) -> None:
+def _serve(host: str, port: int, key: str | None, alias: str, loading: int,
+           scenario_file: str | None = None) -> None:
     """Serve until SIGTERM (or forever, when SIGTERM is ignored)."""
-    scenario = Scenario.always("fake reply", name="fake-llama")
+    scenario = (Scenario.load(scenario_file) if scenario_file is not None
+                else Scenario.always("fake reply", name="fake-llama"))
     scenario = dataclasses.replace(scenario, models=(alias or "fake-model",),
                                    loading_health_checks=loading)
     stop = threading.Event()
@@ -159,6 +179,9 @@ def main(config_path: str, launcher: str) -> int:
     """The fake's entry point (called by the installed script)."""
     config = json.loads(Path(config_path).read_text("utf-8"))
     argv = sys.argv[1:]
+    if argv in (["--version"], ["--help"]):
+        with Path(config["record"]).with_name(PROBES).open("a", encoding="utf-8") as probes:
+            probes.write(json.dumps(argv) + "\n")
     if argv == ["--version"]:
         print(VERSION_LINE, file=sys.stderr)
         print("built with a test for Linux x86_64", file=sys.stderr)
@@ -195,10 +218,22 @@ def main(config_path: str, launcher: str) -> int:
         return 0
     if mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if config.get("gate") is not None and not _wait_for(Path(config["gate"])):
+        print("error: the test never opened the gate (fake)", file=sys.stderr, flush=True)
+        return 4
     loading = 10**9 if mode == "never_healthy" else int(config["loading_checks"])
     _serve(flags["--host"], int(flags["--port"]), None if mode == "ignore_key" else key,
-           flags.get("--alias", ""), loading)
+           flags.get("--alias", ""), loading, config.get("scenario"))
     return 0
+
+
+def _wait_for(gate: Path) -> bool:
+    """Wait (bounded) until ``gate`` exists: the fake is started but not listening yet."""
+    for _ in range(int(GATE_SECONDS / 0.02)):
+        if gate.exists():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def group_exists(pgid: int) -> bool:
