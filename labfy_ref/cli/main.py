@@ -173,7 +173,12 @@ def _smoke(args: argparse.Namespace) -> int:
     from labfy_ref.model.binary import locate_llama_server  # noqa: PLC0415
     from labfy_ref.model.gguf import expected_digest  # noqa: PLC0415
     from labfy_ref.model.variants import check_variant  # noqa: PLC0415
-    from labfy_ref.smoke import PASSED, SmokeOptions, run_smoke  # noqa: PLC0415
+    from labfy_ref.smoke import (  # noqa: PLC0415
+        PASSED,
+        SMOKE_CONCLUDE_AFTER,
+        SmokeOptions,
+        run_smoke,
+    )
 
     model_file = Path(args.model_file)
     if not model_file.is_file():
@@ -184,7 +189,8 @@ def _smoke(args: argparse.Namespace) -> int:
     options = SmokeOptions(binary=binary, model_file=model_file,
                            model_sha256=expected_digest(args.model_sha256),
                            cpu_variant=args.cpu_variant, record_dir=Path(args.record),
-                           conclude_after=conclude_after_option(args.conclude_after))
+                           conclude_after=SMOKE_CONCLUDE_AFTER if args.conclude_after is None
+                           else conclude_after_option(args.conclude_after))
 
     def say(line: str) -> None:
         print(f"smoke: {line}", flush=True)
@@ -302,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where smoke-record.json is written; default: %(default)s")
     smoke.add_argument("--conclude-after", metavar="N",
                        help="PR-06: after N tool calls only concluding actions are offered "
-                            "(0: never); default: 4")
+                            "(0: never); default: 3 for the smoke (serve's is 4)")
     smoke.set_defaults(handler=_smoke)
 
     report = commands.add_parser(

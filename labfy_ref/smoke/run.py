@@ -44,7 +44,7 @@ from labfy_ref.model.supervised import (
     govern,
     supervised_llama,
 )
-from labfy_ref.protocol import DEFAULT_CONCLUDE_AFTER, system_prompt
+from labfy_ref.protocol import system_prompt
 from labfy_ref.server.app import create_app
 from labfy_ref.server.auth import cookie_name
 from labfy_ref.server.serve import bind_socket, build_state, uvicorn_config
@@ -58,6 +58,10 @@ QUESTION = "Is the early ivy bee record real? Check the workspace, then prepare 
 TURN_SECONDS = 600.0
 POLL_SECONDS = 0.1
 MODEL_TIMEOUT_SECONDS = 300.0
+#: The smoke asks for a conclusion after 3 tool calls (``serve`` defaults to 4): measured on
+#: SmolLM2-135M, 6 of 6 runs passed at 3 and 4 of 5 at 4 (the fifth answered instead of
+#: preparing research). The value is in the record.
+SMOKE_CONCLUDE_AFTER = 3
 _API = "/api/v1/agent-runtime"
 
 
@@ -74,7 +78,7 @@ class SmokeOptions:
     model_sha256: str
     cpu_variant: str | None
     record_dir: Path
-    conclude_after: int = DEFAULT_CONCLUDE_AFTER
+    conclude_after: int = SMOKE_CONCLUDE_AFTER
 
 
 Say = Callable[[str], None]
