@@ -34,6 +34,7 @@ from labfy_ref.protocol import (
     Decoding,
     RoundUsage,
     ToolCall,
+    chat_asker,
     system_prompt,
 )
 from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver, new_call_id
@@ -321,6 +322,7 @@ class _RuntimePort:
     def __init__(self, runtime: AgentRuntime, turn: Turn) -> None:
         self._runtime = runtime
         self._turn = turn
+        self._ask = chat_asker(runtime.model)
 
     human = False  # runtime turns run with the server's mode: a write is refused (GW-07)
 
@@ -328,9 +330,7 @@ class _RuntimePort:
         return self._turn.state is TurnState.RUNNING
 
     async def ask(self, messages: Sequence[ChatMessage], decoding: Decoding) -> Answer:
-        reply = await self._runtime.model.chat(messages, response_format=decoding.response_format,
-                                               max_tokens=decoding.max_tokens)
-        return Answer(reply.content, usage=reply.usage)
+        return await self._ask(messages, decoding)
 
     async def approve(self, call_id: str, action: ToolCall) -> str | None:
         return None
