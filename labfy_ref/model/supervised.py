@@ -12,7 +12,6 @@ request is sent anywhere. There is never a fallback to another model.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -151,14 +150,6 @@ class SupervisedLlama:
         if not available or self._client is None:
             return Availability(False, diagnostic)
         return await self._client.probe()
-
-    async def wait_ready(self, timeout: float) -> bool:
-        """Wait (bounded) until the model is ready or will never be; True when ready."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self.state == "loading" and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-        return self.state == "ready"
 
 
 #: The context a supervised server gets: a turn's prompt plus the largest action PR-06 admits.

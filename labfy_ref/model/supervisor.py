@@ -423,8 +423,3 @@ class LocalModelSupervisor:
             if self._started:
                 self._state = SupervisorState.STOPPED
             self._gone.set()
-
-    def kill_now(self) -> None:
-        """Last resort (atexit, a signal handler): SIGKILL the child's group, no waiting."""
-        if self._child is not None:
-            self._child.signal_group(signal.SIGKILL)

@@ -24,7 +24,6 @@ from labfy_ref.protocol.exchange import (
     encode_json,
     message_bytes,
     request_action,
-    response_format_for,
     tool_exchange,
 )
 from labfy_ref.protocol.narrowing import (
@@ -72,7 +71,6 @@ __all__ = [
     "narrow",
     "repair_message",
     "request_action",
-    "response_format_for",
     "system_prompt",
     "tool_exchange",
 ]

@@ -23,9 +23,8 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from labfy_ref.errors import ProtocolRefused
-from labfy_ref.protocol.action import Action, ActionParser, bound_action_schema
+from labfy_ref.protocol.action import Action, ActionParser
 from labfy_ref.protocol.prompt import ChatMessage, repair_message
-from labfy_ref.tools.catalog import ToolCatalog
 
 if TYPE_CHECKING:
     from labfy_ref.protocol.narrowing import Decoding
@@ -235,13 +234,6 @@ def tool_exchange(tool_id: str, arguments: Mapping[str, Any], result: Mapping[st
     action = {"type": "tool_call", "tool_id": tool_id, "arguments": arguments}
     return [{"role": "assistant", "content": canonical(action)},
             {"role": "user", "content": TOOL_RESULT_PREFIX + (result_text or canonical(result))}]
-
-
-def response_format_for(catalog: ToolCatalog) -> dict[str, Any]:
-    """The OpenAI/llama-server ``response_format`` carrying the bound (wide) action schema."""
-    return {"type": "json_schema",
-            "json_schema": {"name": "labfy_agent_model_action_v1", "strict": True,
-                            "schema": bound_action_schema(catalog)}}
 
 
 def chat_asker(model: ChatModel) -> Ask:
