@@ -27,6 +27,7 @@ from labfy_ref.cli.options import (
 from labfy_ref.config import ServeConfig, conclude_after_option, resolve
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError, bounded
 from labfy_ref.model.gguf import verify_gguf
+from labfy_ref.model.governor import format_bytes
 from labfy_ref.report import (
     DEFAULT_REPORT_DIR,
     DEFAULT_REQUIREMENTS,
@@ -142,17 +143,6 @@ def _workspace_upgrade(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def _human_size(size: int) -> str:
-    """``size`` bytes in binary units, one decimal above bytes (``3.2 GiB``)."""
-    exponent = min(max(size.bit_length() - 1, 0) // 10, len(_UNITS) - 1)
-    if exponent == 0:
-        return f"{size} B"
-    return f"{size / 1024 ** exponent:.1f} {_UNITS[exponent]}"
-
-
 def _progress_bar(stream: TextIO) -> Callable[[int, int], None] | None:
     """A one-line progress bar on a terminal; nothing when output is not a TTY."""
     if not stream.isatty():
@@ -161,7 +151,7 @@ def _progress_bar(stream: TextIO) -> Callable[[int, int], None] | None:
     def show(done: int, total: int) -> None:
         share = done / total if total else 1.0
         stream.write(f"\r[{'#' * int(share * 30):<30}] {share:6.1%} "
-                     f"{_human_size(done)} of {_human_size(total)}")
+                     f"{format_bytes(done)} of {format_bytes(total)}")
         if done >= total:
             stream.write("\n")
         stream.flush()
