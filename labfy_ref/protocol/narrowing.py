@@ -203,9 +203,8 @@ def _arguments(tool_id: str, wide: Mapping[str, Any],
                seen: Observations) -> dict[str, Any] | None:
     """The narrowed arguments schema of one tool, or None when it has nothing to offer now."""
     def fresh(values: Iterable[str], field: str) -> list[str]:
-        return [value for value in values
-                if call_key(tool_id, {field: value}) not in seen.answered
-                and _admits(wide["properties"][field], value)]
+        return [value for value in _admitted(wide["properties"][field], values)
+                if call_key(tool_id, {field: value}) not in seen.answered]
 
     def closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": False, "required": required,
@@ -232,8 +231,7 @@ def _arguments(tool_id: str, wide: Mapping[str, Any],
             "questions": {"type": "array", "minItems": 1, "maxItems": QUESTIONS,
                           "items": {"type": "string", "minLength": 1,
                                     "maxLength": QUESTION_CHARS}}}
-        refs = [value for value in seen.objects
-                if _admits(wide["properties"]["object_refs"]["items"], value)]
+        refs = _admitted(wide["properties"]["object_refs"]["items"], seen.objects)
         if refs:
             properties["object_refs"] = {"type": "array", "maxItems": OBJECT_REFS,
                                          "uniqueItems": True,
@@ -246,9 +244,10 @@ def _arguments(tool_id: str, wide: Mapping[str, Any],
     return dict(wide)  # a tool this module does not know is offered as published
 
 
-def _admits(schema: Mapping[str, Any], value: str) -> bool:
-    """Does the wide schema of a field admit ``value``? (Only such values enter an enum.)"""
-    return _validator(canonical(schema)).is_valid(value)
+def _admitted(schema: Mapping[str, Any], values: Iterable[str]) -> list[str]:
+    """The ``values`` a field's wide schema admits (only those enter an enum)."""
+    validator = _validator(canonical(schema))  # one lookup per field, not per value
+    return [value for value in values if validator.is_valid(value)]
 
 
 @functools.cache
