@@ -200,7 +200,7 @@ def _existing_file(text: str, flag: str) -> Path:
     return path
 
 
-def _supervised(raw: RawOptions, environ: Mapping[str, str]) -> SupervisedModel | None:
+def supervised_model(raw: RawOptions, environ: Mapping[str, str]) -> SupervisedModel | None:
     """SM-07: ``--model-file`` with ``--model-sha256``; the binary from flag, env or package."""
     if raw.model_file is None and raw.model_sha256 is None:
         if raw.llama_server is not None or raw.cpu_variant is not None:
@@ -235,7 +235,7 @@ def resolve_agent(raw: RawOptions, environ: Mapping[str, str]) -> AgentConfig:
     endpoint_text, endpoint_src = _pick(raw.agent_endpoint, ENV_AGENT_ENDPOINT, environ)
     model_text, model_src = _pick(raw.agent_model, ENV_AGENT_MODEL, environ)
     timeout_text, timeout_src = _pick(raw.agent_timeout, ENV_AGENT_TIMEOUT, environ)
-    supervised = _supervised(raw, environ)
+    supervised = supervised_model(raw, environ)
     sources = {"mode": mode_src, "endpoint": endpoint_src, "model": model_src,
                "timeout": timeout_src}
     try:

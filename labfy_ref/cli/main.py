@@ -24,7 +24,13 @@ from labfy_ref.cli.options import (
     add_supervised_options,
     raw_options,
 )
-from labfy_ref.config import ServeConfig, conclude_after_option, resolve
+from labfy_ref.config import (
+    RawOptions,
+    ServeConfig,
+    conclude_after_option,
+    resolve,
+    supervised_model,
+)
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError, bounded
 from labfy_ref.model.gguf import verify_gguf
 from labfy_ref.model.governor import format_bytes
@@ -160,9 +166,6 @@ def _progress_bar(stream: TextIO) -> Callable[[int, int], None] | None:
 
 
 def _smoke(args: argparse.Namespace) -> int:
-    from labfy_ref.model.binary import locate_llama_server  # noqa: PLC0415
-    from labfy_ref.model.gguf import expected_digest  # noqa: PLC0415
-    from labfy_ref.model.variants import check_variant  # noqa: PLC0415
     from labfy_ref.smoke import (  # noqa: PLC0415
         PASSED,
         SMOKE_CONCLUDE_AFTER,
@@ -170,15 +173,13 @@ def _smoke(args: argparse.Namespace) -> int:
         run_smoke,
     )
 
-    model_file = Path(args.model_file)
-    if not model_file.is_file():
-        raise ConfigRefused(f"--model-file: no such file: {model_file}")
-    binary = locate_llama_server(args.llama_server, os.environ)
-    if args.cpu_variant is not None:
-        check_variant(binary, args.cpu_variant)
-    options = SmokeOptions(binary=binary, model_file=model_file,
-                           model_sha256=expected_digest(args.model_sha256),
-                           cpu_variant=args.cpu_variant, record_dir=Path(args.record),
+    # the same resolution as serve's --model-file (file, digest, binary, variant)
+    model = supervised_model(RawOptions(llama_server=args.llama_server,
+                                        model_file=args.model_file,
+                                        model_sha256=args.model_sha256,
+                                        cpu_variant=args.cpu_variant), os.environ)
+    assert model is not None  # both flags are required by the parser
+    options = SmokeOptions(model=model, record_dir=Path(args.record),
                            conclude_after=SMOKE_CONCLUDE_AFTER if args.conclude_after is None
                            else conclude_after_option(args.conclude_after))
 

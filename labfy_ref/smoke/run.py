@@ -45,6 +45,7 @@ from labfy_ref.model.supervised import (
     supervised_llama,
 )
 from labfy_ref.protocol import system_prompt
+from labfy_ref.runtime.states import TurnState
 from labfy_ref.server.app import create_app
 from labfy_ref.server.auth import cookie_name
 from labfy_ref.server.serve import bind_socket, build_state, uvicorn_config
@@ -73,10 +74,7 @@ class SmokeFailed(Exception):
 class SmokeOptions:
     """What ``labfy-ref smoke`` was asked to run."""
 
-    binary: Path
-    model_file: Path
-    model_sha256: str
-    cpu_variant: str | None
+    model: SupervisedModel
     record_dir: Path
     conclude_after: int = SMOKE_CONCLUDE_AFTER
 
@@ -87,9 +85,10 @@ Say = Callable[[str], None]
 async def run_smoke(options: SmokeOptions, say: Say,
                     progress: Progress | None = None) -> SmokeRecord:
     """Run every stage; always return the record (written to ``options.record_dir``)."""
+    model = options.model
     record = SmokeRecord(
-        model={"file": options.model_file.name, "bytes": options.model_file.stat().st_size,
-               "sha256": options.model_sha256},
+        model={"file": model.model_file.name, "bytes": model.model_file.stat().st_size,
+               "sha256": model.model_sha256},
         llama_server={"version": None, "package": None, "sha256": None, "cpu_variant": None},
         settings={"temperature": TEMPERATURE, "seed": SEED, "ctx_size": CTX_SIZE,
                   "repeat_penalty": REPEAT_PENALTY},
@@ -112,20 +111,21 @@ async def run_smoke(options: SmokeOptions, say: Say,
 
 async def _stages(options: SmokeOptions, record: SmokeRecord, scratch: Path, say: Say,
                   progress: Progress | None) -> None:
+    wanted = options.model
     with record.timed("governor"):
-        report = govern(options.model_file, options.binary, scratch)
+        report = govern(wanted.model_file, wanted.llama_server, scratch)
     record.passed("governor")
     say(f"governor: ok ({report.memory_text()})")
     with record.timed("verify"):
-        verify_gguf(options.model_file, options.model_sha256, progress)
+        verify_gguf(wanted.model_file, wanted.model_sha256, progress)
     record.passed("verify")
-    say(f"verify: ok (sha256 {options.model_sha256[:12]}…)")
-    identity = identify(options.binary)
+    say(f"verify: ok (sha256 {wanted.model_sha256[:12]}…)")
+    identity = identify(wanted.llama_server)
     record.llama_server.update(version=identity.version, package=identity.package,
                                sha256=identity.sha256)
-    model_id = options.model_file.stem
-    model = supervised_llama(options.binary, options.model_file, model_id,
-                             cpu_variant=options.cpu_variant,
+    model_id = wanted.model_file.stem
+    model = supervised_llama(wanted.llama_server, wanted.model_file, model_id,
+                             cpu_variant=wanted.cpu_variant,
                              timeout_seconds=MODEL_TIMEOUT_SECONDS, log_dir=scratch / "llama")
     try:
         with record.timed("start"):
@@ -147,8 +147,7 @@ async def _stages(options: SmokeOptions, record: SmokeRecord, scratch: Path, say
 
 def _config(options: SmokeOptions, workspace: Path, model_id: str) -> ServeConfig:
     agent = AgentConfig(AgentMode.LOCAL_MODEL, None, model_id, MODEL_TIMEOUT_SECONDS,
-                        SupervisedModel(options.binary, options.model_file,
-                                        options.model_sha256, options.cpu_variant),
+                        options.model,
                         {"mode": "smoke"})
     return ServeConfig(workspace=workspace, host=LoopbackHost.IPV4, port=None, ready_file=None,
                        permission_mode=PermissionMode.READ_ONLY, bridge=False, composition=None,
@@ -226,8 +225,7 @@ def _expect(response: httpx.Response, status: int, what: str) -> None:
         raise SmokeFailed(f"{what} answered {response.status_code}: {response.text[:200]}")
 
 
-_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "BUDGET_EXHAUSTED", "MODEL_UNAVAILABLE",
-          "MODEL_PROTOCOL_ERROR"}
+_ENDED = {state.value for state in TurnState if state.terminal}
 
 
 async def _scenario(base_url: str, code: str, record: SmokeRecord, say: Say) -> None:
