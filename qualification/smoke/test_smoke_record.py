@@ -42,7 +42,7 @@ def test_the_record_is_a_pass_through_every_stage(record: dict[str, Any]) -> Non
                            "started_at", "finished_at", "labfy_ref_version"}
 
 
-@pytest.mark.req("SM-03", "SM-01")
+@pytest.mark.req("SM-03")
 def test_the_record_names_the_model_and_the_build(record: dict[str, Any]) -> None:
     model = record["model"]
     assert model["file"].endswith(".gguf") and model["bytes"] > 0
