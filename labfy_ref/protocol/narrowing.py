@@ -142,7 +142,6 @@ class Decoding:
 
     response_format: dict[str, Any]
     max_tokens: int
-    offered: tuple[str, ...]
     concluding: bool
 
     @property
@@ -150,6 +149,21 @@ class Decoding:
         """The narrowed action schema."""
         schema: dict[str, Any] = self.response_format["json_schema"]["schema"]
         return schema
+
+    @property
+    def offered(self) -> frozenset[str]:
+        """The tools this round offers."""
+        return offered_tools(self.response_format) or frozenset()
+
+
+def offered_tools(response_format: Mapping[str, Any] | None) -> frozenset[str] | None:
+    """The tool ids a ``response_format`` (an action schema) admits, if it says."""
+    try:
+        branches = response_format["json_schema"]["schema"]["oneOf"]  # type: ignore[index]
+        return frozenset(branch["properties"]["tool_id"]["const"] for branch in branches
+                         if "tool_id" in branch.get("properties", {}))
+    except (KeyError, TypeError):
+        return None
 
 
 def concluding(observations: Observations, budget: Budget) -> bool:
@@ -172,7 +186,6 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
     conclude = concluding(observations, budget)
     usable = set(available)
     branches: list[dict[str, Any]] = []
-    offered: list[str] = []
     for spec in catalog.values():
         if spec.tool_id not in usable or (conclude and spec.tool_id not in _CONCLUDING):
             continue
@@ -182,7 +195,6 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
         arguments = _arguments(spec.tool_id, spec.input_schema, observations)
         if arguments is None:
             continue
-        offered.append(spec.tool_id)
         branches.append({**tool_branch, "properties": {
             "type": tool_branch["properties"]["type"],
             "tool_id": {"const": spec.tool_id},
@@ -196,7 +208,7 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
         response_format={"type": "json_schema",
                          "json_schema": {"name": "labfy_agent_model_action_v1", "strict": True,
                                          "schema": schema}},
-        max_tokens=max_json_bytes(schema), offered=tuple(offered), concluding=conclude)
+        max_tokens=max_json_bytes(schema), concluding=conclude)
 
 
 def _arguments(tool_id: str, wide: Mapping[str, Any],

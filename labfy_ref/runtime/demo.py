@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from labfy_ref.protocol import TOOL_RESULT_PREFIX, Usage, canonical
-from labfy_ref.protocol.narrowing import QUESTION_CHARS, TOPIC_CHARS
+from labfy_ref.protocol.narrowing import QUESTION_CHARS, TOPIC_CHARS, offered_tools
 
 DEMO_LABEL = "Deterministic demo agent"
 
@@ -61,16 +61,6 @@ def _user_request(messages: Sequence[Mapping[str, Any]]) -> str:
         if message.get("role") == "user" and _tool_result(messages, index) is None:
             return " ".join(str(message.get("content", "")).split())
     return ""
-
-
-def offered_tools(response_format: Mapping[str, Any] | None) -> frozenset[str] | None:
-    """The tool ids a ``response_format`` (the bound action schema) admits, if it says."""
-    try:
-        branches = response_format["json_schema"]["schema"]["oneOf"]  # type: ignore[index]
-        return frozenset(branch["properties"]["tool_id"]["const"] for branch in branches
-                         if "tool_id" in branch.get("properties", {}))
-    except (KeyError, TypeError):
-        return None
 
 
 def _call(tool_id: str, **arguments: Any) -> str:
