@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.responses import Response
@@ -23,13 +25,34 @@ from labfy_ref.server.routes import router
 from labfy_ref.server.security import SecurityMiddleware
 from labfy_ref.server.state import ServerState
 
-_UI_FILES = {"/": ("index.html", "text/html; charset=utf-8"),
-             "/ui/app.js": ("app.js", "text/javascript; charset=utf-8"),
-             "/ui/app.css": ("app.css", "text/css; charset=utf-8")}
+_MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+_PAGES = {"/": "index.html", "/cordis": "cordis.html"}
 
 
-def _ui_route(name: str, media_type: str) -> Callable[[], Awaitable[Response]]:
+def _ui_files() -> dict[str, str]:
+    """URL path → file under ``labfy_ref.ui``: the two pages and every static asset, read once.
+
+    The routes are fixed at start from what the package holds (vendored libraries under
+    ``vendor/`` included), so no request path ever reaches the file system.
+    """
+    root = resources.files("labfy_ref.ui")
+    files = {path: name for path, name in _PAGES.items() if root.joinpath(name).is_file()}
+
+    def walk(folder: Traversable, prefix: str) -> None:
+        for entry in folder.iterdir():
+            if entry.is_dir():
+                walk(entry, f"{prefix}{entry.name}/")
+            elif Path(entry.name).suffix in _MEDIA_TYPES and not entry.name.endswith(".html"):
+                files[f"/ui/{prefix}{entry.name}"] = f"{prefix}{entry.name}"
+
+    walk(root, "")
+    return files
+
+
+def _ui_route(name: str) -> Callable[[], Awaitable[Response]]:
     body = resources.files("labfy_ref.ui").joinpath(name).read_bytes()
+    media_type = _MEDIA_TYPES[Path(name).suffix]
 
     async def serve() -> Response:
         return Response(body, media_type=media_type)
@@ -57,8 +80,8 @@ def create_app(state: ServerState,
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(bridge_router)
-    for path, (name, media_type) in _UI_FILES.items():
-        app.add_api_route(path, _ui_route(name, media_type), methods=["GET"],
+    for path, name in _ui_files().items():
+        app.add_api_route(path, _ui_route(name), methods=["GET"],
                           include_in_schema=False)
     app.add_middleware(SecurityMiddleware, port=state.port, auth=state.auth)
     return app
