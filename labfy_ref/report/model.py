@@ -92,18 +92,20 @@ class TestResult:
     reqs: tuple[str, ...]
     reason: str | None = None
     duration: float = 0.0
+    variant: str | None = None  # what it ran on (a browser), from the ``variant`` marker
 
     def as_json(self) -> dict[str, Any]:
         """JSON form, as stored in a results file."""
         return {"nodeid": self.nodeid, "outcome": self.outcome.value, "reqs": list(self.reqs),
-                "reason": self.reason, "duration": round(self.duration, 4)}
+                "reason": self.reason, "duration": round(self.duration, 4),
+                "variant": self.variant}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TestResult:
         """Read one entry of a results file."""
         return cls(nodeid=str(data["nodeid"]), outcome=Outcome(data["outcome"]),
                    reqs=tuple(data["reqs"]), reason=data.get("reason"),
-                   duration=float(data.get("duration", 0.0)))
+                   duration=float(data.get("duration", 0.0)), variant=data.get("variant"))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from labfy_ref.report import (
 )
 
 _REQ = "req"
+_VARIANT = "variant"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,6 +53,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the marker and the recorder, and aim junitxml at the report dir."""
     config.addinivalue_line(
         "markers", "req(*ids): the requirement IDs (requirements.toml) this test proves")
+    config.addinivalue_line(
+        "markers", "variant(name): what this run of the test ran on (a browser); a stage that "
+        "requires one variant (requirements.toml) folds the others' skips as absences")
     option = config.getoption("--requirements")
     path = Path(option) if option else config.rootpath / DEFAULT_REQUIREMENTS
     try:
@@ -88,11 +92,15 @@ class _Recorder:
         self.results: dict[str, TestResult] = {}
         self.summary: dict[str, int] | None = None
 
+    @pytest.hookimpl(trylast=True)  # after conftests have added their markers
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Carry each test's requirement IDs on its reports (they cross xdist that way)."""
+        """Carry each test's requirement IDs and variant on its reports (they cross xdist so)."""
         for item in items:
             for req in _ids(item):
                 item.user_properties.append((_REQ, req))
+            variant = item.get_closest_marker(_VARIANT)
+            if variant is not None and variant.args:
+                item.user_properties.append((_VARIANT, str(variant.args[0])))
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """A bare ``req()`` or an unknown ID fails the test, so a typo cannot hide."""
@@ -121,8 +129,9 @@ class _Recorder:
             outcome = Outcome.PASSED
         else:
             return
+        variant = next((str(v) for k, v in report.user_properties if k == _VARIANT), None)
         self.results[report.nodeid] = TestResult(report.nodeid, outcome, reqs,
-                                                 _skip_reason(report), report.duration)
+                                                 _skip_reason(report), report.duration, variant)
 
     def pytest_sessionfinish(self) -> None:
         """Write this run's results and rebuild the report from every recorded run."""
