@@ -49,6 +49,10 @@ class Stage:
     title: str
     paths: tuple[str, ...] = ()
     record: str | None = None
+    # The variant (browser) every test must pass on; tests on other variants must not fail,
+    # and where one of those variants is absent (all its tests skipped) it is named, not held
+    # against the stage or the requirement IDs (UI-07).
+    required_variant: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,6 +81,7 @@ class Requirements:
                 title=str(spec.get("title", name)),
                 paths=tuple(spec.get("paths", ())),
                 record=spec.get("record"),
+                required_variant=spec.get("required_variant"),
             )
             for name, spec in document.get("stages", {}).items()
         )
@@ -165,11 +170,18 @@ class Line:
     status: Status
     tests: tuple[str, ...] = ()
     reason: str | None = None
+    ran_on: tuple[str, ...] = ()  # a stage with variants: those that ran (firefox, chromium)
 
     def as_json(self) -> dict[str, Any]:
         """JSON form used in status.json."""
         return {"id": self.name, "title": self.title, "status": self.status.value,
-                "tests": list(self.tests), "reason": self.reason}
+                "tests": list(self.tests), "reason": self.reason, "ran_on": list(self.ran_on)}
+
+    @property
+    def shown_status(self) -> str:
+        """The status as the report prints it: ``PASS (firefox, chromium)`` for variants."""
+        ran = f" ({', '.join(self.ran_on)})" if self.ran_on else ""
+        return self.status.value + ran
 
 
 def _reasons(tests: Iterable[TestResult]) -> str:
@@ -252,6 +264,42 @@ def _smoke_model(record: dict[str, Any]) -> str:
     return ", ".join(part for part in parts if part)
 
 
+def _absent(test: TestResult, required: frozenset[str]) -> bool:
+    """A skipped test on an optional variant: its browser is absent, which the stage says."""
+    return (test.variant is not None and test.variant not in required
+            and test.outcome is Outcome.SKIPPED)
+
+
+def _variant_stage(stage: Stage, members: list[TestResult]) -> Line:
+    """The rule of UI-07: ``PASS`` only when every test ran and passed on the required variant
+    and on every other variant present; an absent variant (all skipped) is named in the line."""
+    counted = (f"{len(members)} tests",)
+    by_variant: dict[str, list[TestResult]] = {}
+    for test in members:
+        by_variant.setdefault(test.variant or "", []).append(test)
+    status, reason = _fold(members, Status.PASS, Status.NOT_RUN, "no test ran in this stage")
+    if status is Status.FAIL:
+        return Line(stage.name, stage.title, status, counted, reason)
+    required = stage.required_variant or ""
+    absent = {v: tests for v, tests in by_variant.items()
+              if v not in {"", required} and all(t.outcome is Outcome.SKIPPED for t in tests)}
+    ran = sorted((v for v in by_variant if v and v not in absent), key=lambda v: v != required)
+    incomplete = [v for v in by_variant if v not in absent
+                  and any(t.outcome is Outcome.SKIPPED for t in by_variant[v])]
+    notes = [f"{v} absent: {_reasons(tests)}" for v, tests in sorted(absent.items())]
+    if required not in by_variant:
+        return Line(stage.name, stage.title, Status.NOT_RUN, counted,
+                    f"no test ran on {required}")
+    if incomplete:
+        notes.insert(0, "not every test ran on "
+                     + ", ".join(v or "(no variant)" for v in incomplete) + ": "
+                     + _reasons(t for v in incomplete for t in by_variant[v]))
+        return Line(stage.name, stage.title, Status.NOT_RUN, counted, "; ".join(notes)[:500],
+                    tuple(v for v in ran if v not in incomplete))
+    return Line(stage.name, stage.title, Status.PASS, counted, "; ".join(notes)[:500] or None,
+                tuple(ran))
+
+
 def build_report(requirements: Requirements, runs: list[Run], smoke: dict[str, Any] | None,
                  generated_at: str) -> StatusReport:
     """Fold recorded runs and the smoke record into the status of every ID and stage."""
@@ -260,9 +308,12 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: dict[str, A
     for test in tests.values():
         for req in test.reqs:
             by_req.setdefault(req, []).append(test)
+    required = frozenset(s.required_variant for s in requirements.stages if s.required_variant)
     req_lines = []
     for req, named in by_req.items():
-        status, reason = _fold(named, Status.CURRENT, Status.TARGET, "no test names it yet")
+        present = [t for t in named if not _absent(t, required)]
+        status, reason = (_fold(present, Status.CURRENT, Status.TARGET, "no test names it yet")
+                          if present or not named else (Status.NOT_RUN, _reasons(named)))
         title = requirements.titles.get(req, "(not in requirements.toml)")
         req_lines.append(Line(req, title, status, tuple(sorted(t.nodeid for t in named)), reason))
     stage_lines = []
@@ -271,6 +322,9 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: dict[str, A
             stage_lines.append(_smoke_line(stage, smoke))
             continue
         members = [t for t in tests.values() if t.nodeid.startswith(stage.paths)]
+        if stage.required_variant is not None:
+            stage_lines.append(_variant_stage(stage, members))
+            continue
         status, reason = _fold(members, Status.PASS, Status.NOT_RUN, "no test ran in this stage")
         stage_lines.append(Line(stage.name, stage.title, status, (f"{len(members)} tests",),
                                 reason))

@@ -38,7 +38,7 @@ def _grouped(nodeids: tuple[str, ...]) -> str:
 
 
 def _md_row(line: Line, *, tests: bool) -> str:
-    cells = [line.name, line.status.value, _md_cell(line.title)]
+    cells = [line.name, line.shown_status, _md_cell(line.title)]
     if tests:
         cells.append(_md_cell(_grouped(line.tests)) or "—")
     cells.append(_md_cell(line.reason or ""))
@@ -79,7 +79,7 @@ def to_html(report: StatusReport) -> str:
     def rows(lines: tuple[Line, ...]) -> str:
         return "\n".join(
             "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in
-                             (line.name, line.status.value, line.title,
+                             (line.name, line.shown_status, line.title,
                               ", ".join(line.tests), line.reason or "")) + "</tr>"
             for line in lines)
     head = "<tr><th>Name</th><th>Status</th><th>Title</th><th>Tests</th><th>Reason</th></tr>"
