@@ -1,0 +1,349 @@
+// labfy-ref session — the one piece the runtime page (/) and the engine page (/cordis) share:
+// API calls (JSON, CSRF), the login form, "Logged in as …" + Log out, the lost-connection
+// banner, and "a 401 brings the login form back". No inline script, no HTML strings (CSP).
+//
+// Usage (load it before the page's own script, both `defer`):
+//
+//   <script src="/ui/session.js" defer></script>
+//   <script src="/ui/app.js" defer></script>
+//
+//   labfySession.start({
+//     login: loginSection,      // empty element: the login form is built in it (hooks
+//                               //   login-code / login-submit); hidden while logged in
+//     account: accountElement,  // empty element: "Logged in as NAME (ROLE)" + Log out
+//     banner: bannerElement,    // empty element: "Connection to the server lost — retrying"
+//     content: mainContent,     // the page's own content: hidden while logged out
+//     onLogin(session) {},      // {role, name}: show data, start polling
+//     onLogout(reason) {},      // "logout" | "expired": stop polling, forget live state
+//     onConnection(online) {},  // optional: the connection was lost (false) or is back (true)
+//   });
+//   const data = await labfySession.api("POST", "/api/v1/grants", {campaign_id});
+//   const response = await labfySession.request("POST", path, body, {signal});  // streams
+//   labfySession.live(button);  // disabled while the connection is lost (or mark it data-live)
+//
+// Errors: every failure rejects with a `labfySession.ApiError` {code, detail, status}
+// whose `message` (and String()) starts with the code: "GRANT_REQUIRED: …". A network
+// failure is code CONNECTION_LOST (status 0): the banner shows, live controls are
+// disabled, and /api/health is retried until it answers; then the session is checked
+// again (a 401 there brings the login form back). A 401 from any call ends the session
+// on the page. Nothing here ever calls console.error: an expected failure is shown in
+// the page, not logged. The login code is typed or pasted; it is never read from or put
+// into a URL, and the form is built here, so without script there is no form to submit.
+"use strict";
+
+(function defineSession() {
+  const RETRY_DELAYS_MS = [500, 1000, 2000, 3000];
+  const LOST_TEXT = "Connection to the server lost — retrying";
+
+  /** An API failure; `message` starts with the stable error code. */
+  class ApiError extends Error {
+    constructor(code, detail, status) {
+      super(detail ? code + ": " + detail : code);
+      this.name = "ApiError";
+      this.code = code;
+      this.detail = detail || "";
+      this.status = status;
+    }
+
+    toString() {
+      return this.message;
+    }
+  }
+
+  const state = {
+    options: null,
+    session: null,   // {role, name} while logged in
+    csrf: null,
+    online: true,
+    retryTimer: null,
+    retryIndex: 0,
+    ui: null,
+  };
+
+  function node(tag, className, text) {
+    const element = document.createElement(tag);
+    if (className) element.className = className;
+    if (text !== undefined) element.textContent = String(text);
+    return element;
+  }
+
+  /** The error a failed response carries ({"error": {code, message}}), or HTTP_<status>. */
+  async function errorOf(response) {
+    let body = null;
+    try {
+      body = await response.json();
+    } catch (_) {
+      body = null;
+    }
+    const error = body && typeof body === "object" ? body.error : null;
+    if (error && typeof error.code === "string") {
+      return new ApiError(error.code, String(error.message || ""), response.status);
+    }
+    return new ApiError("HTTP_" + response.status, response.statusText, response.status);
+  }
+
+  /**
+   * Send one request; resolve with the Response when it is 2xx.
+   * Mutations carry the session's X-CSRF-Token; a body is sent as JSON.
+   */
+  async function request(method, path, body, init) {
+    const headers = { "Accept": "application/json" };
+    if (method !== "GET" && method !== "HEAD" && state.csrf) {
+      headers["X-CSRF-Token"] = state.csrf;
+    }
+    const options = { method, headers, credentials: "same-origin", cache: "no-store" };
+    if (init && init.signal) options.signal = init.signal;
+    if (init && init.accept) headers["Accept"] = init.accept;
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      options.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(path, options);
+    } catch (failure) {
+      if (failure && failure.name === "AbortError") {
+        throw new ApiError("ABORTED", "the request was stopped", 0);
+      }
+      connectionLost();
+      throw new ApiError("CONNECTION_LOST", "the server did not answer", 0);
+    }
+    connectionBack();
+    if (response.ok) return response;
+    const error = await errorOf(response);
+    if (response.status === 401 && state.session) endSession("expired");
+    throw error;
+  }
+
+  /** Send one request and resolve with its JSON body (null when it has none). */
+  async function api(method, path, body, init) {
+    const response = await request(method, path, body, init);
+    const text = await response.text();
+    if (!text) return null;
+    try {
+      return JSON.parse(text);
+    } catch (_) {
+      throw new ApiError("BAD_RESPONSE", "the server's answer is not JSON", response.status);
+    }
+  }
+
+  // -- connection ------------------------------------------------------------------------
+
+  function setLiveDisabled(offline) {
+    for (const control of document.querySelectorAll("[data-live]")) {
+      if (offline && !control.disabled) {
+        control.disabled = true;
+        control.dataset.offline = "1";
+      } else if (!offline && control.dataset.offline) {
+        delete control.dataset.offline;
+        control.disabled = false;
+      }
+    }
+  }
+
+  /** Mark a control live: disabled while the connection is lost, restored when it is back. */
+  function live(control) {
+    control.dataset.live = "1";
+    if (!state.online && !control.disabled) {
+      control.disabled = true;
+      control.dataset.offline = "1";
+    }
+    return control;
+  }
+
+  function showBanner(shown) {
+    if (!state.ui) return;
+    state.ui.banner.hidden = !shown;
+    state.ui.bannerText.textContent = shown ? LOST_TEXT : "";
+  }
+
+  function connectionLost() {
+    if (!state.online) return;
+    state.online = false;
+    state.retryIndex = 0;
+    showBanner(true);
+    setLiveDisabled(true);
+    if (state.options && state.options.onConnection) state.options.onConnection(false);
+    scheduleRetry();
+  }
+
+  function connectionBack() {
+    if (state.online) return;
+    state.online = true;
+    if (state.retryTimer !== null) clearTimeout(state.retryTimer);
+    state.retryTimer = null;
+    showBanner(false);
+    setLiveDisabled(false);
+    if (state.options && state.options.onConnection) state.options.onConnection(true);
+  }
+
+  function scheduleRetry() {
+    const delay = RETRY_DELAYS_MS[Math.min(state.retryIndex, RETRY_DELAYS_MS.length - 1)];
+    state.retryIndex += 1;
+    state.retryTimer = setTimeout(retry, delay);
+  }
+
+  /** While lost: ask /api/health (no session needed); once it answers, check the session. */
+  async function retry() {
+    state.retryTimer = null;
+    try {
+      const response = await fetch("/api/health", { credentials: "same-origin", cache: "no-store" });
+      if (!response.ok) throw new Error("not ready");
+    } catch (_) {
+      scheduleRetry();
+      return;
+    }
+    connectionBack();
+    await checkSession();
+  }
+
+  // -- session ---------------------------------------------------------------------------
+
+  function beginSession(body) {
+    state.session = { role: String(body.role), name: String(body.name) };
+    if (body.csrf_token) state.csrf = String(body.csrf_token);
+    const { ui, options } = state;
+    ui.who.textContent = "Logged in as " + state.session.name + " (" + state.session.role + ")";
+    ui.account.hidden = false;
+    ui.login.hidden = true;
+    ui.error.textContent = "";
+    if (options.content) options.content.hidden = false;
+    if (options.onLogin) options.onLogin(state.session);
+  }
+
+  function endSession(reason) {
+    const wasIn = state.session !== null;
+    state.session = null;
+    state.csrf = null;
+    const { ui, options } = state;
+    ui.account.hidden = true;
+    ui.who.textContent = "";
+    ui.login.hidden = false;
+    if (options.content) options.content.hidden = true;
+    if (reason === "expired") ui.error.textContent = "Your session ended: log in again with the code.";
+    if (wasIn && options.onLogout) options.onLogout(reason);
+  }
+
+  /** GET /api/v1/session: resume a session from the cookie, or show the login form. */
+  async function checkSession() {
+    try {
+      const body = await api("GET", "/api/v1/session");
+      if (!state.session) beginSession(body);
+      else state.csrf = body.csrf_token ? String(body.csrf_token) : state.csrf;
+    } catch (error) {
+      if (error.status === 401) endSession(state.session ? "expired" : "none");
+      // CONNECTION_LOST: the banner says so and the retry checks again.
+    }
+  }
+
+  async function submitLogin(event) {
+    event.preventDefault();
+    const { ui } = state;
+    const code = ui.code.value;
+    ui.error.textContent = "";
+    ui.submit.disabled = true;
+    try {
+      const body = await api("POST", "/api/v1/session", { token: code });
+      ui.code.value = "";
+      beginSession(body);
+    } catch (error) {
+      ui.error.textContent = error.status === 401
+        ? error.code + ": that login code is not valid"
+        : error.message;
+    } finally {
+      ui.submit.disabled = false;
+      live(ui.submit);  // offline meanwhile: disabled again, and restored when back
+    }
+  }
+
+  async function logout() {
+    state.ui.accountError.textContent = "";
+    try {
+      await api("DELETE", "/api/v1/session");
+    } catch (error) {
+      if (error.status !== 401) {
+        state.ui.accountError.textContent = error.message;
+        return;
+      }
+    }
+    endSession("logout");
+  }
+
+  function buildLogin(section) {
+    const heading = node("h2", "", "Log in");
+    heading.id = "login-heading";
+    section.setAttribute("aria-labelledby", heading.id);
+    const form = node("form", "login-form");
+    form.autocomplete = "off";
+    const label = node("label", "", "Login code (printed by labfy-ref serve)");
+    label.htmlFor = "login-code";
+    const code = node("input", "login-code");
+    code.id = "login-code";
+    code.name = "login-code";
+    code.type = "password";
+    code.required = true;
+    code.autocomplete = "off";
+    code.spellcheck = false;
+    code.dataset.testid = "login-code";
+    const submit = live(node("button", "login-submit", "Log in"));
+    submit.type = "submit";
+    submit.dataset.testid = "login-submit";
+    const error = node("p", "error login-error");
+    error.setAttribute("role", "alert");
+    form.append(label, code, submit);
+    form.addEventListener("submit", submitLogin);
+    section.replaceChildren(heading, form, error);
+    return { code, submit, error };
+  }
+
+  function buildAccount(element) {
+    const who = node("span", "account-who");
+    const button = node("button", "account-logout", "Log out");
+    button.type = "button";
+    button.addEventListener("click", logout);
+    live(button);
+    const accountError = node("span", "error account-error");
+    accountError.setAttribute("role", "alert");
+    element.replaceChildren(who, button, accountError);
+    return { who, accountError };
+  }
+
+  function buildBanner(element) {
+    element.classList.add("connection-banner");
+    element.setAttribute("role", "status");
+    element.setAttribute("aria-live", "polite");
+    const bannerText = node("span", "connection-text");
+    element.replaceChildren(bannerText);
+    return bannerText;
+  }
+
+  /** Build the login form, account line and banner in the page's elements; check the session. */
+  function start(options) {
+    state.options = options;
+    const login = buildLogin(options.login);
+    const account = buildAccount(options.account);
+    state.ui = {
+      login: options.login, account: options.account, banner: options.banner,
+      bannerText: buildBanner(options.banner), ...login, ...account,
+    };
+    options.login.hidden = true;
+    options.account.hidden = true;
+    options.banner.hidden = true;
+    if (options.content) options.content.hidden = true;
+    return checkSession();
+  }
+
+  window.labfySession = Object.freeze({
+    ApiError,
+    start,
+    api,
+    request,
+    live,
+    /** Report a connection lost outside `request` (e.g. a stream cut mid-body). */
+    lost: connectionLost,
+    /** The current session {role, name}, or null. */
+    get session() { return state.session; },
+    /** False while the connection is lost. */
+    get online() { return state.online; },
+  });
+}());
