@@ -1,0 +1,630 @@
+// labfy-ref engine page (/cordis): the bridge's state, sessions, and a conversation
+// streamed from NDJSON as it arrives, with approvals at their operation (UI-04..UI-06).
+//
+// Text from a model, a tool, a file or a session title goes in with textContent; only
+// the assistant's reply is Markdown, rendered by labfyMarkdown (a sanitised DOM
+// fragment). Session, CSRF, login, logout and the lost-connection banner are
+// labfySession's (session.js); the stream's lines are labfyNdjson's (ndjson.js). Hooks
+// are SPEC §15's data-testid names. No inline script, no style attribute (CSP).
+"use strict";
+
+(function () {
+  const PAGE_SIZE = 20;
+  const STARTING_RETRY_MS = 1000;
+  const STARTING_RETRIES = 60;
+  const RENDER_EVERY_MS = 50; // a streamed reply is re-rendered at most this often
+  const SESSION_ID = /^[A-Za-z0-9_-]{1,80}$/;
+  const SCOPES = { "read-only": "Read-only", "workspace-write": "Workspace write" };
+  const DECISIONS = { "allowed-once": "Allowed once", "rejected": "Denied", "expired": "Expired" };
+  const { api, request, live } = window.labfySession;
+
+  const $ = (id) => document.getElementById(id);
+  const ui = {
+    status: $("bridge-status"), workspace: $("workspace"), list: $("session-list"),
+    more: $("sessions-more"), sessionsError: $("sessions-error"), newSession: $("session-new"),
+    title: $("chat-title"), contextSettings: $("context-settings"), contextTools: $("context-tools"),
+    conversation: $("conversation"), turnStatus: $("turn-status"), composer: $("composer"),
+    input: $("message-input"), scope: $("permission-scope"), send: $("message-send"),
+    stop: $("stop-turn"), composerError: $("composer-error"),
+  };
+
+  const state = {
+    nextCursor: null,
+    session: null,     // the open session: {id, created_at, settings, ...}
+    turn: null,        // the running turn: {view, sessionId, controller}
+    startingTries: 0,
+    tools: null,
+  };
+
+  // -- small helpers ----------------------------------------------------------------------
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = String(text);
+    return node;
+  }
+
+  function button(label, className, testid) {
+    const node = el("button", className, label);
+    node.type = "button";
+    if (testid) node.dataset.testid = testid;
+    return live(node);
+  }
+
+  function sessionPath(sessionId, rest) {
+    return `/api/cordis/sessions/${encodeURIComponent(sessionId)}${rest || ""}`;
+  }
+
+  function formatTime(iso) {
+    const date = new Date(iso);
+    return Number.isNaN(date.getTime()) ? String(iso || "") : date.toLocaleString();
+  }
+
+  function pretty(value) {
+    return JSON.stringify(value, null, 2);
+  }
+
+  /** navigator.clipboard.writeText(text); the outcome is said next to the button. */
+  function copy(text, outcome) {
+    outcome.textContent = "";
+    let pending;
+    try {
+      pending = navigator.clipboard.writeText(text);
+    } catch (_) {
+      pending = Promise.reject(new Error("no clipboard"));
+    }
+    Promise.resolve(pending).then(
+      () => { outcome.textContent = "Copied"; },
+      () => { outcome.textContent = "Copy failed"; });
+  }
+
+  function copyControl(label, testid, text) {
+    const box = el("div", testid === "copy-code" ? "code-actions" : "reply-actions");
+    const outcome = el("span", "copy-state");
+    outcome.setAttribute("role", "status");
+    const control = button(label, "", testid);
+    control.addEventListener("click", () => copy(text(), outcome));
+    box.append(control, outcome);
+    return box;
+  }
+
+  // -- the bridge -------------------------------------------------------------------------
+
+  /** First page of sessions; a 503 names why the bridge cannot serve (CORDIS_*). */
+  async function loadBridge() {
+    let page;
+    try {
+      page = await api("GET", `/api/cordis/sessions?limit=${PAGE_SIZE}`);
+    } catch (error) {
+      bridgeRefused(error);
+      return;
+    }
+    state.startingTries = 0;
+    ui.status.classList.remove("refused");
+    ui.status.textContent = "Engine bridge ready";
+    ui.workspace.hidden = false;
+    renderSessions(page, false);
+    loadTools();
+    const wanted = location.hash.slice(1);
+    if (SESSION_ID.test(wanted)) openSession(wanted);
+  }
+
+  function bridgeRefused(error) {
+    ui.workspace.hidden = true; // the reason, never an empty list
+    ui.status.classList.add("refused");
+    ui.status.textContent = error.message;
+    if (error.code === "CORDIS_STARTING" && state.startingTries < STARTING_RETRIES) {
+      state.startingTries += 1;
+      setTimeout(loadBridge, STARTING_RETRY_MS);
+    }
+  }
+
+  async function loadTools() {
+    try {
+      state.tools = (await api("GET", "/api/cordis/tools")).tools;
+    } catch (error) {
+      state.tools = null;
+      ui.contextTools.replaceChildren(el("li", "error", error.message));
+      return;
+    }
+    renderTools();
+  }
+
+  function renderTools() {
+    ui.contextTools.replaceChildren(...(state.tools || []).map((tool) => {
+      const unavailable = tool.available ? "" : ` — unavailable: ${tool.unavailable_reason || ""}`;
+      return el("li", "", `${tool.tool_id} (${tool.effect}): ${tool.description}${unavailable}`);
+    }));
+  }
+
+  // -- sessions -----------------------------------------------------------------------------
+
+  function titleOf(summary) {
+    return summary.title ? summary.title : "Untitled session";
+  }
+
+  function sessionItem(summary) {
+    const item = el("li", "session-item");
+    item.dataset.testid = "session-item";
+    item.dataset.sessionId = summary.id;
+    const open = el("button", "session-open");
+    open.type = "button";
+    const title = el("span", "title", titleOf(summary));
+    const detail = summary.error
+      ? `${summary.error.code}: ${summary.error.message}` : formatTime(summary.created_at);
+    open.append(title, el("span", "when", detail));
+    open.addEventListener("click", () => openSession(summary.id));
+    const remove = button("Delete", "session-delete danger");
+    remove.setAttribute("aria-label", `Delete session ${titleOf(summary)}`);
+    remove.addEventListener("click", () => deleteSession(summary.id, remove, title));
+    remove.addEventListener("blur", () => unconfirm(remove, title));
+    item.append(open, remove);
+    return item;
+  }
+
+  function itemOf(sessionId) {
+    return [...ui.list.children].find((item) => item.dataset.sessionId === sessionId) || null;
+  }
+
+  function renderSessions(page, append) {
+    if (!append) ui.list.replaceChildren();
+    for (const summary of page.sessions) {
+      if (!itemOf(summary.id)) ui.list.append(sessionItem(summary));
+    }
+    state.nextCursor = page.next_cursor;
+    ui.more.hidden = !state.nextCursor;
+    markOpen();
+  }
+
+  async function loadMore() {
+    ui.sessionsError.textContent = "";
+    const cursor = encodeURIComponent(state.nextCursor || "");
+    try {
+      renderSessions(await api("GET", `/api/cordis/sessions?limit=${PAGE_SIZE}&cursor=${cursor}`), true);
+    } catch (error) {
+      ui.sessionsError.textContent = error.message;
+    }
+  }
+
+  /** Titles come from the server (the first user message, cut): refresh the first page's. */
+  async function refreshTitles() {
+    let page;
+    try {
+      page = await api("GET", `/api/cordis/sessions?limit=${PAGE_SIZE}`);
+    } catch (_) {
+      return; // the list keeps its old titles; the failure is said by whatever comes next
+    }
+    for (const summary of page.sessions) {
+      const item = itemOf(summary.id);
+      if (item) item.replaceWith(sessionItem(summary));
+    }
+    markOpen();
+  }
+
+  function markOpen() {
+    for (const item of ui.list.children) {
+      const open = item.querySelector(".session-open");
+      if (state.session && item.dataset.sessionId === state.session.id) {
+        open.setAttribute("aria-current", "true");
+      } else {
+        open.removeAttribute("aria-current");
+      }
+    }
+  }
+
+  async function newSession() {
+    ui.sessionsError.textContent = "";
+    if (busy()) return null;
+    try {
+      const { session } = await api("POST", "/api/cordis/sessions",
+        { permission_mode: ui.scope.value });
+      ui.list.prepend(sessionItem({ ...session, title: "" }));
+      await openSession(session.id);
+      return session;
+    } catch (error) {
+      ui.sessionsError.textContent = error.message;
+      return null;
+    }
+  }
+
+  function unconfirm(control, title) {
+    if (control.dataset.confirm !== "1" || control.disabled) return;
+    delete control.dataset.confirm;
+    control.textContent = "Delete";
+    control.setAttribute("aria-label", `Delete session ${title.textContent}`);
+  }
+
+  /** Delete asks once more on the same button, then cancels any turn and removes the log. */
+  async function deleteSession(sessionId, control, title) {
+    if (control.dataset.confirm !== "1") {
+      control.dataset.confirm = "1";
+      control.textContent = "Confirm delete";
+      control.setAttribute("aria-label", `Confirm delete of session ${title.textContent}`);
+      return;
+    }
+    control.disabled = true;
+    ui.sessionsError.textContent = "";
+    try {
+      await api("DELETE", sessionPath(sessionId));
+    } catch (error) {
+      ui.sessionsError.textContent = error.message;
+      control.disabled = false;
+      return;
+    }
+    const item = itemOf(sessionId);
+    if (item) item.remove();
+    if (state.session && state.session.id === sessionId) closeSession();
+  }
+
+  // -- the open session ---------------------------------------------------------------------
+
+  function busy() {
+    if (!state.turn) return false;
+    ui.turnStatus.textContent = "A turn is running: stop it or wait for its end first.";
+    return true;
+  }
+
+  async function openSession(sessionId) {
+    if (busy()) return;
+    ui.turnStatus.textContent = "";
+    ui.composerError.textContent = "";
+    let session;
+    try {
+      session = (await api("GET", sessionPath(sessionId))).session;
+    } catch (error) {
+      ui.turnStatus.textContent = error.message;
+      if (location.hash === `#${sessionId}`) history.replaceState(null, "", location.pathname);
+      return;
+    }
+    state.session = session;
+    history.replaceState(null, "", `#${session.id}`);
+    const item = itemOf(session.id);
+    ui.title.textContent = item ? item.querySelector(".title").textContent : session.id;
+    ui.scope.value = session.settings.permission_mode;
+    renderContext(session);
+    renderMessages(session.messages);
+    markOpen();
+    if (session.active_turn) {
+      ui.turnStatus.textContent = "A turn started elsewhere is running in this session; "
+        + "reopen the session after it ends to see its messages.";
+    }
+  }
+
+  function closeSession() {
+    state.session = null;
+    history.replaceState(null, "", location.pathname);
+    ui.title.textContent = "No session open: create one or pick one from the list.";
+    ui.contextSettings.replaceChildren();
+    ui.conversation.replaceChildren();
+    ui.turnStatus.textContent = "";
+    markOpen();
+  }
+
+  function renderContext(session) {
+    const rows = [["Session", session.id], ["Created", formatTime(session.created_at)],
+      ["Model", session.settings.model],
+      ["Permission scope", SCOPES[session.settings.permission_mode] || session.settings.permission_mode]];
+    ui.contextSettings.replaceChildren(...rows.flatMap(([name, value]) =>
+      [el("dt", "", name), el("dd", "", value)]));
+  }
+
+  async function changeScope() {
+    ui.composerError.textContent = "";
+    if (!state.session) return; // no session open: the scope of the next new one
+    try {
+      const { session } = await api("PATCH", sessionPath(state.session.id, "/settings"),
+        { permission_mode: ui.scope.value });
+      state.session.settings = session.settings;
+      renderContext(state.session);
+      ui.turnStatus.textContent = `Permission scope: ${SCOPES[session.settings.permission_mode]}`;
+    } catch (error) {
+      ui.composerError.textContent = error.message;
+      ui.scope.value = state.session.settings.permission_mode;
+    }
+  }
+
+  // -- the conversation -------------------------------------------------------------------
+
+  /** One exchange: the user's message, then reasoning, tool activity and the reply. */
+  function createExchange(sessionId, userText) {
+    const item = el("li", "exchange");
+    if (userText !== null) {
+      item.append(el("p", "speaker", "You"), el("div", "user-message", userText));
+    }
+    const reasoning = el("details", "reasoning-section");
+    reasoning.dataset.testid = "reasoning-section";
+    const reasoningText = el("div", "reasoning-text");
+    reasoningText.tabIndex = 0; // it scrolls: reachable by keyboard
+    reasoning.append(el("summary", "", "Reasoning (exposed by the model)"), reasoningText);
+    reasoning.hidden = true;
+    const activity = el("div", "activity");
+    activity.append(el("h3", "", "Tool activity"));
+    activity.hidden = true;
+    const speaker = el("p", "speaker", "Assistant");
+    const reply = el("div", "assistant-message");
+    reply.dataset.testid = "assistant-message";
+    speaker.hidden = true;
+    reply.hidden = true;
+    const tail = el("div", "exchange-end");
+    item.append(reasoning, activity, speaker, reply, tail);
+    ui.conversation.append(item);
+    return { sessionId, item, reasoning, reasoningText, activity, speaker, reply, tail,
+      calls: new Map(), text: "", renderTimer: null, ended: false };
+  }
+
+  function appendReasoning(view, text) {
+    view.reasoning.hidden = false;
+    view.reasoningText.append(document.createTextNode(text));
+  }
+
+  function callCard(view, callId, toolId, args) {
+    const card = el("div", "tool-call");
+    card.dataset.testid = "tool-call";
+    card.dataset.callId = callId;
+    card.dataset.status = "running";
+    const head = el("p", "tool-head", toolId);
+    const status = el("span", "tool-status", " · running");
+    head.append(status);
+    const argsText = el("pre", "json", pretty(args));
+    argsText.tabIndex = 0;
+    argsText.setAttribute("aria-label", `Arguments of ${toolId}`);
+    card.append(head, argsText);
+    view.activity.hidden = false;
+    view.activity.append(card);
+    view.calls.set(callId, { card, status });
+    return view.calls.get(callId);
+  }
+
+  function callOf(view, callId, toolId) {
+    return view.calls.get(callId) || callCard(view, callId, toolId || "(unknown tool)", {});
+  }
+
+  function attachResult(view, message) {
+    const call = callOf(view, message.call_id, message.tool_id);
+    call.card.dataset.status = String(message.status);
+    call.status.textContent = ` · ${message.status}`;
+    const result = el("div", "tool-result");
+    result.dataset.testid = "tool-result";
+    result.dataset.callId = message.call_id;
+    const text = el("pre", "json", pretty(message.result));
+    text.tabIndex = 0;
+    text.setAttribute("aria-label", `Result of ${message.tool_id || "the call"}`);
+    result.append(el("p", "muted", `Result (${message.status})`), text);
+    call.card.append(result);
+  }
+
+  function approvalBox(view, chunk) {
+    const call = callOf(view, chunk.call_id);
+    const box = el("div", "approval");
+    box.setAttribute("role", "group");
+    box.setAttribute("aria-label", "Approval needed");
+    box.dataset.approvalId = chunk.approval_id;
+    const allow = button("Allow once", "primary", "approval-allow-once");
+    const deny = button("Deny", "danger", "approval-deny");
+    const note = el("p", "error");
+    note.setAttribute("role", "alert");
+    const decideWith = (decision) => decide(view.sessionId, chunk.approval_id, decision,
+      [allow, deny], note);
+    allow.addEventListener("click", () => decideWith("allowed-once"));
+    deny.addEventListener("click", () => decideWith("rejected"));
+    const actions = el("div", "approval-actions");
+    actions.append(allow, deny, note);
+    box.append(el("p", "", `Approval needed: ${chunk.summary}`), actions);
+    call.card.append(box);
+    call.approval = actions;
+  }
+
+  async function decide(sessionId, approvalId, decision, controls, note) {
+    note.textContent = "";
+    for (const control of controls) control.disabled = true;
+    try {
+      await api("POST", sessionPath(sessionId, `/approvals/${encodeURIComponent(approvalId)}`),
+        { decision });
+    } catch (error) {
+      note.textContent = error.message;
+      if (error.status !== 409) for (const control of controls) control.disabled = false;
+    }
+  }
+
+  function decisionNote(decision) {
+    return el("p", "decision", `Decision: ${DECISIONS[decision] || decision}`);
+  }
+
+  function decided(view, chunk) {
+    const call = callOf(view, chunk.call_id);
+    const note = decisionNote(chunk.decision);
+    if (call.approval) call.approval.replaceWith(note); // the question stays, its buttons go
+    else call.card.append(note);
+    call.approval = null;
+  }
+
+  function appendText(view, text) {
+    view.text += text;
+    view.speaker.hidden = false;
+    view.reply.hidden = false;
+    if (view.renderTimer === null) {
+      view.renderTimer = setTimeout(() => renderReply(view), RENDER_EVERY_MS);
+    }
+  }
+
+  /** The reply so far as sanitised Markdown, each code block with its copy button. */
+  function renderReply(view) {
+    if (view.renderTimer !== null) clearTimeout(view.renderTimer);
+    view.renderTimer = null;
+    const fragment = labfyMarkdown.render(view.text);
+    for (const pre of fragment.querySelectorAll("pre")) {
+      pre.after(copyControl("Copy code", "copy-code", () => labfyMarkdown.codeOf(pre)));
+    }
+    view.reply.replaceChildren(fragment);
+  }
+
+  function finishReply(view) {
+    if (!view.text) return;
+    renderReply(view);
+    view.tail.append(copyControl("Copy reply", "copy-reply", () => view.text));
+  }
+
+  function showError(view, code, message) {
+    const line = el("p", "error", message ? `${code}: ${message}` : String(code));
+    line.setAttribute("role", "alert");
+    view.tail.append(line);
+  }
+
+  const ENDINGS = { cancelled: "Stopped: the turn was cancelled.", error: "The turn ended with an error." };
+
+  function finish(view, chunk) {
+    view.ended = true;
+    finishReply(view);
+    if (ENDINGS[chunk.reason]) view.tail.append(el("p", "turn-end", ENDINGS[chunk.reason]));
+  }
+
+  const HANDLERS = {
+    "text": (view, chunk) => appendText(view, String(chunk.text)),
+    "reasoning": (view, chunk) => appendReasoning(view, String(chunk.text)),
+    "tool-call": (view, chunk) => callCard(view, chunk.call_id, chunk.tool_id, chunk.arguments),
+    "tool-result": attachResult,
+    "approval-request": approvalBox,
+    "approval-decision": decided,
+    "error": (view, chunk) => showError(view, chunk.code, chunk.message),
+    "done": finish,
+  };
+
+  function onChunk(view, chunk) {
+    const handler = HANDLERS[chunk.type];
+    if (handler && !view.ended) handler(view, chunk); // a chunk type of a later build: skipped
+  }
+
+  /** A session's stored messages, each tool result at its call (BR-06 projection). */
+  function renderMessages(messages) {
+    ui.conversation.replaceChildren();
+    let view = null;
+    for (const message of messages) {
+      if (message.role === "user") {
+        if (view) finishReply(view);
+        view = createExchange(state.session.id, message.text);
+        continue;
+      }
+      view = view || createExchange(state.session.id, null);
+      if (message.role === "tool") {
+        callCard(view, message.call_id, message.tool_id, message.arguments);
+        if (message.approval) view.calls.get(message.call_id).card.append(
+          decisionNote(message.approval.decision));
+        attachResult(view, message);
+      } else if (message.role === "assistant") {
+        if (message.reasoning) appendReasoning(view, message.reasoning);
+        appendText(view, message.text);
+      }
+    }
+    if (view) finishReply(view);
+  }
+
+  // -- a turn ---------------------------------------------------------------------------------
+
+  function setRunning(running) {
+    ui.send.disabled = running;
+    ui.scope.disabled = running;
+    ui.stop.hidden = !running;
+    ui.stop.disabled = false;
+    ui.turnStatus.textContent = running ? "The assistant is working…" : "";
+  }
+
+  async function send(event) {
+    event.preventDefault();
+    ui.composerError.textContent = "";
+    const text = ui.input.value;
+    if (!text.trim() || state.turn) return;
+    if (!state.session && !(await newSession())) return;
+    const sessionId = state.session.id;
+    const turn = { view: null, sessionId, controller: new AbortController() };
+    state.turn = turn; // from now on a second Enter sends nothing
+    let response;
+    setRunning(true);
+    try {
+      response = await request("POST", sessionPath(sessionId, "/messages"), { text },
+        { signal: turn.controller.signal, accept: "application/x-ndjson" });
+    } catch (error) {
+      state.turn = null;
+      setRunning(false);
+      ui.composerError.textContent = error.message; // refused: nothing was sent, the text stays
+      return;
+    }
+    ui.input.value = "";
+    const view = createExchange(sessionId, text);
+    turn.view = view;
+    try {
+      await labfyNdjson.readStream(response, (chunk) => onChunk(view, chunk));
+      if (!view.ended) showError(view, "STREAM_INVALID", "the stream ended before the turn did");
+    } catch (failure) {
+      if (!view.ended) lostStream(view, failure);
+    } finally {
+      state.turn = null;
+      setRunning(false);
+      refreshTitles();
+    }
+  }
+
+  function lostStream(view, failure) {
+    if (failure && failure.name === "AbortError") {
+      view.tail.append(el("p", "turn-end", "Stopped: the stream was closed."));
+      return;
+    }
+    window.labfySession.lost();
+    showError(view, "CONNECTION_LOST", "the stream was cut before the turn ended");
+  }
+
+  /** Stop: the engine cancels the turn (its stream ends "cancelled"); else close the stream. */
+  async function stop() {
+    const turn = state.turn;
+    if (!turn) return;
+    ui.stop.disabled = true;
+    if (!turn.view) {
+      turn.controller.abort(); // no stream yet: the request itself is withdrawn
+      return;
+    }
+    try {
+      await api("POST", sessionPath(turn.sessionId, "/cancel"));
+    } catch (_) {
+      turn.controller.abort(); // a client that goes away cancels its turn too (BR-05)
+    }
+  }
+
+  // -- start ------------------------------------------------------------------------------
+
+  function reset() {
+    if (state.turn) state.turn.controller.abort();
+    state.session = null;
+    state.nextCursor = null;
+    ui.list.replaceChildren();
+    ui.conversation.replaceChildren();
+    ui.workspace.hidden = true;
+    ui.status.classList.remove("refused");
+    ui.status.textContent = "Checking the engine bridge…";
+  }
+
+  live(ui.send);
+  live(ui.stop);
+  live(ui.newSession);
+  live(ui.more);
+  ui.newSession.addEventListener("click", newSession);
+  ui.more.addEventListener("click", loadMore);
+  ui.scope.addEventListener("change", changeScope);
+  ui.composer.addEventListener("submit", send);
+  ui.stop.addEventListener("click", stop);
+  ui.input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      ui.composer.requestSubmit();
+    }
+  });
+
+  window.labfySession.start({
+    login: $("login"), account: $("account"), banner: $("banner"), content: $("content"),
+    onLogin: () => loadBridge(),
+    onLogout: () => reset(),
+    // A first load that met a lost connection is tried again once the server answers.
+    onConnection: (online) => {
+      if (online && ui.workspace.hidden && window.labfySession.session) loadBridge();
+    },
+  });
+})();
