@@ -1,0 +1,455 @@
+"""UI-02, UI-04, UI-05, UI-07, UI-08: the engine page ``/cordis`` in real browsers.
+
+Each scenario runs a real workspace server with the bridge on a fake provider
+(a real HTTP server) and drives the page only by its SPEC §15 hooks — plus the
+"Load more sessions" button, which has no pinned hook. Every distinct state a
+scenario reaches is checked at 390 px and 1280 px (no horizontal spill, no
+serious or critical axe-core finding); every page ends clean (no CSP violation,
+no uncaught or console error, ``window.__pwned`` undefined).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+
+from fake_provider import Answer, Scenario
+from labfy_ref.host import default_composition
+from qualification.browser.page import Page
+from qualification.conftest import ProviderFactory, ServerFactory, local_agent
+from qualification.harness import LAUNCH_CODE, LiveServer, TurnReader
+
+# Records what the page hands to navigator.clipboard.writeText; ``fail``: the call rejects,
+# as a browser that refuses the clipboard does.
+_CLIPBOARD = """
+const fail = arguments[0];
+window.__copied = [];
+navigator.clipboard.writeText = function (text) {
+  window.__copied.push(text);
+  return fail ? Promise.reject(new DOMException("refused", "NotAllowedError"))
+              : Promise.resolve();
+};
+"""
+_NO_STYLE = "return document.querySelectorAll('body [style]').length"
+_ACTIVE = ("img, svg, iframe, frame, style, script, object, embed, form, input, link, meta, "
+           "video, audio, math")
+
+
+def _final(text: str) -> str:
+    return json.dumps({"type": "final", "text": text}, ensure_ascii=False)
+
+
+def _call(tool_id: str, **arguments: Any) -> str:
+    return json.dumps({"type": "tool_call", "tool_id": tool_id, "arguments": arguments},
+                      ensure_ascii=False)
+
+
+def _engine(page: Page, specimen: Path, provider_factory: ProviderFactory,
+            server_factory: ServerFactory, *answers: Answer) -> LiveServer:
+    """A bridge server on a fake provider scripted with ``answers``; the page logged in."""
+    provider = provider_factory(Scenario(name="engine-page", answers=answers))
+    server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
+    page.base_url = server.url
+    page.open("/cordis")
+    page.login(LAUNCH_CODE)
+    page.wait(lambda: page.text("bridge-status") == "Engine bridge ready",
+              what="the bridge ready")
+    return server
+
+
+def _new_session(page: Page) -> str:
+    before = {item.get_attribute("data-session-id") for item in page.all("session-item")}
+    page.click("session-new")
+
+    def created() -> str | None:
+        ids = [item.get_attribute("data-session-id") for item in page.all("session-item")]
+        fresh = [sid for sid in ids if sid not in before]
+        return fresh[0] if fresh and page.driver.current_url.endswith(f"#{fresh[0]}") else None
+
+    return page.wait(created, what="a new session opened")
+
+
+def _send(page: Page, text: str) -> None:
+    page.type("message-input", text)
+    page.click("message-send")
+
+
+def _turn_over(page: Page) -> None:
+    page.wait(lambda: page.find("message-send").is_enabled()
+              and not page.all("stop-turn")[0].is_displayed(), timeout=30, what="the turn's end")
+
+
+def _card(page: Page, call_id: str) -> WebElement:
+    return page.driver.find_element(
+        By.CSS_SELECTOR, f'[data-testid="tool-call"][data-call-id="{call_id}"]')
+
+
+def _clipboard(page: Page, *, fail: bool) -> None:
+    page.driver.execute_script(_CLIPBOARD, fail)
+
+
+def _content(element: WebElement) -> str:
+    """An element's whole text (``textContent``: hidden and closed parts included)."""
+    return element.get_attribute("textContent") or ""
+
+
+def _copied(page: Page) -> list[str]:
+    copied: list[str] = page.driver.execute_script("return window.__copied")
+    return copied
+
+
+def _composition_without(tmp_path: Path, row: str) -> Path:
+    path = tmp_path / "composition.yaml"
+    rows = default_composition().without(row).rows
+    path.write_text(json.dumps({"rows": [{"id": r.id, "plugin": r.plugin, "config": r.config}
+                                         for r in rows]}))  # JSON is YAML
+    return path
+
+
+# -- the bridge's state -----------------------------------------------------------------------
+
+
+@pytest.mark.req("UI-04", "UI-08", "HO-06")
+def test_a_bridge_that_is_off_or_failed_is_explained_instead_of_an_empty_list(
+        page: Page, demo_server: LiveServer, specimen: Path, tmp_path: Path,
+        server_factory: ServerFactory) -> None:
+    page.base_url = demo_server.url
+    page.open("/cordis")
+    page.find("login-code")
+    page.at_widths("engine page: login")
+    page.login(LAUNCH_CODE)
+    status = page.wait(lambda: page.text("bridge-status").startswith("CORDIS_"),
+                       what="the bridge status")
+    assert status
+    assert page.text("bridge-status").startswith("CORDIS_DISABLED: "), page.text("bridge-status")
+    assert "--bridge" in page.text("bridge-status"), "the detail says how to enable it"
+    assert not page.all("session-list")[0].is_displayed(), "the reason, not an empty list"
+    page.at_widths("engine page: bridge disabled")
+
+    failed = server_factory(specimen, bridge=True,
+                            composition=str(_composition_without(tmp_path, "system_prompt")))
+    page.base_url = failed.url
+    page.open("/cordis")
+    page.login(LAUNCH_CODE)
+    page.wait(lambda: page.text("bridge-status").startswith("CORDIS_UNAVAILABLE: "),
+              what="the failed bridge's code")
+    text = page.text("bridge-status")
+    assert "system_prompt" in text and "missing mandatory services" in text, text
+    assert not page.all("session-list")[0].is_displayed()
+    page.at_widths("engine page: bridge failed")
+
+
+# -- sessions -------------------------------------------------------------------------------
+
+
+@pytest.mark.req("UI-04", "UI-05", "UI-08")
+def test_sessions_are_listed_newest_first_paged_titled_created_with_a_scope_and_deleted(
+        page: Page, specimen: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory) -> None:
+    provider = provider_factory(Scenario.always(_final("noted")))
+    server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
+    client = server.client()
+    made = [client.post("/api/cordis/sessions", {}).json()["session"]["id"] for _ in range(23)]
+    titles = {made[1]: "Older session on the second page", made[-1]: "Newest: ünïcödé 𝄞 title"}
+    for sid, title in titles.items():
+        assert TurnReader(client, sid, title).join()[-1]["reason"] == "completed"
+    newest_first = made[::-1]
+
+    page.base_url = server.url
+    page.open("/cordis")
+    page.login(LAUNCH_CODE)
+    page.wait(lambda: len(page.all("session-item")) == 20, what="the first page of sessions")
+    ids = [item.get_attribute("data-session-id") for item in page.all("session-item")]
+    assert ids == newest_first[:20], "newest first, one page"
+    first = page.all("session-item")[0]
+    assert first.find_element(By.CLASS_NAME, "title").text == titles[made[-1]]
+    assert page.all("session-item")[1].find_element(By.CLASS_NAME, "title").text == \
+        "Untitled session"
+    more = page.driver.find_element(By.ID, "sessions-more")
+    more.click()
+    page.wait(lambda: len(page.all("session-item")) == 23, what="the page after next_cursor")
+    ids = [item.get_attribute("data-session-id") for item in page.all("session-item")]
+    assert ids == newest_first
+    assert not more.is_displayed(), "no further page"
+    older = page.driver.find_element(
+        By.CSS_SELECTOR, f'[data-testid="session-item"][data-session-id="{made[1]}"] .title')
+    assert older.text == titles[made[1]]
+    page.at_widths("engine page: session list")
+
+    scope = page.find("permission-scope")
+    scope.find_element(By.CSS_SELECTOR, 'option[value="workspace-write"]').click()
+    created = _new_session(page)
+    assert page.all("session-item")[0].get_attribute("data-session-id") == created
+    assert page.find("permission-scope").get_attribute("value") == "workspace-write"
+    stored = client.get(f"/api/cordis/sessions/{created}").json()["session"]
+    assert stored["settings"]["permission_mode"] == "workspace-write"
+    context = page.find("session-context")
+    assert context.get_property("open") is False, "Session context is closed by default"
+    assert "Workspace write" in _content(context)
+    page.at_widths("engine page: new empty session")
+    page.find("permission-scope").find_element(By.CSS_SELECTOR, 'option[value="read-only"]').click()
+    status = page.driver.find_element(By.ID, "turn-status")
+    page.wait(lambda: status.text == "Permission scope: Read-only", what="the scope changed")
+    stored = client.get(f"/api/cordis/sessions/{created}").json()["session"]
+    assert stored["settings"]["permission_mode"] == "read-only", "a durable settings change"
+
+    victim = page.driver.find_element(
+        By.CSS_SELECTOR, f'[data-testid="session-item"][data-session-id="{made[0]}"]')
+    delete = victim.find_element(By.CLASS_NAME, "session-delete")
+    delete.click()
+    assert delete.text == "Confirm delete", "delete asks once more"
+    delete.click()
+    page.wait(lambda: made[0] not in [i.get_attribute("data-session-id")
+                                      for i in page.all("session-item")], what="deleted")
+    gone = client.get(f"/api/cordis/sessions/{made[0]}")
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "SESSION_NOT_FOUND"
+
+
+# -- a turn: streaming, tools, Markdown, copy, reload ---------------------------------------
+
+REASONING = "The user wants the notes; list them first."
+REPLY = """Here is **the summary** of [the notes](https://example.org/notes).
+
+| Garden | Visits | Note |
+|:-------|-------:|:----:|
+| Lavender | 62 | busiest |
+| Rose | 40 | — |
+
+```python
+def busiest(gardens):
+    return max(gardens, key=lambda g: g.visits)
+```
+
+Done: 𝄞 ünïcödé."""
+CODE = "def busiest(gardens):\n    return max(gardens, key=lambda g: g.visits)"
+
+
+def _assert_reply_rendered(page: Page) -> None:
+    reply = page.find("assistant-message")
+    table = reply.find_element(By.TAG_NAME, "table")
+    heads = [th.get_attribute("class") for th in table.find_elements(By.TAG_NAME, "th")]
+    assert heads == ["align-left", "align-right", "align-center"], heads
+    cells = [td.get_attribute("class") for td in table.find_elements(By.TAG_NAME, "td")][:3]
+    assert cells == ["align-left", "align-right", "align-center"], cells
+    assert page.driver.execute_script(_NO_STYLE) == 0, "no style attribute anywhere"
+    code = reply.find_element(By.CSS_SELECTOR, "pre code")
+    keywords = [s.text for s in code.find_elements(By.CSS_SELECTOR, "span.hljs-keyword")]
+    assert "def" in keywords and "return" in keywords, f"highlighted: {keywords}"
+    link = reply.find_element(By.CSS_SELECTOR, "a")
+    assert link.get_attribute("href") == "https://example.org/notes"
+    assert link.get_attribute("rel") == "noopener noreferrer"
+
+
+def _assert_result_attached(page: Page, call_id: str) -> None:
+    card = _card(page, call_id)
+    results = card.find_elements(By.CSS_SELECTOR, '[data-testid="tool-result"]')
+    assert [r.get_attribute("data-call-id") for r in results] == [call_id], \
+        "the result sits in its call's card"
+    assert card.get_attribute("data-status") == "ok"
+    assert "field-log.txt" in _content(results[0])
+
+
+@pytest.mark.req("UI-04", "UI-05", "UI-06", "UI-07", "UI-08")
+def test_a_turn_streams_tools_and_markdown_copies_exactly_and_survives_a_reload(
+        page: Page, specimen: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory) -> None:
+    server = _engine(page, specimen, provider_factory, server_factory,
+                     Answer(content=_call("files.list", path="notes"), reasoning=REASONING),
+                     Answer(content=_final(REPLY), chunk_chars=16, chunk_delay=0.01))
+    session_id = _new_session(page)
+    _send(page, "What is in notes?")
+    _turn_over(page)
+    cards = page.all("tool-call")
+    assert len(cards) == 1
+    call_id = cards[0].get_attribute("data-call-id")
+    assert call_id and "files.list" in cards[0].text and '"notes"' in cards[0].text
+    _assert_result_attached(page, call_id)
+    reasoning = page.find("reasoning-section")
+    assert REASONING in _content(reasoning)
+    assert reasoning.get_property("open") is False
+    _assert_reply_rendered(page)
+    context = page.find("session-context")
+    assert context.get_property("open") is False, "Session context is closed by default"
+    tools = _content(context)
+    assert "files.write (write)" in tools and "Read-only" in tools and session_id in tools
+    page.at_widths("engine page: finished turn with a tool and Markdown")
+
+    _clipboard(page, fail=False)
+    page.click("copy-reply")
+    page.wait(lambda: _copied(page), what="the reply handed to the clipboard")
+    assert _copied(page) == [REPLY], "the reply's exact Markdown"
+    page.wait(lambda: "Copied" in page.find("copy-reply").find_element(By.XPATH, "..").text,
+              what="Copied said")
+    _clipboard(page, fail=True)
+    page.click("copy-code")
+    page.wait(lambda: _copied(page), what="the code handed to the clipboard")
+    assert _copied(page) == [CODE], "the code block's exact text"
+    page.wait(lambda: "Copy failed" in page.find("copy-code").find_element(By.XPATH, "..").text,
+              what="a refused clipboard said, not logged")
+
+    page.reload()
+    page.wait(lambda: page.all("tool-result"), what="the stored projection rendered")
+    assert page.driver.current_url.endswith(f"#{session_id}")
+    _assert_result_attached(page, call_id)
+    _assert_reply_rendered(page)
+    assert page.find("session-context").get_property("open") is False
+    messages = server.client().get(f"/api/cordis/sessions/{session_id}").json()["session"][
+        "messages"]
+    assert [m["role"] for m in messages] == ["user", "tool", "assistant"]
+
+
+# -- approvals and Stop -----------------------------------------------------------------------
+
+
+@pytest.mark.req("UI-05", "UI-07", "UI-08", "BR-12")
+def test_approvals_are_asked_at_the_operation_allow_once_and_deny(
+        page: Page, specimen: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory) -> None:
+    _engine(page, specimen, provider_factory, server_factory,
+            Answer(content=_call("files.write", path="a.txt", content="one")),
+            Answer(content=_call("files.write", path="b.txt", content="two")),
+            Answer(content=_final("One written, one refused.")))
+    _new_session(page)
+    assert page.find("permission-scope").get_attribute("value") == "read-only"
+    page.type("message-input", "write two files", submit=True)  # Enter sends
+    allow = page.find("approval-allow-once")
+    first = page.all("tool-call")[0]
+    assert allow.find_element(By.XPATH, "ancestor::*[@data-testid='tool-call']") == first, \
+        "the question sits at its operation"
+    assert "files.write a.txt" in first.text
+    assert not (specimen / "files" / "a.txt").exists(), "nothing written before the decision"
+    page.at_widths("engine page: approval pending")
+    allow.click()
+    page.wait(lambda: len(page.all("tool-call")) == 2 and page.all("approval-deny"),
+              what="the second approval")
+    assert "Decision: Allowed once" in first.text
+    assert first.get_attribute("data-status") == "ok"
+    page.click("approval-deny")
+    page.wait(lambda: page.find("assistant-message").text == "One written, one refused.",
+              what="the final reply")
+    _turn_over(page)
+    second = page.all("tool-call")[1]
+    assert "Decision: Denied" in second.text
+    assert second.get_attribute("data-status") == "refused"
+    assert "PERMISSION_DENIED" in _content(second.find_element(
+        By.CSS_SELECTOR, '[data-testid="tool-result"]'))
+    assert (specimen / "files" / "a.txt").read_text() == "one"
+    assert not (specimen / "files" / "b.txt").exists()
+    assert not page.all("approval-allow-once"), "answered questions leave no live button"
+    page.at_widths("engine page: approvals decided")
+
+
+@pytest.mark.req("UI-04", "UI-05", "UI-07", "BR-05")
+def test_stop_cancels_a_running_turn(
+        page: Page, specimen: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory) -> None:
+    provider = provider_factory(Scenario(name="paced", answers=(
+        Answer(content=_final("slow " * 200), chunk_chars=2, chunk_delay=0.05),
+        Answer(content=_final("never requested")))))
+    server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
+    page.base_url = server.url
+    page.open("/cordis")
+    page.login(LAUNCH_CODE)
+    session_id = _new_session(page)
+    _send(page, "Take your time.")
+    page.wait(lambda: page.find("assistant-message").text.startswith("slow"),
+              what="the reply streaming")
+    page.at_widths("engine page: turn streaming")
+    page.click("stop-turn")
+    conversation = page.driver.find_element(By.ID, "conversation")
+    page.wait(lambda: "Stopped: the turn was cancelled." in conversation.text,
+              what="the turn said stopped")
+    _turn_over(page)
+    assert page.find("assistant-message").text != ("slow " * 200).strip(), "cut short"
+    assert len(provider.chat_requests()) == 1, "no further model request"
+    messages = server.client().get(f"/api/cordis/sessions/{session_id}").json()["session"][
+        "messages"]
+    assert [m["role"] for m in messages] == ["user"], "a cancelled reply is not stored"
+
+
+# -- hostile content -------------------------------------------------------------------------
+
+_PWN = "window.__pwned=1"
+HOSTILE_MARKDOWN = f"""Hostile reply <img src=x onerror="{_PWN}"> and <svg onload="{_PWN}"></svg>.
+
+[js link](javascript:{_PWN}) [data link](data:text/html,<script>{_PWN}</script>) \
+[vb](vbscript:msgbox) [fine](https://example.org/ok) <a href="javascript:{_PWN}" \
+style="color:red">raw anchor</a>
+
+<iframe src="javascript:{_PWN}"></iframe><style>body {{ display: none }}</style>
+<script>{_PWN}</script><form action="/api/v1/session"><input name=token></form>
+
+line\u2028separated\u2029paragraph ![remote](https://evil.example/x.png) ![local](/ui/icon.svg)
+
+| <img src=x onerror="{_PWN}"> | b |
+|:--|--:|
+| <b onmouseover="{_PWN}">cell</b> | 2 |
+
+```html
+<script>{_PWN}</script><img src=x onerror="{_PWN}">
+```
+"""
+HOSTILE_TITLE = f'<img src=x onerror="{_PWN}"> <script>{_PWN}</script> \u2028 title'
+HOSTILE_PATH = f'<svg onload="{_PWN}">.txt'
+MIB = 1024 * 1024
+
+
+def _hostile_reasoning() -> str:
+    unit = f'<img src=x onerror="{_PWN}"><style>*{{display:none}}</style>\u2028 '
+    return (unit * (MIB // len(unit) + 1))[:MIB]
+
+
+@pytest.mark.req("UI-02", "UI-05", "UI-07", "UI-08")
+def test_hostile_model_text_titles_and_tool_arguments_stay_inert(
+        page: Page, specimen: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory) -> None:
+    reasoning = _hostile_reasoning()
+    server = _engine(
+        page, specimen, provider_factory, server_factory,
+        Answer(content=_call("files.write", path=HOSTILE_PATH,
+                             content=f"<iframe src=javascript:{_PWN}></iframe>")),
+        Answer(content=_final(HOSTILE_MARKDOWN), reasoning=reasoning, chunk_chars=65536))
+    session_id = _new_session(page)
+    _send(page, HOSTILE_TITLE)
+    page.click("approval-deny")
+    reply = page.find("assistant-message", timeout=30)
+    _turn_over(page)
+    page.wait(lambda: "Hostile reply" in reply.text, what="the hostile reply rendered")
+
+    active = page.driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".filter((e) => e.closest('#conversation, #session-list, #chat-title'))"
+        ".map((e) => e.outerHTML.slice(0, 80))", _ACTIVE)
+    assert active == [], f"{page.browser}: active elements from model text: {active}"
+    hrefs = page.driver.execute_script(
+        "return [...document.querySelectorAll('#conversation a')].map((a) => a.href)")
+    # Images are not fetched: a remote one is a plain link, a relative one is text.
+    assert hrefs == ["https://example.org/ok", "https://evil.example/x.png"], hrefs
+    assert page.driver.execute_script(_NO_STYLE) == 0
+    assert "raw anchor" in reply.text and "<iframe" in reply.text, "raw HTML is shown as text"
+    assert page.driver.execute_script(
+        "return document.querySelector('[data-testid=\"reasoning-section\"] .reasoning-text')"
+        ".textContent.length") == len(reasoning), "1 MiB of reasoning, as text"
+    card = page.find("tool-call")
+    assert json.dumps(HOSTILE_PATH) in _content(card), "arguments as text"
+    item = page.driver.find_element(
+        By.CSS_SELECTOR, f'[data-testid="session-item"][data-session-id="{session_id}"] .title')
+    page.wait(lambda: _content(item) == HOSTILE_TITLE[:80],
+              what="the hostile title, as text")
+    page.assert_clean()
+    page.at_widths("engine page: hostile content")
+
+    page.type("message-input", "<img src=x onerror=window.__pwned=1>" * (MIB // 36 + 1))
+    page.click("message-send")
+    refusal = page.driver.find_element(By.ID, "composer-error")
+    page.wait(lambda: refusal.text.startswith(("BODY_TOO_LARGE: ", "VALIDATION_FAILED: ")),
+              what="the refusal of a 1 MiB message, with its code")
+    messages = server.client().get(f"/api/cordis/sessions/{session_id}").json()["session"][
+        "messages"]
+    assert [m["role"] for m in messages] == ["user", "tool", "assistant"], "nothing more stored"
+    page.assert_clean()
