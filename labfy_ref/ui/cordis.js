@@ -413,6 +413,7 @@
     box.append(el("p", "", `Approval needed: ${chunk.summary}`), actions);
     call.card.append(box);
     call.approval = actions;
+    call.status.textContent = " · waiting for your decision";
   }
 
   async function decide(sessionId, approvalId, decision, controls, note) {
@@ -437,6 +438,7 @@
     if (call.approval) call.approval.replaceWith(note); // the question stays, its buttons go
     else call.card.append(note);
     call.approval = null;
+    if (call.card.dataset.status === "running") call.status.textContent = " · running";
   }
 
   function appendText(view, text) {

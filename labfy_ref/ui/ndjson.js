@@ -20,6 +20,10 @@
   // bound always fits.
   const DEFAULT_MAX_LINE_CHARS = 8 * 1024 * 1024;
   const CODE = "STREAM_INVALID";
+  // fatal: bytes that are not UTF-8 refuse their line; ignoreBOM: a BOM is a character
+  // (not JSON whitespace), as in the server's decoder, not silently dropped.
+  const DECODING = { fatal: true, ignoreBOM: true };
+  const BLANK = /^[ \t\r]*$/; // JSON's own whitespace only: a line of U+00A0 is not blank
 
   /** The item a refused line becomes: an error chunk, marked as the page's own. */
   function refusal(message) {
@@ -28,7 +32,7 @@
 
   /** The value of one complete line, or its refusal; null for a blank line. */
   function parseLine(line, number) {
-    if (line.trim() === "") return null; // blank lines separate nothing and carry nothing
+    if (BLANK.test(line)) return null; // blank lines separate nothing and carry nothing
     let value;
     try {
       value = JSON.parse(line);
@@ -44,7 +48,7 @@
   /** A parser for one stream: feed it each read's bytes, then end it. */
   function createParser(options) {
     const maxLineChars = (options && options.maxLineChars) || DEFAULT_MAX_LINE_CHARS;
-    let decoder = new TextDecoder("utf-8", { fatal: true });
+    let decoder = new TextDecoder("utf-8", DECODING);
     let tail = "";        // the current line's text so far
     let skipping = false; // the current line was refused: drop it up to its "\n"
     let lines = 0;
@@ -75,7 +79,7 @@
       try {
         text = decoder.decode(piece, { stream: true });
       } catch (_) {
-        decoder = new TextDecoder("utf-8", { fatal: true }); // the old one's state is lost
+        decoder = new TextDecoder("utf-8", DECODING); // the old one's state is lost
         if (!skipping) refuseCurrent(out, `line ${lines + 1} of the stream is not UTF-8`);
         skipping = true;
         if (piece[piece.length - 1] === NEWLINE) finishLine(out);
@@ -112,7 +116,7 @@
       } catch (_) {
         rest = "\ufffd"; // a cut UTF-8 sequence: the line is incomplete either way
       }
-      if (!skipping && (tail + rest).trim() !== "") {
+      if (!skipping && !BLANK.test(tail + rest)) {
         out.push(refusal(`the stream ended inside line ${lines + 1}`));
       }
       tail = "";

@@ -131,10 +131,13 @@ def test_refused_lines_are_error_items_and_the_stream_goes_on(
     assert "ended inside line 2" in ended[1]["message"]
     blank = _feed(page, b"\n \r\n" + good + b"\t\n", [[], [1], [2]])
     assert blank == [[json.loads(good)]] * 3, "blank lines carry nothing"
+    for space in ("\x0b", "\x0c", "\xa0", "\ufeff", "\u2028"):  # not JSON whitespace
+        output = _feed(page, space.encode() + b"\n" + good, [[]])[0]
+        assert _refused(output[0]) and output[1:] == [json.loads(good)], repr(space)
 
 
 _CHARACTERS = st.one_of(st.characters(codec=None), st.characters(categories=["Cs"]),
-                        st.sampled_from("\u2028\u2029\u0085\n\r\"\\é€𝄞"))
+                        st.sampled_from("\u2028\u2029\u0085\ufeff\n\r\"\\é€𝄞"))
 _LINE = st.one_of(
     st.text(_CHARACTERS, max_size=12).map(lambda t: ("product", t)),
     st.text(_CHARACTERS, max_size=12).map(lambda t: ("raw", t)),
