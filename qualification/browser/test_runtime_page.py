@@ -319,6 +319,7 @@ def test_protocol_error_then_a_running_turn_cancelled(
     assert not page.all("cancel-turn", within=running)[0].is_displayed()
     assert "Took" in progress.text
     assert page.all("final-text", within=running) == []
+    page.at_widths("cancelled turn")
     assert len(provider.chat_requests()) == 3
     assert broken.get_attribute("data-state") == "MODEL_PROTOCOL_ERROR"
 
@@ -352,8 +353,10 @@ def test_lost_connection_then_a_restart_explains_the_lost_paused_turn(
     page.wait(lambda: not banner.is_displayed(), timeout=20, what="the banner cleared")
     page.find("login-code")  # the old session is unknown there: 401 → login form
     assert "log in again" in page.driver.find_element(By.CSS_SELECTOR, ".login-error").text
+    page.at_widths("session ended by a restart")
     page.login(LAUNCH_CODE)
     page.wait(lambda: "Logged in as admin" in _account(page).text, what="logged in again")
+    assert page.find("composer-send").is_enabled(), "live controls come back with the server"
 
     lost = page.wait(lambda: next((t for t in page.all("turn")
                                    if t.get_attribute("data-turn-id") == turn_id), None),
