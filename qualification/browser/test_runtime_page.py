@@ -141,6 +141,10 @@ def test_login_a_tool_call_and_its_card(page: Page, specimen: Path,
     page.open("/")
     assert page.find("login-code").get_attribute("type") == "password"
     page.at_widths("login form")
+    page.login("not-the-code")
+    refused = page.driver.find_element(By.CSS_SELECTOR, ".login-error")
+    page.wait(lambda: refused.text.startswith("UNAUTHENTICATED: "), what="a refused code")
+    assert "not-the-code" not in page.driver.current_url
     page.login(LAUNCH_CODE)
     page.wait(lambda: "Logged in as admin (admin)" in _account(page).text, what="logged in")
     assert LAUNCH_CODE not in page.driver.current_url
