@@ -12,8 +12,12 @@ def utcnow() -> datetime.datetime:
 
 
 def iso(moment: datetime.datetime) -> str:
-    """ISO 8601 text of a UTC moment, e.g. ``2026-11-30T09:53:26.123Z``."""
-    return moment.isoformat().replace("+00:00", "Z")
+    """ISO 8601 text of a UTC moment, e.g. ``2026-11-30T09:53:26.123Z``.
+
+    Always three fraction digits (``isoformat()`` alone drops the fraction of a moment on a
+    whole second), so the texts of two moments sort as the moments do.
+    """
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def parse_iso(text: str) -> datetime.datetime:
