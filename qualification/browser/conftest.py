@@ -13,6 +13,7 @@ viewport, and at the end saves the scenario's screenshot to
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,6 +46,9 @@ def browser(request: pytest.FixtureRequest,
         setup = RESOLVERS[name](os.environ)
     except BrowserAbsent as absent:
         pytest.skip(f"{name} not run: {absent}")
+    screens = (request.config.rootpath / str(request.config.getoption("--report-dir"))
+               / "screens" / name)
+    shutil.rmtree(screens, ignore_errors=True)  # this run's end states only, none left over
     driver = start(setup, tmp_path_factory.mktemp(f"{name}-profile"))
     driver.name_for_report = name  # type: ignore[attr-defined]
     try:

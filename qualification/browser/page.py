@@ -118,6 +118,12 @@ class Page:
         """The shown text of the hook's first displayed element."""
         return self.find(testid, within=within).text
 
+    @staticmethod
+    def content(element: WebElement) -> str:
+        """An element's exact whole text: ``textContent`` (Selenium's ``.text`` folds whitespace
+        and leaves out hidden or closed parts)."""
+        return element.get_attribute("textContent") or ""
+
     def type(self, testid: str, text: str, *, submit: bool = False) -> None:
         """Type ``text`` into the hook's field (clearing it first); Enter when ``submit``."""
         field = self.find(testid)

@@ -93,11 +93,6 @@ def _clipboard(page: Page, *, fail: bool) -> None:
     page.driver.execute_script(_CLIPBOARD, fail)
 
 
-def _content(element: WebElement) -> str:
-    """An element's whole text (``textContent``: hidden and closed parts included)."""
-    return element.get_attribute("textContent") or ""
-
-
 def _copied(page: Page) -> list[str]:
     copied: list[str] = page.driver.execute_script("return window.__copied")
     return copied
@@ -190,7 +185,7 @@ def test_sessions_are_listed_newest_first_paged_titled_created_with_a_scope_and_
     assert stored["settings"]["permission_mode"] == "workspace-write"
     context = page.find("session-context")
     assert context.get_property("open") is False, "Session context is closed by default"
-    assert "Workspace write" in _content(context)
+    assert "Workspace write" in Page.content(context)
     page.at_widths("engine page: new empty session")
     page.find("permission-scope").find_element(By.CSS_SELECTOR, 'option[value="read-only"]').click()
     status = page.driver.find_element(By.ID, "turn-status")
@@ -251,7 +246,7 @@ def _assert_result_attached(page: Page, call_id: str) -> None:
     assert [r.get_attribute("data-call-id") for r in results] == [call_id], \
         "the result sits in its call's card"
     assert card.get_attribute("data-status") == "ok"
-    assert "field-log.txt" in _content(results[0])
+    assert "field-log.txt" in Page.content(results[0])
 
 
 @pytest.mark.req("UI-04", "UI-05", "UI-06", "UI-07", "UI-08")
@@ -270,12 +265,12 @@ def test_a_turn_streams_tools_and_markdown_copies_exactly_and_survives_a_reload(
     assert call_id and "files.list" in cards[0].text and '"notes"' in cards[0].text
     _assert_result_attached(page, call_id)
     reasoning = page.find("reasoning-section")
-    assert REASONING in _content(reasoning)
+    assert REASONING in Page.content(reasoning)
     assert reasoning.get_property("open") is False
     _assert_reply_rendered(page)
     context = page.find("session-context")
     assert context.get_property("open") is False, "Session context is closed by default"
-    tools = _content(context)
+    tools = Page.content(context)
     assert "files.write (write)" in tools and "Read-only" in tools and session_id in tools
     page.at_widths("engine page: finished turn with a tool and Markdown")
 
@@ -336,7 +331,7 @@ def test_approvals_are_asked_at_the_operation_allow_once_and_deny(
     second = page.all("tool-call")[1]
     assert "Decision: Denied" in second.text
     assert second.get_attribute("data-status") == "refused"
-    assert "PERMISSION_DENIED" in _content(second.find_element(
+    assert "PERMISSION_DENIED" in Page.content(second.find_element(
         By.CSS_SELECTOR, '[data-testid="tool-result"]'))
     assert (specimen / "files" / "a.txt").read_text() == "one"
     assert not (specimen / "files" / "b.txt").exists()
@@ -436,10 +431,10 @@ def test_hostile_model_text_titles_and_tool_arguments_stay_inert(
         "return document.querySelector('[data-testid=\"reasoning-section\"] .reasoning-text')"
         ".textContent.length") == len(reasoning), "1 MiB of reasoning, as text"
     card = page.find("tool-call")
-    assert json.dumps(HOSTILE_PATH) in _content(card), "arguments as text"
+    assert json.dumps(HOSTILE_PATH) in Page.content(card), "arguments as text"
     item = page.driver.find_element(
         By.CSS_SELECTOR, f'[data-testid="session-item"][data-session-id="{session_id}"] .title')
-    page.wait(lambda: _content(item) == HOSTILE_TITLE[:80],
+    page.wait(lambda: Page.content(item) == HOSTILE_TITLE[:80],
               what="the hostile title, as text")
     page.assert_clean()
     page.at_widths("engine page: hostile content")

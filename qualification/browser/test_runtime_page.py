@@ -87,12 +87,6 @@ def _script(name: str, *answers: dict[str, Any]) -> Scenario:
     return Scenario.from_json({"name": name, "answers": list(answers)})
 
 
-def _text(page: Page, element: WebElement) -> str:
-    """The exact text of an element (Selenium's ``.text`` folds whitespace)."""
-    text: str = page.driver.execute_script("return arguments[0].textContent", element)
-    return text
-
-
 def _logged_in(page: Page, server: LiveServer) -> None:
     page.base_url = server.url
     page.open("/")
@@ -179,26 +173,19 @@ def test_login_a_tool_call_and_its_card(page: Page, specimen: Path,
     assert "workspace.list_objects" in card.text and "Done" in card.text
     assert "objects:" in card.text, "the result summary names what came back"
     final = page.find("final-text", within=turn)
-    assert _text(page, final) == "The workspace holds specimen notes. Ünïcödé ✓ 𝄞"
+    assert Page.content(final) == "The workspace holds specimen notes. Ünïcödé ✓ 𝄞"
     assert page.all("cancel-turn", within=turn)[0].is_displayed() is False
     page.at_widths("completed turn with its card")
 
     # The refresh updates in place: a selection in the final text survives two periods.
-    assert page.driver.execute_script(SELECT, final) == _text(page, final)
+    assert page.driver.execute_script(SELECT, final) == Page.content(final)
     page.driver.execute_script(COUNT_POLLS)
     page.wait(lambda: page.driver.execute_script("return window.__polls") >= 3, timeout=10,
               what="three event polls")
-    assert page.driver.execute_script("return window.getSelection().toString()") == _text(
-        page, final)
+    selected = page.driver.execute_script("return window.getSelection().toString()")
+    assert selected == Page.content(final)
     assert _still_attached(turn) and _still_attached(final)
-
-    # Log out: the login form comes back, and the session is gone on the server too.
-    _account(page).find_element(By.TAG_NAME, "button").click()
-    page.find("login-code")
-    assert not page.driver.find_element(By.ID, "runtime").is_displayed()
-    page.reload()
-    page.find("login-code")
-    assert not _account(page).is_displayed()
+    # (logging out is the end of the restart scenario, so this one ends on the completed turn)
 
 
 def _hostile_workspace(specimen: Path) -> tuple[str, str]:
@@ -254,7 +241,7 @@ def test_hostile_content_stays_inert_through_authorize_and_resume(
     authorize = page.find("authorize-resume", within=turn)
     box = turn.find_element(By.CSS_SELECTOR, ".authorization")
     page.wait(lambda: "Topic" in box.text, what="the campaign's details")
-    shown = _text(page, box)
+    shown = Page.content(box)
     assert topic in shown and question in shown
     assert "SPECIMEN adapter" in shown and "never contacts a network" in shown
     assert page.driver.execute_script(INJECTED) == 0
@@ -265,7 +252,7 @@ def test_hostile_content_stays_inert_through_authorize_and_resume(
     assert len(page.all("turn")) == 1 and _still_attached(turn), "the same turn resumed"
     page.wait(lambda: len(page.all("activity-card", within=turn)) == 6, what="six cards")
     assert _cards(page, turn)[-1] == ("research.get_state", "ok")
-    assert _text(page, page.find("final-text", within=turn)) == final_text
+    assert Page.content(page.find("final-text", within=turn)) == final_text
     page.wait(lambda: "Granted" in box.text and "Revoke" in box.text, what="the grant shown")
 
     # A grant can be revoked from where it was given.
@@ -380,3 +367,11 @@ def test_lost_connection_then_a_restart_explains_the_lost_paused_turn(
     assert [g["active"] for g in grants] == [False]
     lost.find_element(By.XPATH, ".//button[text()='Dismiss']").click()
     page.wait(lambda: page.all("turn") == [], what="the lost turn dismissed")
+
+    # Log out: the login form comes back, and the session is gone on the server too.
+    _account(page).find_element(By.TAG_NAME, "button").click()
+    page.find("login-code")
+    assert not page.driver.find_element(By.ID, "runtime").is_displayed()
+    page.reload()
+    page.find("login-code")
+    assert not _account(page).is_displayed()
