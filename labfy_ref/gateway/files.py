@@ -19,6 +19,7 @@ import errno
 import os
 import secrets
 import stat
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +54,20 @@ def split_path(path: str) -> list[str]:
         if part in ("", "."):
             raise _outside("empty or '.' path components are refused")
     return parts
+
+
+def _invisible(part: str) -> str | None:
+    """The first control or format character of a name (``U+202E``), if it holds one.
+
+    Direction overrides, zero-width and other format characters (Unicode Cf) and controls
+    (Cc) make a name read differently from what it is — ``run\u202etxt.sh`` shows as
+    ``runhs.txt`` — so a human approving a write could approve another file than the one
+    written. Names the agent creates never hold them; existing files can still be read.
+    """
+    for char in part:
+        if unicodedata.category(char) in ("Cc", "Cf"):
+            return f"U+{ord(char):04X}"
+    return None
 
 
 def _os_error(exc: OSError, what: str) -> ToolError:
@@ -171,6 +186,11 @@ class ConfinedFiles:
         parts = split_path(path)
         if not parts:
             raise ToolError("files.write needs a file path", code=ErrorCode.NOT_A_FILE)
+        for part in parts:
+            if (char := _invisible(part)) is not None:
+                raise ToolError(f"files.write: a name holds the invisible or direction-control "
+                                f"character {char}; it would read as another name",
+                                code=ErrorCode.INVALID_ARGUMENTS)
         data = content.encode("utf-8")
         if len(data) > self.max_write_bytes:
             raise ToolError(f"content exceeds {self.max_write_bytes} bytes",

@@ -192,3 +192,29 @@ def test_a_component_swapped_for_an_outside_symlink_never_leaks(
     assert reads > 0 and writes > 0
     assert leaks == 0
     _outside_untouched(outside)
+
+
+@pytest.mark.req("GW-06", "GW-07")
+@pytest.mark.parametrize("path", ["run\u202etxt.sh\u202c", "notes/\u2066a\u2069.txt", "a\u200b.txt",
+                                  "\ufeffreport.md", "dir\u061c/x.txt", "tab\there.txt",
+                                  "bell\x07.txt", "new\nline.txt"])
+def test_a_written_name_never_holds_invisible_or_direction_characters(
+        setup: tuple[AgentGateway, Path, Path], path: str) -> None:
+    """``run\\u202etxt.sh`` shows as ``runhs.txt``: approving it would approve another name."""
+    gateway, files, _ = setup
+    before = sorted(p.relative_to(files) for p in files.rglob("*"))
+    outcome = gateway.call("files.write", {"path": path, "content": "echo hi"}, WRITE)
+    assert outcome.error_code == "INVALID_ARGUMENTS", outcome.result
+    assert "U+" in str(outcome.result), outcome.result
+    assert sorted(p.relative_to(files) for p in files.rglob("*")) == before, "nothing created"
+
+
+@pytest.mark.req("GW-06")
+def test_an_existing_file_with_such_a_name_can_still_be_read(
+        setup: tuple[AgentGateway, Path, Path]) -> None:
+    gateway, files, _ = setup
+    (files / "family \u200d.txt").write_text("kept")
+    outcome = gateway.call("files.read", {"path": "family \u200d.txt"}, WRITE)
+    assert outcome.error_code is None, outcome.result
+    assert gateway.call("files.write", {"path": "plain-ünïcödé 𝄞.txt", "content": "ok"},
+                        WRITE).error_code is None
