@@ -194,7 +194,7 @@ def test_a_component_swapped_for_an_outside_symlink_never_leaks(
     _outside_untouched(outside)
 
 
-@pytest.mark.req("GW-06", "GW-07")
+@pytest.mark.req("GW-06", "GW-08")
 @pytest.mark.parametrize("path", ["run\u202etxt.sh\u202c", "notes/\u2066a\u2069.txt", "a\u200b.txt",
                                   "\ufeffreport.md", "dir\u061c/x.txt", "tab\there.txt",
                                   "bell\x07.txt", "new\nline.txt"])
@@ -209,7 +209,7 @@ def test_a_written_name_never_holds_invisible_or_direction_characters(
     assert sorted(p.relative_to(files) for p in files.rglob("*")) == before, "nothing created"
 
 
-@pytest.mark.req("GW-06")
+@pytest.mark.req("GW-06", "GW-08")
 def test_an_existing_file_with_such_a_name_can_still_be_read(
         setup: tuple[AgentGateway, Path, Path]) -> None:
     gateway, files, _ = setup
