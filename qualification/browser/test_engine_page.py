@@ -12,90 +12,30 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webelement import WebElement
 
 from fake_provider import Answer, Scenario
 from labfy_ref.host import default_composition
+from qualification.browser.engine_page import (
+    call_card,
+    copied,
+    fake_clipboard,
+    final_action,
+    new_session,
+    open_engine,
+    send,
+    tool_call,
+    turn_over,
+)
 from qualification.browser.page import Page
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
 from qualification.harness import LAUNCH_CODE, LiveServer, TurnReader
 
-# Records what the page hands to navigator.clipboard.writeText; ``fail``: the call rejects,
-# as a browser that refuses the clipboard does.
-_CLIPBOARD = """
-const fail = arguments[0];
-window.__copied = [];
-navigator.clipboard.writeText = function (text) {
-  window.__copied.push(text);
-  return fail ? Promise.reject(new DOMException("refused", "NotAllowedError"))
-              : Promise.resolve();
-};
-"""
 _NO_STYLE = "return document.querySelectorAll('body [style]').length"
 _ACTIVE = ("img, svg, iframe, frame, style, script, object, embed, form, input, link, meta, "
            "video, audio, math")
-
-
-def _final(text: str) -> str:
-    return json.dumps({"type": "final", "text": text}, ensure_ascii=False)
-
-
-def _call(tool_id: str, **arguments: Any) -> str:
-    return json.dumps({"type": "tool_call", "tool_id": tool_id, "arguments": arguments},
-                      ensure_ascii=False)
-
-
-def _engine(page: Page, specimen: Path, provider_factory: ProviderFactory,
-            server_factory: ServerFactory, *answers: Answer) -> LiveServer:
-    """A bridge server on a fake provider scripted with ``answers``; the page logged in."""
-    provider = provider_factory(Scenario(name="engine-page", answers=answers))
-    server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
-    page.base_url = server.url
-    page.open("/cordis")
-    page.login(LAUNCH_CODE)
-    page.wait(lambda: page.text("bridge-status") == "Engine bridge ready",
-              what="the bridge ready")
-    return server
-
-
-def _new_session(page: Page) -> str:
-    before = {item.get_attribute("data-session-id") for item in page.all("session-item")}
-    page.click("session-new")
-
-    def created() -> str | None:
-        ids = [item.get_attribute("data-session-id") for item in page.all("session-item")]
-        fresh = [sid for sid in ids if sid not in before]
-        return fresh[0] if fresh and page.driver.current_url.endswith(f"#{fresh[0]}") else None
-
-    return page.wait(created, what="a new session opened")
-
-
-def _send(page: Page, text: str) -> None:
-    page.type("message-input", text)
-    page.click("message-send")
-
-
-def _turn_over(page: Page) -> None:
-    page.wait(lambda: page.find("message-send").is_enabled()
-              and not page.all("stop-turn")[0].is_displayed(), timeout=30, what="the turn's end")
-
-
-def _card(page: Page, call_id: str) -> WebElement:
-    return page.driver.find_element(
-        By.CSS_SELECTOR, f'[data-testid="tool-call"][data-call-id="{call_id}"]')
-
-
-def _clipboard(page: Page, *, fail: bool) -> None:
-    page.driver.execute_script(_CLIPBOARD, fail)
-
-
-def _copied(page: Page) -> list[str]:
-    copied: list[str] = page.driver.execute_script("return window.__copied")
-    return copied
 
 
 def _composition_without(tmp_path: Path, row: str) -> Path:
@@ -146,7 +86,7 @@ def test_a_bridge_that_is_off_or_failed_is_explained_instead_of_an_empty_list(
 def test_sessions_are_listed_newest_first_paged_titled_created_with_a_scope_and_deleted(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
-    provider = provider_factory(Scenario.always(_final("noted")))
+    provider = provider_factory(Scenario.always(final_action("noted")))
     server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
     client = server.client()
     made = [client.post("/api/cordis/sessions", {}).json()["session"]["id"] for _ in range(23)]
@@ -178,7 +118,7 @@ def test_sessions_are_listed_newest_first_paged_titled_created_with_a_scope_and_
 
     scope = page.find("permission-scope")
     scope.find_element(By.CSS_SELECTOR, 'option[value="workspace-write"]').click()
-    created = _new_session(page)
+    created = new_session(page)
     assert page.all("session-item")[0].get_attribute("data-session-id") == created
     assert page.find("permission-scope").get_attribute("value") == "workspace-write"
     stored = client.get(f"/api/cordis/sessions/{created}").json()["session"]
@@ -241,7 +181,7 @@ def _assert_reply_rendered(page: Page) -> None:
 
 
 def _assert_result_attached(page: Page, call_id: str) -> None:
-    card = _card(page, call_id)
+    card = call_card(page, call_id)
     results = card.find_elements(By.CSS_SELECTOR, '[data-testid="tool-result"]')
     assert [r.get_attribute("data-call-id") for r in results] == [call_id], \
         "the result sits in its call's card"
@@ -253,12 +193,13 @@ def _assert_result_attached(page: Page, call_id: str) -> None:
 def test_a_turn_streams_tools_and_markdown_copies_exactly_and_survives_a_reload(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
-    server = _engine(page, specimen, provider_factory, server_factory,
-                     Answer(content=_call("files.list", path="notes"), reasoning=REASONING),
-                     Answer(content=_final(REPLY), chunk_chars=16, chunk_delay=0.01))
-    session_id = _new_session(page)
-    _send(page, "What is in notes?")
-    _turn_over(page)
+    server = open_engine(
+        page, specimen, provider_factory, server_factory,
+        Answer(content=tool_call("files.list", path="notes"), reasoning=REASONING),
+        Answer(content=final_action(REPLY), chunk_chars=16, chunk_delay=0.01))
+    session_id = new_session(page)
+    send(page, "What is in notes?")
+    turn_over(page)
     cards = page.all("tool-call")
     assert len(cards) == 1
     call_id = cards[0].get_attribute("data-call-id")
@@ -274,16 +215,16 @@ def test_a_turn_streams_tools_and_markdown_copies_exactly_and_survives_a_reload(
     assert "files.write (write)" in tools and "Read-only" in tools and session_id in tools
     page.at_widths("engine page: finished turn with a tool and Markdown")
 
-    _clipboard(page, fail=False)
+    fake_clipboard(page, fail=False)
     page.click("copy-reply")
-    page.wait(lambda: _copied(page), what="the reply handed to the clipboard")
-    assert _copied(page) == [REPLY], "the reply's exact Markdown"
+    page.wait(lambda: copied(page), what="the reply handed to the clipboard")
+    assert copied(page) == [REPLY], "the reply's exact Markdown"
     page.wait(lambda: "Copied" in page.find("copy-reply").find_element(By.XPATH, "..").text,
               what="Copied said")
-    _clipboard(page, fail=True)
+    fake_clipboard(page, fail=True)
     page.click("copy-code")
-    page.wait(lambda: _copied(page), what="the code handed to the clipboard")
-    assert _copied(page) == [CODE], "the code block's exact text"
+    page.wait(lambda: copied(page), what="the code handed to the clipboard")
+    assert copied(page) == [CODE], "the code block's exact text"
     page.wait(lambda: "Copy failed" in page.find("copy-code").find_element(By.XPATH, "..").text,
               what="a refused clipboard said, not logged")
 
@@ -305,11 +246,11 @@ def test_a_turn_streams_tools_and_markdown_copies_exactly_and_survives_a_reload(
 def test_approvals_are_asked_at_the_operation_allow_once_and_deny(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
-    _engine(page, specimen, provider_factory, server_factory,
-            Answer(content=_call("files.write", path="a.txt", content="one")),
-            Answer(content=_call("files.write", path="b.txt", content="two")),
-            Answer(content=_final("One written, one refused.")))
-    _new_session(page)
+    open_engine(page, specimen, provider_factory, server_factory,
+                Answer(content=tool_call("files.write", path="a.txt", content="one")),
+                Answer(content=tool_call("files.write", path="b.txt", content="two")),
+                Answer(content=final_action("One written, one refused.")))
+    new_session(page)
     assert page.find("permission-scope").get_attribute("value") == "read-only"
     page.type("message-input", "write two files", submit=True)  # Enter sends
     allow = page.find("approval-allow-once")
@@ -327,7 +268,7 @@ def test_approvals_are_asked_at_the_operation_allow_once_and_deny(
     page.click("approval-deny")
     page.wait(lambda: page.find("assistant-message").text == "One written, one refused.",
               what="the final reply")
-    _turn_over(page)
+    turn_over(page)
     second = page.all("tool-call")[1]
     assert "Decision: Denied" in second.text
     assert second.get_attribute("data-status") == "refused"
@@ -344,14 +285,14 @@ def test_stop_cancels_a_running_turn(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
     provider = provider_factory(Scenario(name="paced", answers=(
-        Answer(content=_final("slow " * 200), chunk_chars=2, chunk_delay=0.05),
-        Answer(content=_final("never requested")))))
+        Answer(content=final_action("slow " * 200), chunk_chars=2, chunk_delay=0.05),
+        Answer(content=final_action("never requested")))))
     server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
     page.base_url = server.url
     page.open("/cordis")
     page.login(LAUNCH_CODE)
-    session_id = _new_session(page)
-    _send(page, "Take your time.")
+    session_id = new_session(page)
+    send(page, "Take your time.")
     page.wait(lambda: page.find("assistant-message").text.startswith("slow"),
               what="the reply streaming")
     page.at_widths("engine page: turn streaming")
@@ -359,7 +300,7 @@ def test_stop_cancels_a_running_turn(
     conversation = page.driver.find_element(By.ID, "conversation")
     page.wait(lambda: "Stopped: the turn was cancelled." in conversation.text,
               what="the turn said stopped")
-    _turn_over(page)
+    turn_over(page)
     assert page.find("assistant-message").text != ("slow " * 200).strip(), "cut short"
     assert len(provider.chat_requests()) == 1, "no further model request"
     messages = server.client().get(f"/api/cordis/sessions/{session_id}").json()["session"][
@@ -404,16 +345,16 @@ def test_hostile_model_text_titles_and_tool_arguments_stay_inert(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
     reasoning = _hostile_reasoning()
-    server = _engine(
+    server = open_engine(
         page, specimen, provider_factory, server_factory,
-        Answer(content=_call("files.write", path=HOSTILE_PATH,
-                             content=f"<iframe src=javascript:{_PWN}></iframe>")),
-        Answer(content=_final(HOSTILE_MARKDOWN), reasoning=reasoning, chunk_chars=65536))
-    session_id = _new_session(page)
-    _send(page, HOSTILE_TITLE)
+        Answer(content=tool_call("files.write", path=HOSTILE_PATH,
+                                 content=f"<iframe src=javascript:{_PWN}></iframe>")),
+        Answer(content=final_action(HOSTILE_MARKDOWN), reasoning=reasoning, chunk_chars=65536))
+    session_id = new_session(page)
+    send(page, HOSTILE_TITLE)
     page.click("approval-deny")
     reply = page.find("assistant-message", timeout=30)
-    _turn_over(page)
+    turn_over(page)
     page.wait(lambda: "Hostile reply" in reply.text, what="the hostile reply rendered")
 
     active = page.driver.execute_script(

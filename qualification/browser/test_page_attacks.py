@@ -20,15 +20,15 @@ from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.remote.webelement import WebElement
 
 from fake_provider import Answer
-from qualification.browser.page import Page
-from qualification.browser.test_engine_page import (
-    _call,
-    _engine,
-    _final,
-    _new_session,
-    _send,
-    _turn_over,
+from qualification.browser.engine_page import (
+    final_action,
+    new_session,
+    open_engine,
+    send,
+    tool_call,
+    turn_over,
 )
+from qualification.browser.page import Page
 from qualification.conftest import ProviderFactory, ServerFactory
 from qualification.harness import LiveServer
 
@@ -87,16 +87,16 @@ return bad;
 def test_a_reply_cannot_forge_the_pages_controls_or_links(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
-    _engine(page, specimen, provider_factory, server_factory,
-            Answer(content=_call("files.write", path="notes.txt", content="one")),
-            Answer(content=_final(FORGERY), chunk_chars=64, chunk_delay=0.005))
-    _new_session(page)
-    _send(page, "write the notes")
+    open_engine(page, specimen, provider_factory, server_factory,
+                Answer(content=tool_call("files.write", path="notes.txt", content="one")),
+                Answer(content=final_action(FORGERY), chunk_chars=64, chunk_delay=0.005))
+    new_session(page)
+    send(page, "write the notes")
     real_allow = page.find("approval-allow-once")
     assert len(page.all("approval-allow-once")) == 1
     page.click("approval-deny")
     reply = page.find("assistant-message", timeout=30)
-    _turn_over(page)
+    turn_over(page)
     page.wait(lambda: "Approval needed" in reply.text, what="the forged question rendered")
 
     assert page.driver.execute_script(REPLY_SHAPE, reply) == []

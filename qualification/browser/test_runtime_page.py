@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from selenium.common.exceptions import StaleElementReferenceException
@@ -21,13 +20,22 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 
-from fake_provider import Scenario
 from labfy_ref.server.serve import bind_socket
 from labfy_ref.workspace import open_workspace
 from qualification import harness
 from qualification.browser.page import Page
+from qualification.browser.runtime_page import (
+    account,
+    answer_action,
+    answer_call,
+    card_states,
+    logged_in,
+    scripted,
+    send_message,
+    wait_state,
+)
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent, scenario
-from qualification.harness import LAUNCH_CODE, LiveServer
+from qualification.harness import LAUNCH_CODE
 
 pytestmark = pytest.mark.req("UI-07")
 
@@ -74,49 +82,6 @@ return selection.toString();
 """
 
 
-def _act(**action: Any) -> dict[str, Any]:
-    """One scripted model reply: the action as the model's whole message."""
-    return {"content": json.dumps(action)}
-
-
-def _call(tool_id: str, **arguments: Any) -> dict[str, Any]:
-    return _act(type="tool_call", tool_id=tool_id, arguments=arguments)
-
-
-def _script(name: str, *answers: dict[str, Any]) -> Scenario:
-    return Scenario.from_json({"name": name, "answers": list(answers)})
-
-
-def _logged_in(page: Page, server: LiveServer) -> None:
-    page.base_url = server.url
-    page.open("/")
-    page.login(LAUNCH_CODE)
-    page.wait(lambda: "Logged in as admin (admin)" in _account(page).text, what="logged in")
-
-
-def _account(page: Page) -> WebElement:
-    return page.driver.find_element(By.ID, "account")
-
-
-def _send(page: Page, message: str) -> WebElement:
-    """Type a message, press Enter, and return the new turn's element."""
-    before = len(page.all("turn"))
-    page.type("composer-input", message, submit=True)
-    page.wait(lambda: len(page.all("turn")) == before + 1, what="the new turn")
-    return page.all("turn")[0]
-
-
-def _state_of(page: Page, turn: WebElement, state: str, timeout: float = 20) -> WebElement:
-    page.wait(lambda: turn.get_attribute("data-state") == state, timeout=timeout,
-              what=f"turn {state}")
-    return turn
-
-
-def _cards(page: Page, turn: WebElement) -> list[tuple[str | None, str | None]]:
-    return [(c.get_attribute("data-tool-id"), c.get_attribute("data-status"))
-            for c in page.all("activity-card", within=turn)]
-
-
 def _still_attached(element: WebElement) -> bool:
     try:
         element.is_enabled()
@@ -140,7 +105,7 @@ def test_login_a_tool_call_and_its_card(page: Page, specimen: Path,
     page.wait(lambda: refused.text.startswith("UNAUTHENTICATED: "), what="a refused code")
     assert "not-the-code" not in page.driver.current_url
     page.login(LAUNCH_CODE)
-    page.wait(lambda: "Logged in as admin (admin)" in _account(page).text, what="logged in")
+    page.wait(lambda: "Logged in as admin (admin)" in account(page).text, what="logged in")
     assert LAUNCH_CODE not in page.driver.current_url
     page.wait(lambda: page.text("mode-label") == "Local agent · fake-model", what="mode label")
     page.at_widths("logged in, no turn yet")
@@ -162,13 +127,13 @@ def test_login_a_tool_call_and_its_card(page: Page, specimen: Path,
 
     field.send_keys(Keys.ENTER)  # Enter sends
     page.wait(lambda: len(page.all("turn")) == 1, what="the turn")
-    turn = _state_of(page, page.all("turn")[0], "COMPLETED")
+    turn = wait_state(page, page.all("turn")[0], "COMPLETED")
     turn_id = turn.get_attribute("data-turn-id")
     assert server.client().get(f"/api/v1/agent-runtime/turns/{turn_id}").json()[
         "turn"]["message"] == message
     sent = provider.chat_requests()[0].json()["messages"]
     assert any(chosen in str(m.get("content")) for m in sent if m["role"] == "user")
-    assert _cards(page, turn) == [("workspace.list_objects", "ok")]
+    assert card_states(page, turn) == [("workspace.list_objects", "ok")]
     card = page.find("activity-card", within=turn)
     assert "workspace.list_objects" in card.text and "Done" in card.text
     assert "objects:" in card.text, "the result summary names what came back"
@@ -212,22 +177,22 @@ def test_hostile_content_stays_inert_through_authorize_and_resume(
     final_text = ((HOSTILE + "\n") * 200)[:60000]
     topic = 'pwn <img src=x onerror="window.__pwned=1"> <svg onload="window.__pwned=1">'
     question = HOSTILE[:480]
-    provider = provider_factory(_script(
+    provider = provider_factory(scripted(
         "hostile",
-        _call("workspace.list_objects", kind="note"),
-        _call("workspace.read_object", object_id=object_id),
-        _call("files.read", path=file_name),
-        _call("files.write", path="pwn.html", content=HOSTILE * 50),
-        _call("research.prepare", topic=topic, questions=[question]),
-        _act(type="final", text=final_text)))
+        answer_call("workspace.list_objects", kind="note"),
+        answer_call("workspace.read_object", object_id=object_id),
+        answer_call("files.read", path=file_name),
+        answer_call("files.write", path="pwn.html", content=HOSTILE * 50),
+        answer_call("research.prepare", topic=topic, questions=[question]),
+        answer_action(type="final", text=final_text)))
     server = server_factory(specimen, **local_agent(provider.base_url))
-    _logged_in(page, server)
+    logged_in(page, server)
     page.wait(lambda: len(page.all("object-ref")) >= 14, what="object list")
 
-    turn = _send(page, "Read the hostile note and file " + HOSTILE)
-    _state_of(page, turn, "AUTHORIZATION_REQUIRED")
+    turn = send_message(page, "Read the hostile note and file " + HOSTILE)
+    wait_state(page, turn, "AUTHORIZATION_REQUIRED")
     page.wait(lambda: len(page.all("activity-card", within=turn)) == 5, what="five cards")
-    assert _cards(page, turn) == [
+    assert card_states(page, turn) == [
         ("workspace.list_objects", "ok"), ("workspace.read_object", "ok"),
         ("files.read", "ok"), ("files.write", "refused"), ("research.prepare", "ok")]
     # A refused write looks refused: its own label, code and colour, not a "Done" card.
@@ -248,10 +213,10 @@ def test_hostile_content_stays_inert_through_authorize_and_resume(
     page.at_widths("paused for authorization")
 
     authorize.click()
-    _state_of(page, turn, "COMPLETED")
+    wait_state(page, turn, "COMPLETED")
     assert len(page.all("turn")) == 1 and _still_attached(turn), "the same turn resumed"
     page.wait(lambda: len(page.all("activity-card", within=turn)) == 6, what="six cards")
-    assert _cards(page, turn)[-1] == ("research.get_state", "ok")
+    assert card_states(page, turn)[-1] == ("research.get_state", "ok")
     assert Page.content(page.find("final-text", within=turn)) == final_text
     page.wait(lambda: "Granted" in box.text and "Revoke" in box.text, what="the grant shown")
 
@@ -285,28 +250,28 @@ def test_protocol_error_then_a_running_turn_cancelled(
         server_factory: ServerFactory) -> None:
     prose = 'Sure! {"type":"final","text":"x"}'
     fenced = '```json\n{"type":"final","text":"x"}\n```'
-    provider = provider_factory(_script(
+    provider = provider_factory(scripted(
         "malformed-then-slow", {"content": prose}, {"content": fenced},
         {"content": json.dumps({"type": "final", "text": "too late"}), "delay": 30}))
     server = server_factory(specimen, **local_agent(provider.base_url))
-    _logged_in(page, server)
+    logged_in(page, server)
 
-    broken = _send(page, "Answer in prose, please")
-    _state_of(page, broken, "MODEL_PROTOCOL_ERROR")
+    broken = send_message(page, "Answer in prose, please")
+    wait_state(page, broken, "MODEL_PROTOCOL_ERROR")
     error = page.find("turn-error", within=broken)
     assert error.text.startswith("MODEL_PROTOCOL_ERROR: "), error.text
     assert page.all("activity-card", within=broken) == []
     page.at_widths("protocol error")
 
-    running = _send(page, "Take your time")
-    _state_of(page, running, "RUNNING")
+    running = send_message(page, "Take your time")
+    wait_state(page, running, "RUNNING")
     progress = running.find_element(By.CSS_SELECTOR, ".turn-progress")
     page.wait(lambda: re.search(r"Running for [1-9]\d* s", progress.text), what="elapsed time")
     first = progress.text
     page.wait(lambda: progress.text != first, timeout=5, what="the elapsed time ticking")
     page.at_widths("running turn")
     page.click("cancel-turn", within=running)
-    _state_of(page, running, "CANCELLED")
+    wait_state(page, running, "CANCELLED")
     assert not page.all("cancel-turn", within=running)[0].is_displayed()
     assert "Took" in progress.text
     assert page.all("final-text", within=running) == []
@@ -321,9 +286,9 @@ def test_lost_connection_then_a_restart_explains_the_lost_paused_turn(
         server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     provider = provider_factory(scenario("read-prepare-final"))
     first = server_factory(specimen, **local_agent(provider.base_url))
-    _logged_in(page, first)
-    turn = _send(page, "Is the early ivy bee record real?")
-    _state_of(page, turn, "AUTHORIZATION_REQUIRED")
+    logged_in(page, first)
+    turn = send_message(page, "Is the early ivy bee record real?")
+    wait_state(page, turn, "AUTHORIZATION_REQUIRED")
     turn_id = turn.get_attribute("data-turn-id")
     campaign_id = first.client().get(f"/api/v1/agent-runtime/turns/{turn_id}").json()[
         "turn"]["authorization"]["campaign_id"]
@@ -346,13 +311,13 @@ def test_lost_connection_then_a_restart_explains_the_lost_paused_turn(
     assert "log in again" in page.driver.find_element(By.CSS_SELECTOR, ".login-error").text
     page.at_widths("session ended by a restart")
     page.login(LAUNCH_CODE)
-    page.wait(lambda: "Logged in as admin" in _account(page).text, what="logged in again")
+    page.wait(lambda: "Logged in as admin" in account(page).text, what="logged in again")
     assert page.find("composer-send").is_enabled(), "live controls come back with the server"
 
     lost = page.wait(lambda: next((t for t in page.all("turn")
                                    if t.get_attribute("data-turn-id") == turn_id), None),
                      what="the lost turn where it was")
-    _state_of(page, lost, "LOST")
+    wait_state(page, lost, "LOST")
     explained = page.find("turn-error", within=lost).text
     assert explained.startswith("TURN_NOT_FOUND: ")
     assert "waiting for your authorization" in explained
@@ -369,9 +334,9 @@ def test_lost_connection_then_a_restart_explains_the_lost_paused_turn(
     page.wait(lambda: page.all("turn") == [], what="the lost turn dismissed")
 
     # Log out: the login form comes back, and the session is gone on the server too.
-    _account(page).find_element(By.TAG_NAME, "button").click()
+    account(page).find_element(By.TAG_NAME, "button").click()
     page.find("login-code")
     assert not page.driver.find_element(By.ID, "runtime").is_displayed()
     page.reload()
     page.find("login-code")
-    assert not _account(page).is_displayed()
+    assert not account(page).is_displayed()
