@@ -1,7 +1,8 @@
 // labfy-ref runtime page (/): mode, objects, composer, and the synchronisation of the
 // turn list (turns.js) with the server (SPEC §8 UI-01..UI-03, hooks of SPEC §15).
-// Everything that comes from a model, a file, an object or evidence goes in with
-// textContent, never as markup (UI-02); no inline script or style (CSP). The session,
+// Everything that comes from a model, a file, an object, evidence or the server goes in
+// with textContent through labfyText (format characters shown as ⟨U+XXXX⟩), never as
+// markup (UI-02); no inline script or style (CSP). The session,
 // the login form and the lost-connection banner are session.js's (window.labfySession).
 // Turns are updated in place from the event cursor (RT-06), so a refresh never rebuilds
 // the list and never wipes the reader's text selection.
@@ -14,7 +15,7 @@
   const MAX_PAGES = 8;          // event pages read per poll before yielding
 
   const session = window.labfySession;
-  const { el, oneLine } = window.labfyRender;
+  const { el, setText, visible, oneLine } = window.labfyRender;
   const { LIVE } = window.labfyTurns;
   const page = {
     generation: 0,      // bumped on logout/resync: late answers of an older one are dropped
@@ -28,11 +29,11 @@
   const $ = (id) => document.getElementById(id);
 
   function announce(text) {
-    $("announcer").textContent = text;
+    setText($("announcer"), text);
   }
 
   function showError(id, error) {
-    $(id).textContent = error ? (error.message || String(error)) : "";
+    setText($(id), error ? (error.message || String(error)) : "");
   }
 
   // -- mode and objects ------------------------------------------------------------------
@@ -43,10 +44,10 @@
     if (status.mode === "demo") mode = "Deterministic demo agent";
     else if (status.available) mode = "Local agent · " + status.model;
     else mode = "Local agent · " + status.model + " — unavailable: " + oneLine(String(status.diagnostic), 160);
-    $("mode-label").textContent = mode;
+    setText($("mode-label"), mode);
     const ws = status.workspace;
-    $("workspace-line").textContent =
-      `Workspace: ${ws.name} (${ws.kind}) · permission: ${status.permission_mode}`;
+    setText($("workspace-line"),
+      `Workspace: ${ws.name} (${ws.kind}) · permission: ${status.permission_mode}`);
     $("composer-input").maxLength = status.limits.max_message_chars;
   }
 
@@ -67,7 +68,7 @@
     insert.type = "button";
     insert.dataset.testid = "object-ref";
     insert.dataset.objectId = object.object_id;
-    insert.setAttribute("aria-label", `Insert a reference to ${object.kind} “${title}”`);
+    insert.setAttribute("aria-label", visible(`Insert a reference to ${object.kind} “${title}”`));
     insert.addEventListener("click", () => insertReference(object.object_id));
     item.append(text, insert);
     return item;
@@ -236,13 +237,28 @@
     resync();
   }
 
+  /**
+   * The session ended: its turns, objects, workspace line and errors go. A logout also
+   * forgets the draft and what this tab remembers of live turns; a session that merely
+   * expired (a restart, a 401) keeps both, so the reader who logs in again goes on and
+   * sees a lost turn explained.
+   */
   function onLogout(reason) {
+    const logout = reason === "logout";
     page.generation += 1;
     clearTimeout(page.timer);
     page.timer = null;
-    page.turns.clear(reason === "logout");  // an ended session keeps what explains a restart
+    page.status = null;
+    page.turns.clear(logout);
     $("objects").replaceChildren();
     $("mode-label").textContent = "Agent runtime";
+    $("workspace-line").textContent = "";
+    for (const id of ["composer-error", "turns-error", "objects-error"]) showError(id, null);
+    if (logout) {
+      page.pending = null;
+      $("composer-input").value = "";
+      updateCount();
+    }
   }
 
   function onConnection(online) {

@@ -1,22 +1,24 @@
 // labfy-ref engine page (/cordis): the bridge's state, sessions, and a conversation
 // streamed from NDJSON as it arrives, with approvals at their operation (UI-04..UI-06).
 //
-// Text from a model, a tool, a file or a session title goes in with textContent; only
-// the assistant's reply is Markdown, rendered by labfyMarkdown (a sanitised DOM
-// fragment). Session, CSRF, login, logout and the lost-connection banner are
-// labfySession's (session.js); the stream's lines are labfyNdjson's (ndjson.js). Hooks
-// are SPEC §15's data-testid names. No inline script, no style attribute (CSP).
+// Text from a model, a tool, a file, the server or a session title goes in as text
+// through labfyText (text.js: textContent, every invisible format character shown as
+// ⟨U+XXXX⟩); only the assistant's reply is Markdown, rendered by labfyMarkdown (a
+// sanitised DOM fragment, paced so that a long reply never blocks the page). Session,
+// CSRF, login, logout and the lost-connection banner are labfySession's (session.js);
+// the stream's lines are labfyNdjson's (ndjson.js). Hooks are SPEC §15's data-testid
+// names. No inline script, no style attribute (CSP).
 "use strict";
 
 (function () {
   const PAGE_SIZE = 20;
   const STARTING_RETRY_MS = 1000;
   const STARTING_RETRIES = 60;
-  const RENDER_EVERY_MS = 50; // a streamed reply is re-rendered at most this often
   const SESSION_ID = /^[A-Za-z0-9_-]{1,80}$/;
   const SCOPES = { "read-only": "Read-only", "workspace-write": "Workspace write" };
   const DECISIONS = { "allowed-once": "Allowed once", "rejected": "Denied", "expired": "Expired" };
   const { api, request, live } = window.labfySession;
+  const { visible } = window.labfyText;
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -38,11 +40,17 @@
 
   // -- small helpers ----------------------------------------------------------------------
 
+  /** A new element; `text` goes in as text, invisible format characters shown (UI-02). */
   function el(tag, className, text) {
     const node = document.createElement(tag);
     if (className) node.className = className;
-    if (text !== undefined) node.textContent = String(text);
+    if (text !== undefined) setText(node, text);
     return node;
+  }
+
+  /** Text from anywhere (a model, the server, an error) into `node`, never as markup. */
+  function setText(node, text) {
+    return window.labfyText.set(node, text);
   }
 
   function button(label, className, testid) {
@@ -113,7 +121,7 @@
   function bridgeRefused(error) {
     ui.workspace.hidden = true; // the reason, never an empty list
     ui.status.classList.add("refused");
-    ui.status.textContent = error.message;
+    setText(ui.status, error.message);
     if (error.code === "CORDIS_STARTING" && state.startingTries < STARTING_RETRIES) {
       state.startingTries += 1;
       setTimeout(loadBridge, STARTING_RETRY_MS);
@@ -156,7 +164,7 @@
     open.append(title, el("span", "when", detail));
     open.addEventListener("click", () => openSession(summary.id));
     const remove = button("Delete", "session-delete danger");
-    remove.setAttribute("aria-label", `Delete session ${titleOf(summary)}`);
+    remove.setAttribute("aria-label", visible(`Delete session ${titleOf(summary)}`));
     remove.addEventListener("click", () => deleteSession(summary.id, remove, title));
     remove.addEventListener("blur", () => unconfirm(remove, title));
     item.append(open, remove);
@@ -183,7 +191,7 @@
     try {
       renderSessions(await api("GET", `/api/cordis/sessions?limit=${PAGE_SIZE}&cursor=${cursor}`), true);
     } catch (error) {
-      ui.sessionsError.textContent = error.message;
+      setText(ui.sessionsError, error.message);
     }
   }
 
@@ -223,7 +231,7 @@
       await openSession(session.id);
       return session;
     } catch (error) {
-      ui.sessionsError.textContent = error.message;
+      setText(ui.sessionsError, error.message);
       return null;
     }
   }
@@ -248,7 +256,7 @@
     try {
       await api("DELETE", sessionPath(sessionId));
     } catch (error) {
-      ui.sessionsError.textContent = error.message;
+      setText(ui.sessionsError, error.message);
       control.disabled = false;
       return;
     }
@@ -273,14 +281,14 @@
     try {
       session = (await api("GET", sessionPath(sessionId))).session;
     } catch (error) {
-      ui.turnStatus.textContent = error.message;
+      setText(ui.turnStatus, error.message);
       if (location.hash === `#${sessionId}`) history.replaceState(null, "", location.pathname);
       return;
     }
     state.session = session;
     history.replaceState(null, "", `#${session.id}`);
     const item = itemOf(session.id);
-    ui.title.textContent = item ? item.querySelector(".title").textContent : session.id;
+    setText(ui.title, item ? item.querySelector(".title").textContent : session.id);
     ui.scope.value = session.settings.permission_mode;
     renderContext(session);
     renderMessages(session.messages);
@@ -291,9 +299,10 @@
     }
   }
 
-  function closeSession() {
+  /** No session open: title, context and conversation go; ``keepUrl``: its id stays. */
+  function closeSession(keepUrl) {
     state.session = null;
-    history.replaceState(null, "", location.pathname);
+    if (!keepUrl) history.replaceState(null, "", location.pathname);
     ui.title.textContent = "No session open: create one or pick one from the list.";
     ui.contextSettings.replaceChildren();
     ui.conversation.replaceChildren();
@@ -319,7 +328,7 @@
       renderContext(state.session);
       ui.turnStatus.textContent = `Permission scope: ${SCOPES[session.settings.permission_mode]}`;
     } catch (error) {
-      ui.composerError.textContent = error.message;
+      setText(ui.composerError, error.message);
       ui.scope.value = state.session.settings.permission_mode;
     }
   }
@@ -350,12 +359,12 @@
     item.append(reasoning, activity, speaker, reply, tail);
     ui.conversation.append(item);
     return { sessionId, item, reasoning, reasoningText, activity, speaker, reply, tail,
-      calls: new Map(), text: "", renderTimer: null, ended: false };
+      calls: new Map(), markdown: labfyMarkdown.stream(reply, withCopyButtons), ended: false };
   }
 
   function appendReasoning(view, text) {
     view.reasoning.hidden = false;
-    view.reasoningText.append(document.createTextNode(text));
+    view.reasoningText.append(window.labfyText.node(text));
   }
 
   function callCard(view, callId, toolId, args) {
@@ -368,7 +377,7 @@
     head.append(status);
     const argsText = el("pre", "json", pretty(args));
     argsText.tabIndex = 0;
-    argsText.setAttribute("aria-label", `Arguments of ${toolId}`);
+    argsText.setAttribute("aria-label", visible(`Arguments of ${toolId}`));
     card.append(head, argsText);
     view.activity.hidden = false;
     view.activity.append(card);
@@ -383,13 +392,13 @@
   function attachResult(view, message) {
     const call = callOf(view, message.call_id, message.tool_id);
     call.card.dataset.status = String(message.status);
-    call.status.textContent = ` · ${message.status}`;
+    setText(call.status, ` · ${message.status}`);
     const result = el("div", "tool-result");
     result.dataset.testid = "tool-result";
     result.dataset.callId = message.call_id;
     const text = el("pre", "json", pretty(message.result));
     text.tabIndex = 0;
-    text.setAttribute("aria-label", `Result of ${message.tool_id || "the call"}`);
+    text.setAttribute("aria-label", visible(`Result of ${message.tool_id || "the call"}`));
     result.append(el("p", "muted", `Result (${message.status})`), text);
     call.card.append(result);
   }
@@ -423,7 +432,7 @@
       await api("POST", sessionPath(sessionId, `/approvals/${encodeURIComponent(approvalId)}`),
         { decision });
     } catch (error) {
-      note.textContent = error.message;
+      setText(note, error.message);
       if (error.status !== 409) for (const control of controls) control.disabled = false;
     }
   }
@@ -442,29 +451,25 @@
   }
 
   function appendText(view, text) {
-    view.text += text;
     view.speaker.hidden = false;
     view.reply.hidden = false;
-    if (view.renderTimer === null) {
-      view.renderTimer = setTimeout(() => renderReply(view), RENDER_EVERY_MS);
-    }
+    view.markdown.append(text);
   }
 
-  /** The reply so far as sanitised Markdown, each code block with its copy button. */
-  function renderReply(view) {
-    if (view.renderTimer !== null) clearTimeout(view.renderTimer);
-    view.renderTimer = null;
-    const fragment = labfyMarkdown.render(view.text);
+  /** Each code block of a rendered piece of the reply gets its copy button. */
+  function withCopyButtons(fragment) {
     for (const pre of fragment.querySelectorAll("pre")) {
       pre.after(copyControl("Copy code", "copy-code", () => labfyMarkdown.codeOf(pre)));
     }
-    view.reply.replaceChildren(fragment);
   }
 
+  /** The whole reply rendered once; Copy reply hands over its Markdown as shown (no
+   *  invisible format character the reader did not see). */
   function finishReply(view) {
-    if (!view.text) return;
-    renderReply(view);
-    view.tail.append(copyControl("Copy reply", "copy-reply", () => view.text));
+    const text = view.markdown.text;
+    if (!text) return;
+    view.markdown.end();
+    view.tail.append(copyControl("Copy reply", "copy-reply", () => visible(text)));
   }
 
   function showError(view, code, message) {
@@ -481,19 +486,20 @@
     if (ENDINGS[chunk.reason]) view.tail.append(el("p", "turn-end", ENDINGS[chunk.reason]));
   }
 
-  const HANDLERS = {
-    "text": (view, chunk) => appendText(view, String(chunk.text)),
-    "reasoning": (view, chunk) => appendReasoning(view, String(chunk.text)),
-    "tool-call": (view, chunk) => callCard(view, chunk.call_id, chunk.tool_id, chunk.arguments),
-    "tool-result": attachResult,
-    "approval-request": approvalBox,
-    "approval-decision": decided,
-    "error": (view, chunk) => showError(view, chunk.code, chunk.message),
-    "done": finish,
-  };
+  // A Map: a chunk type such as "__proto__" or "constructor" finds no handler.
+  const HANDLERS = new Map([
+    ["text", (view, chunk) => appendText(view, String(chunk.text))],
+    ["reasoning", (view, chunk) => appendReasoning(view, String(chunk.text))],
+    ["tool-call", (view, chunk) => callCard(view, chunk.call_id, chunk.tool_id, chunk.arguments)],
+    ["tool-result", attachResult],
+    ["approval-request", approvalBox],
+    ["approval-decision", decided],
+    ["error", (view, chunk) => showError(view, chunk.code, chunk.message)],
+    ["done", finish],
+  ]);
 
   function onChunk(view, chunk) {
-    const handler = HANDLERS[chunk.type];
+    const handler = HANDLERS.get(chunk.type);
     if (handler && !view.ended) handler(view, chunk); // a chunk type of a later build: skipped
   }
 
@@ -548,7 +554,7 @@
     } catch (error) {
       state.turn = null;
       setRunning(false);
-      ui.composerError.textContent = error.message; // refused: nothing was sent, the text stays
+      setText(ui.composerError, error.message); // refused: nothing was sent, the text stays
       return;
     }
     ui.input.value = "";
@@ -560,6 +566,7 @@
     } catch (failure) {
       if (!view.ended) lostStream(view, failure);
     } finally {
+      if (!view.ended) view.markdown.end(); // a cut reply is still rendered, whole, once
       state.turn = null;
       setRunning(false);
       refreshTitles();
@@ -593,12 +600,26 @@
 
   // -- start ------------------------------------------------------------------------------
 
-  function reset() {
+  /**
+   * The session ended: nothing of it stays in the page (the list, the open session's
+   * title, context and conversation, the tools, any error). A logout also forgets the
+   * draft, the scope chosen and the open session's id in the URL (the next login would
+   * reopen it); a session that merely expired (a restart, a 401) keeps those two, so
+   * the reader who logs in again goes on where they were.
+   */
+  function reset(reason) {
     if (state.turn) state.turn.controller.abort();
-    state.session = null;
+    const logout = reason === "logout";
+    closeSession(!logout);
     state.nextCursor = null;
+    state.tools = null;
     ui.list.replaceChildren();
-    ui.conversation.replaceChildren();
+    ui.contextTools.replaceChildren();
+    for (const line of [ui.sessionsError, ui.composerError]) line.textContent = "";
+    if (logout) {
+      ui.input.value = "";
+      ui.scope.selectedIndex = 0;
+    }
     ui.workspace.hidden = true;
     ui.status.classList.remove("refused");
     ui.status.textContent = "Checking the engine bridge…";
@@ -623,7 +644,7 @@
   window.labfySession.start({
     login: $("login"), account: $("account"), banner: $("banner"), content: $("content"),
     onLogin: () => loadBridge(),
-    onLogout: () => reset(),
+    onLogout: (reason) => reset(reason),
     // A first load that met a lost connection is tried again once the server answers.
     onConnection: (online) => {
       if (online && ui.workspace.hidden && window.labfySession.session) loadBridge();

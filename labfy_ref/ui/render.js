@@ -1,6 +1,7 @@
 // labfy-ref runtime page: text helpers and the activity card of one tool call.
 // Everything here that comes from a model, a file, an object or evidence goes in with
-// textContent, never as markup (UI-02). Exposed as window.labfyRender for app.js/turns.js.
+// textContent, never as markup, through labfyText (text.js), which shows each invisible
+// format character as ⟨U+XXXX⟩ (UI-02). Exposed as window.labfyRender for app.js/turns.js.
 "use strict";
 
 (function defineRender() {
@@ -8,12 +9,18 @@
 
   // -- text helpers ----------------------------------------------------------------------
 
-  /** A new element; `text` goes in as text, never as markup (UI-02). */
+  /** A new element; `text` goes in as text, never as markup, format characters shown (UI-02). */
   function el(tag, className, text) {
     const node = document.createElement(tag);
     if (className) node.className = className;
-    if (text !== undefined) node.textContent = String(text);
+    if (text !== undefined) window.labfyText.set(node, text);
     return node;
+  }
+
+  /** Text from anywhere into `node` (visibly); equal text is not rewritten (a selection in
+   *  it survives a refresh). */
+  function setText(node, text) {
+    return window.labfyText.set(node, text);
   }
 
   /** At most `limit` UTF-16 units of `text`, never ending inside a surrogate pair. */
@@ -110,6 +117,7 @@
   }
 
   window.labfyRender = Object.freeze({
-    el, clip, oneLine, summarize, clockTime, secondsBetween, plural, activityCard,
+    el, setText, visible: window.labfyText.visible, clip, oneLine, summarize, clockTime,
+    secondsBetween, plural, activityCard,
   });
 }());

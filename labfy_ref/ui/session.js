@@ -1,9 +1,12 @@
 // labfy-ref session — the one piece the runtime page (/) and the engine page (/cordis) share:
 // API calls (JSON, CSRF), the login form, "Logged in as …" + Log out, the lost-connection
 // banner, and "a 401 brings the login form back". No inline script, no HTML strings (CSP).
+// Text from the server (a name, an error) goes in through labfyText (text.js), which
+// shows invisible format characters.
 //
-// Usage (load it before the page's own script, both `defer`):
+// Usage (load text.js and it before the page's own script, all `defer`):
 //
+//   <script src="/ui/text.js" defer></script>
 //   <script src="/ui/session.js" defer></script>
 //   <script src="/ui/app.js" defer></script>
 //
@@ -63,8 +66,13 @@
   function node(tag, className, text) {
     const element = document.createElement(tag);
     if (className) element.className = className;
-    if (text !== undefined) element.textContent = String(text);
+    if (text !== undefined) setText(element, text);
     return element;
+  }
+
+  /** Text into `element`, never markup; invisible format characters shown (text.js). */
+  function setText(element, text) {
+    return window.labfyText.set(element, text);
   }
 
   /** The error a failed response carries ({"error": {code, message}}), or HTTP_<status>. */
@@ -203,7 +211,7 @@
     state.session = { role: String(body.role), name: String(body.name) };
     if (body.csrf_token) state.csrf = String(body.csrf_token);
     const { ui, options } = state;
-    ui.who.textContent = "Logged in as " + state.session.name + " (" + state.session.role + ")";
+    setText(ui.who, "Logged in as " + state.session.name + " (" + state.session.role + ")");
     ui.account.hidden = false;
     ui.login.hidden = true;
     ui.error.textContent = "";
@@ -247,9 +255,9 @@
       ui.code.value = "";
       beginSession(body);
     } catch (error) {
-      ui.error.textContent = error.status === 401
+      setText(ui.error, error.status === 401
         ? error.code + ": that login code is not valid"
-        : error.message;
+        : error.message);
     } finally {
       ui.submit.disabled = false;
       live(ui.submit);  // offline meanwhile: disabled again, and restored when back
@@ -262,7 +270,7 @@
       await api("DELETE", "/api/v1/session");
     } catch (error) {
       if (error.status !== 401) {
-        state.ui.accountError.textContent = error.message;
+        setText(state.ui.accountError, error.message);
         return;
       }
     }

@@ -16,7 +16,9 @@
     BUDGET_EXHAUSTED: "Budget exhausted", LOST: "Gone",
   };
   const session = window.labfySession;
-  const { el, clip, clockTime, secondsBetween, plural, activityCard } = window.labfyRender;
+  const {
+    el, setText: putText, clip, clockTime, secondsBetween, plural, activityCard,
+  } = window.labfyRender;
 
   /**
    * A turn list in `options.list` (an <ol>), with `options.empty` shown while it is empty.
@@ -91,7 +93,7 @@
       list.append(el("dt", "", term));
       const detail = el("dd", "");
       if (value instanceof Node) detail.append(value);
-      else detail.textContent = String(value);
+      else putText(detail, value);
       list.append(detail);
     }
 
@@ -190,7 +192,7 @@
         applyTurn(body.turn);
         options.onResumed();
       } catch (error) {
-        view.actionError.textContent = error.message;
+        putText(view.actionError, error.message);
       } finally {
         button.disabled = false;
         session.live(button);
@@ -205,7 +207,7 @@
         await session.api("DELETE", "/api/v1/grants/" + encodeURIComponent(grantId));
         options.announce("Grant revoked.");
       } catch (error) {
-        view.actionError.textContent = error.message;
+        putText(view.actionError, error.message);
         button.disabled = false;
       }
       await refreshCampaign(view);
@@ -252,7 +254,7 @@
         const body = await session.api("POST", `/api/v1/agent-runtime/turns/${encodeURIComponent(view.id)}/cancel`);
         applyTurn(body.turn);
       } catch (error) {
-        view.actionError.textContent = error.message;
+        putText(view.actionError, error.message);
       } finally {
         view.cancel.disabled = false;
         session.live(view.cancel);
@@ -271,7 +273,7 @@
         view.item.insertBefore(view[key], view.item.lastElementChild);
       }
       // Only a change is written: rewriting equal text would drop the reader's selection.
-      if (view[key].textContent !== text) view[key].textContent = text;
+      putText(view[key], text);
     }
 
     function progressLine(turn, now) {
@@ -293,7 +295,7 @@
         view.state = turn.state;
         view.item.dataset.state = turn.state;
         view.badge.className = "badge badge-" + turn.state.toLowerCase();
-        view.badge.textContent = LABELS[turn.state] || turn.state;
+        putText(view.badge, LABELS[turn.state] || turn.state);
         view.progress.classList.toggle("running", turn.state === "RUNNING" || turn.state === "QUEUED");
         view.cancel.hidden = !LIVE.has(turn.state);
       }

@@ -11,6 +11,7 @@ the state reached; :meth:`Page.at_widths` checks 390 px and 1280 px.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -57,6 +58,23 @@ axe.run(document, {resultTypes: ["violations"]}).then(
   (r) => done(r.violations.map((v) => ({id: v.id, impact: v.impact, help: v.help,
                                          nodes: v.nodes.map((n) => n.target.join(" "))}))),
   (e) => done([{id: "axe-error", impact: "critical", help: String(e), nodes: []}]));
+"""
+
+
+# (code point, x of its box) of each character of the first text node under arguments[0].
+_CHAR_LEFTS = r"""
+const text = document.createTreeWalker(arguments[0], NodeFilter.SHOW_TEXT).nextNode();
+const range = document.createRange();
+const out = [];
+for (let i = 0; text && i < text.data.length;) {
+  const point = text.data.codePointAt(i);
+  const end = i + (point > 0xffff ? 2 : 1);
+  range.setStart(text, i);
+  range.setEnd(text, end);
+  out.push([point, range.getBoundingClientRect().left]);
+  i = end;
+}
+return JSON.stringify(out);
 """
 
 
@@ -123,6 +141,15 @@ class Page:
         """An element's exact whole text: ``textContent`` (Selenium's ``.text`` folds whitespace
         and leaves out hidden or closed parts)."""
         return element.get_attribute("textContent") or ""
+
+    def char_lefts(self, element: WebElement) -> list[tuple[int, float]]:
+        """(code point, left x of its box) of each character of ``element``'s first text node.
+
+        A one-line text shown in its logical order has ascending x; a bidi control that
+        reorders what is shown (``run\u202etxt.sh`` read as ``runhs.txt``) makes x descend.
+        """
+        pairs = json.loads(self.driver.execute_script(_CHAR_LEFTS, element))
+        return [(int(point), float(left)) for point, left in pairs]
 
     def type(self, testid: str, text: str, *, submit: bool = False) -> None:
         """Type ``text`` into the hook's field (clearing it first); Enter when ``submit``."""

@@ -164,7 +164,7 @@ def test_security_headers_on_every_response(demo_server: LiveServer, demo_client
 def test_the_page_has_no_inline_script(demo_client: ApiClient) -> None:
     page = demo_client.get("/").text
     assert "<script>" not in page and "onclick" not in page and "javascript:" not in page
-    for name in ("app.js", "session.js", "render.js", "turns.js"):  # the runtime page's scripts
+    for name in ("text.js", "app.js", "session.js", "render.js", "turns.js"):  # runtime page
         script = demo_client.get(f"/ui/{name}").text
         assert "innerHTML" not in script and "insertAdjacentHTML" not in script, name
         assert "textContent" in script, name
