@@ -40,18 +40,10 @@
 
   // -- small helpers ----------------------------------------------------------------------
 
-  /** A new element; `text` goes in as text, invisible format characters shown (UI-02). */
-  function el(tag, className, text) {
-    const node = document.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined) setText(node, text);
-    return node;
-  }
-
-  /** Text from anywhere (a model, the server, an error) into `node`, never as markup. */
-  function setText(node, text) {
-    return window.labfyText.set(node, text);
-  }
+  // Text from anywhere (a model, the server, an error) goes in as text, never as markup,
+  // invisible format characters shown (UI-02): text.js's helpers, shared by both pages.
+  const el = window.labfyText.el;
+  const setText = window.labfyText.set;
 
   function button(label, className, testid) {
     const node = el("button", className, label);

@@ -9,19 +9,10 @@
 
   // -- text helpers ----------------------------------------------------------------------
 
-  /** A new element; `text` goes in as text, never as markup, format characters shown (UI-02). */
-  function el(tag, className, text) {
-    const node = document.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined) window.labfyText.set(node, text);
-    return node;
-  }
-
-  /** Text from anywhere into `node` (visibly); equal text is not rewritten (a selection in
-   *  it survives a refresh). */
-  function setText(node, text) {
-    return window.labfyText.set(node, text);
-  }
+  // Text from anywhere goes in as text, visibly; equal text is not rewritten (a selection in
+  // it survives a refresh): text.js's helpers, shared by both pages.
+  const el = window.labfyText.el;
+  const setText = window.labfyText.set;
 
   /** At most `limit` UTF-16 units of `text`, never ending inside a surrogate pair. */
   function clip(text, limit) {

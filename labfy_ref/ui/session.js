@@ -63,17 +63,9 @@
     ui: null,
   };
 
-  function node(tag, className, text) {
-    const element = document.createElement(tag);
-    if (className) element.className = className;
-    if (text !== undefined) setText(element, text);
-    return element;
-  }
-
-  /** Text into `element`, never markup; invisible format characters shown (text.js). */
-  function setText(element, text) {
-    return window.labfyText.set(element, text);
-  }
+  // Text into an element, never markup; invisible format characters shown (text.js).
+  const node = window.labfyText.el;
+  const setText = window.labfyText.set;
 
   /** The error a failed response carries ({"error": {code, message}}), or HTTP_<status>. */
   async function errorOf(response) {

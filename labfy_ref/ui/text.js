@@ -6,7 +6,7 @@
 // `files.write run<U+202E>txt.sh` reads as "runhs.txt". So every text a page inserts
 // that came from a model, a file, evidence, a title or the server goes through here,
 // and each such character is shown as a mark: ⟨U+202E⟩. Both pages load this script
-// first; their own text-insertion helpers call it (labfyText.set / node / mark).
+// first; their element and text helpers are these (labfyText.el / set / node / markTree).
 "use strict";
 
 (function defineText() {
@@ -32,6 +32,15 @@
     return node;
   }
 
+  /** A new element; `text` (when given) goes in as text, visibly — the one element helper
+   *  of both pages. */
+  function el(tag, className, text) {
+    const element = document.createElement(tag);
+    if (className) element.className = className;
+    if (text !== undefined) set(element, text);
+    return element;
+  }
+
   /** A text node of `text`, visibly. */
   function node(text) {
     return document.createTextNode(visible(text));
@@ -47,5 +56,5 @@
     return root;
   }
 
-  window.labfyText = Object.freeze({ visible, set, node, markTree });
+  window.labfyText = Object.freeze({ visible, set, el, node, markTree });
 }());
