@@ -1,10 +1,19 @@
 """The qualification status report: requirements, recorded results, rendering (SPEC §12)."""
 
+import dataclasses
 import datetime
 import secrets
 from pathlib import Path
 
 from labfy_ref.errors import ReportInvalid
+from labfy_ref.report.compare import Changes, OldReport, compare
+from labfy_ref.report.evidence import (
+    read_bench,
+    read_conformance,
+    read_mutation,
+    read_screenshots,
+    read_smoke_record,
+)
 from labfy_ref.report.model import (
     Outcome,
     Requirements,
@@ -13,9 +22,11 @@ from labfy_ref.report.model import (
     StatusReport,
     TestResult,
     build_report,
-    read_smoke_record,
+    current_sources,
 )
 from labfy_ref.report.render import FORMATS, write_report
+from labfy_ref.report.sources import sources_sha256
+from labfy_ref.report.validate import SCHEMA_VERSION
 
 DEFAULT_REPORT_DIR = Path("qualification-report")
 DEFAULT_REQUIREMENTS = Path("qualification/requirements.toml")
@@ -61,12 +72,35 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
 
 
-def regenerate(results_dir: Path, requirements_path: Path,
-               formats: tuple[str, ...] = ("md", "json")) -> tuple[StatusReport, list[Path]]:
-    """Rebuild the report from what is recorded under ``results_dir`` (QR-02)."""
+def collect(results_dir: Path, requirements_path: Path,
+            compare_with: Path | None = None) -> StatusReport:
+    """The report of what is recorded under ``results_dir``, every input read and validated.
+
+    With ``compare_with`` (an older status.json, read first: it may be the one this
+    report replaces), the report carries what changed since it.
+    """
+    old = OldReport.read(compare_with) if compare_with is not None else None
     requirements = Requirements.load(requirements_path)
-    report = build_report(requirements, Run.read_all(results_dir),
-                          read_smoke_record(results_dir), now_iso())
+    runs = Run.read_all(results_dir)
+    sources = current_sources(runs)
+    report = build_report(requirements, runs, read_smoke_record(results_dir), now_iso(),
+                          bench=read_bench(results_dir, sources),
+                          mutation=read_mutation(results_dir, sources),
+                          screenshots=read_screenshots(results_dir),
+                          conformance=read_conformance(results_dir))
+    if old is None:
+        return report
+    return dataclasses.replace(report, changes=compare(old, report.requirements, report.stages))
+
+
+def regenerate(results_dir: Path, requirements_path: Path,
+               formats: tuple[str, ...] = ("md", "json"),
+               compare_with: Path | None = None) -> tuple[StatusReport, list[Path]]:
+    """Rebuild the report from what is recorded under ``results_dir`` (QR-02, QR-05).
+
+    Every input is read and checked before anything is written.
+    """
+    report = collect(results_dir, requirements_path, compare_with)
     return report, write_report(report, results_dir, formats)
 
 
@@ -75,6 +109,8 @@ __all__ = [
     "DEFAULT_REQUIREMENTS",
     "FORMATS",
     "REQUIREMENTS_COPY",
+    "SCHEMA_VERSION",
+    "Changes",
     "Outcome",
     "ReportInvalid",
     "Requirements",
@@ -83,10 +119,12 @@ __all__ = [
     "StatusReport",
     "TestResult",
     "build_report",
+    "collect",
     "default_requirements",
     "keep_requirements",
     "now_iso",
     "read_smoke_record",
     "regenerate",
+    "sources_sha256",
     "write_report",
 ]

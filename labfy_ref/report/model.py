@@ -3,6 +3,9 @@
 A requirement is ``CURRENT`` only when at least one test names it and every
 test naming it passed; ``TARGET`` when none names it; ``FAIL`` when one
 failed; ``NOT_RUN`` when none failed but some were skipped (with the reasons).
+An ID backed by a bench or mutation record measured on other sources than the
+tests ran on (a *stale* record, :mod:`labfy_ref.report.evidence`) is not
+``CURRENT`` either: it is ``NOT_RUN`` naming the record.
 """
 
 from __future__ import annotations
@@ -13,13 +16,27 @@ import json
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labfy_ref.errors import ReportInvalid
+from labfy_ref.report.evidence import (
+    BenchRecord,
+    BuildInfo,
+    Conformance,
+    MutationRecord,
+    build_of,
+    stale_backing,
+)
+from labfy_ref.report.validate import RESULTS_VERSIONS, check, load_json, version_of
+
+if TYPE_CHECKING:  # compare.py builds on this module; only the type is needed here
+    from labfy_ref.report.compare import Changes
 
 RESULTS_DIRNAME = "results"
-SMOKE_RECORD = "smoke-record.json"
 _ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
+_STAGE_CHARS = _ID_CHARS | frozenset("_")
+#: A failure's message as recorded: its first line, this long at most.
+MESSAGE_CHARS = 240
 
 
 class Outcome(enum.StrEnum):
@@ -75,6 +92,9 @@ class Requirements:
         for req_id in titles:
             if not set(req_id) <= _ID_CHARS:
                 raise ReportInvalid(f"{path}: malformed requirement id {req_id!r}")
+        for name in document.get("stages", {}):
+            if not name or not set(name) <= _STAGE_CHARS:
+                raise ReportInvalid(f"{path}: malformed stage name {name!r}")
         stages = tuple(
             Stage(
                 name=name,
@@ -98,34 +118,52 @@ class TestResult:
     reason: str | None = None
     duration: float = 0.0
     variant: str | None = None  # what it ran on (a browser), from the ``variant`` marker
+    message: str | None = None  # a failure's short message: the first line of its error
 
     def as_json(self) -> dict[str, Any]:
         """JSON form, as stored in a results file."""
         return {"nodeid": self.nodeid, "outcome": self.outcome.value, "reqs": list(self.reqs),
                 "reason": self.reason, "duration": round(self.duration, 4),
-                "variant": self.variant}
+                "variant": self.variant, "message": self.message}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TestResult:
-        """Read one entry of a results file."""
+        """Read one entry of a results file (already checked against its schema)."""
         return cls(nodeid=str(data["nodeid"]), outcome=Outcome(data["outcome"]),
                    reqs=tuple(data["reqs"]), reason=data.get("reason"),
-                   duration=float(data.get("duration", 0.0)), variant=data.get("variant"))
+                   duration=float(data.get("duration", 0.0)), variant=data.get("variant"),
+                   message=data.get("message"))
+
+
+def short_message(text: str) -> str:
+    """The first non-blank line of a failure's text, bounded (what a reader sees first)."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    flat = "".join(ch if ch.isprintable() else " " for ch in first)
+    return flat if len(flat) <= MESSAGE_CHARS else flat[: MESSAGE_CHARS - 1] + "…"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Run:
-    """One recorded pytest run (a results file)."""
+    """One recorded pytest run (a results file, ``results.schema.json``).
+
+    ``build`` and ``sources_sha256`` say what code the run tested (schema 1); a
+    results file written before them (schema 0) reads with both None.
+    """
 
     name: str
     generated_at: str
     tests: tuple[TestResult, ...]
+    build: Mapping[str, Any] | None = None  # labfy_ref.buildinfo.build_info() of the tested code
+    sources_sha256: str | None = None
 
     def write(self, results_dir: Path) -> Path:
         """Store the run atomically as ``results/<name>.json``."""
         target = results_dir / RESULTS_DIRNAME / f"{self.name}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
-        document = {"name": self.name, "generated_at": self.generated_at,
+        document = {"schema_version": RESULTS_VERSIONS[-1], "name": self.name,
+                    "generated_at": self.generated_at,
+                    "build": None if self.build is None else dict(self.build),
+                    "sources_sha256": self.sources_sha256,
                     "tests": [t.as_json() for t in self.tests]}
         tmp = target.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(document, indent=1), "utf-8")
@@ -133,32 +171,33 @@ class Run:
         return target
 
     @classmethod
+    def read(cls, path: Path) -> Run:
+        """One results file, checked against its schema (version 0 or 1)."""
+        source = f"results file {path.name}"
+        document = load_json(path, "results file")
+        version_of(document, source, RESULTS_VERSIONS)
+        check(document, "results", source)
+        return cls(name=document["name"], generated_at=document["generated_at"],
+                   tests=tuple(TestResult.from_json(t) for t in document["tests"]),
+                   build=document.get("build"), sources_sha256=document.get("sources_sha256"))
+
+    @classmethod
     def read_all(cls, results_dir: Path) -> list[Run]:
         """Every recorded run under ``results_dir``, oldest first."""
-        runs = []
-        for path in sorted((results_dir / RESULTS_DIRNAME).glob("*.json")):
-            try:
-                document = json.loads(path.read_text("utf-8"))
-                runs.append(cls(name=str(document["name"]),
-                                generated_at=str(document["generated_at"]),
-                                tests=tuple(TestResult.from_json(t) for t in document["tests"])))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise ReportInvalid(f"malformed results file {path.name}: {exc}") from exc
+        runs = [cls.read(path) for path in sorted((results_dir / RESULTS_DIRNAME).glob("*.json"))]
         return sorted(runs, key=lambda run: run.generated_at)
 
 
-def read_smoke_record(results_dir: Path) -> dict[str, Any] | None:
-    """The last real-model smoke record, if one was written."""
-    path = results_dir / SMOKE_RECORD
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ReportInvalid(f"malformed smoke record: {exc}") from exc
-    if not isinstance(record, dict) or "status" not in record:
-        raise ReportInvalid("smoke record has no status")
-    return record
+@dataclasses.dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed test of a line, with its short message."""
+
+    nodeid: str
+    message: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON form in status.json."""
+        return {"nodeid": self.nodeid, "message": self.message}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -171,11 +210,13 @@ class Line:
     tests: tuple[str, ...] = ()
     reason: str | None = None
     ran_on: tuple[str, ...] = ()  # a stage with variants: those that ran (firefox, chromium)
+    failures: tuple[Failure, ...] = ()  # the first failed tests, with their short messages
 
     def as_json(self) -> dict[str, Any]:
         """JSON form used in status.json."""
         return {"id": self.name, "title": self.title, "status": self.status.value,
-                "tests": list(self.tests), "reason": self.reason, "ran_on": list(self.ran_on)}
+                "tests": list(self.tests), "reason": self.reason, "ran_on": list(self.ran_on),
+                "failures": [failure.as_json() for failure in self.failures]}
 
     @property
     def shown_status(self) -> str:
@@ -205,12 +246,23 @@ def _fold(tests: list[TestResult], passed: Status, empty: Status, empty_reason: 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StatusReport:
-    """The whole report: stages, then every requirement."""
+    """The whole report: stages, then every requirement, then the evidence that exists.
+
+    Every evidence field is None (or empty) when its record is absent; a renderer
+    shows a panel only for what is there.
+    """
 
     generated_at: str
     runs: tuple[Run, ...]
     stages: tuple[Line, ...]
     requirements: tuple[Line, ...]
+    build: BuildInfo | None = None
+    smoke: Mapping[str, Any] | None = None  # smoke-record.json as written
+    bench: BenchRecord | None = None
+    screenshots: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    mutation: MutationRecord | None = None
+    conformance: Conformance | None = None
+    changes: Changes | None = None  # only with --compare
 
     def summary(self) -> dict[str, int]:
         """Count of requirements per status."""
@@ -229,7 +281,11 @@ def merge_runs(runs: Iterable[Run]) -> dict[str, TestResult]:
     return merged
 
 
-def _smoke_line(stage: Stage, record: dict[str, Any] | None) -> Line:
+def _failures(tests: Iterable[TestResult]) -> tuple[Failure, ...]:
+    return tuple(Failure(t.nodeid, t.message) for t in tests if t.outcome is Outcome.FAILED)[:5]
+
+
+def _smoke_line(stage: Stage, record: Mapping[str, Any] | None) -> Line:
     if record is None:
         return Line(stage.name, stage.title, Status.NOT_RUN,
                     reason="no smoke record (run `tox -e smoke` with a model file)")
@@ -246,7 +302,7 @@ def _smoke_line(stage: Stage, record: dict[str, Any] | None) -> Line:
                 reason="; ".join(part for part in detail if part)[:500])
 
 
-def _smoke_model(record: dict[str, Any]) -> str:
+def _smoke_model(record: Mapping[str, Any]) -> str:
     """Which model and server a smoke record ran, in one phrase (fields may be missing)."""
     def part(key: str) -> dict[str, Any]:
         value = record.get(key)
@@ -279,7 +335,8 @@ def _variant_stage(stage: Stage, members: list[TestResult]) -> Line:
         by_variant.setdefault(test.variant or "", []).append(test)
     status, reason = _fold(members, Status.PASS, Status.NOT_RUN, "no test ran in this stage")
     if status is Status.FAIL:
-        return Line(stage.name, stage.title, status, counted, reason)
+        return Line(stage.name, stage.title, status, counted, reason,
+                    failures=_failures(members))
     required = stage.required_variant or ""
     absent = {v: tests for v, tests in by_variant.items()
               if v not in {"", required} and all(t.outcome is Outcome.SKIPPED for t in tests)}
@@ -300,22 +357,34 @@ def _variant_stage(stage: Stage, members: list[TestResult]) -> Line:
                 tuple(ran))
 
 
-def build_report(requirements: Requirements, runs: list[Run], smoke: dict[str, Any] | None,
-                 generated_at: str) -> StatusReport:
-    """Fold recorded runs and the smoke record into the status of every ID and stage."""
+def current_sources(runs: list[Run]) -> str | None:
+    """The sources hash of the newest run that recorded one: what "current" means for records."""
+    return next((run.sources_sha256 for run in reversed(runs) if run.sources_sha256), None)
+
+
+def build_report(requirements: Requirements, runs: list[Run], smoke: Mapping[str, Any] | None,
+                 generated_at: str, *, bench: BenchRecord | None = None,
+                 mutation: MutationRecord | None = None,
+                 screenshots: Mapping[str, tuple[str, ...]] | None = None,
+                 conformance: Conformance | None = None) -> StatusReport:
+    """Fold recorded runs and the evidence records into the status of every ID and stage."""
     tests = merge_runs(runs)
     by_req: dict[str, list[TestResult]] = {req: [] for req in requirements.titles}
     for test in tests.values():
         for req in test.reqs:
             by_req.setdefault(req, []).append(test)
     required = frozenset(s.required_variant for s in requirements.stages if s.required_variant)
+    stale = stale_backing(bench, mutation)
     req_lines = []
     for req, named in by_req.items():
         present = [t for t in named if not _absent(t, required)]
         status, reason = (_fold(present, Status.CURRENT, Status.TARGET, "no test names it yet")
                           if present or not named else (Status.NOT_RUN, _reasons(named)))
+        if status is Status.CURRENT and req in stale:
+            status, reason = Status.NOT_RUN, stale[req]
         title = requirements.titles.get(req, "(not in requirements.toml)")
-        req_lines.append(Line(req, title, status, tuple(sorted(t.nodeid for t in named)), reason))
+        req_lines.append(Line(req, title, status, tuple(sorted(t.nodeid for t in named)), reason,
+                              failures=_failures(named)))
     stage_lines = []
     for stage in requirements.stages:
         if stage.record is not None:
@@ -327,5 +396,9 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: dict[str, A
             continue
         status, reason = _fold(members, Status.PASS, Status.NOT_RUN, "no test ran in this stage")
         stage_lines.append(Line(stage.name, stage.title, status, (f"{len(members)} tests",),
-                                reason))
-    return StatusReport(generated_at, tuple(runs), tuple(stage_lines), tuple(req_lines))
+                                reason, failures=_failures(members)))
+    return StatusReport(generated_at, tuple(runs), tuple(stage_lines), tuple(req_lines),
+                        build=build_of([(r.name, r.build) for r in runs], conformance),
+                        smoke=smoke, bench=bench,
+                        screenshots=dict(screenshots or {}), mutation=mutation,
+                        conformance=conformance)

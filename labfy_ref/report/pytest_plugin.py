@@ -3,9 +3,10 @@
 Load it with ``-p labfy_ref.report.pytest_plugin``. It registers the ``req``
 marker, records every test's outcome with the requirement IDs it names, and
 at session end (on the xdist controller only) writes
-``results/<run>.json``, ``junit.xml``, ``status.json``, ``STATUS.md`` and a
-copy of the ``requirements.toml`` it used into the report directory (so
-``labfy-ref report`` can rebuild the report from anywhere). Requirement IDs
+``results/<run>.json`` (with the build and the sources hash it tested, and each
+failure's short message), ``junit.xml``, ``status.json``, ``STATUS.md``,
+``status.html`` and a copy of the ``requirements.toml`` it used into the
+report directory (so ``labfy-ref report`` can rebuild the report from anywhere). Requirement IDs
 travel from xdist workers as ``user_properties``, which xdist serialises with
 each report.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from labfy_ref.buildinfo import build_info
 from labfy_ref.report import (
     DEFAULT_REPORT_DIR,
     DEFAULT_REQUIREMENTS,
@@ -27,7 +29,9 @@ from labfy_ref.report import (
     keep_requirements,
     now_iso,
     regenerate,
+    sources_sha256,
 )
+from labfy_ref.report.model import short_message
 
 _REQ = "req"
 _VARIANT = "variant"
@@ -71,6 +75,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _ids(item: pytest.Item) -> list[str]:
     return [str(arg) for mark in item.iter_markers(_REQ) for arg in mark.args]
+
+
+def _failure_message(report: pytest.TestReport) -> str | None:
+    """What a reader sees first of a failure: the crash line (``assert 1 == 2``), bounded."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = str(crash.message) if crash is not None else str(report.longrepr or "")
+    return short_message(text) or None
 
 
 def _skip_reason(report: pytest.TestReport) -> str | None:
@@ -130,17 +141,21 @@ class _Recorder:
         else:
             return
         variant = next((str(v) for k, v in report.user_properties if k == _VARIANT), None)
+        message = _failure_message(report) if outcome is Outcome.FAILED else None
         self.results[report.nodeid] = TestResult(report.nodeid, outcome, reqs,
-                                                 _skip_reason(report), report.duration, variant)
+                                                 _skip_reason(report), report.duration, variant,
+                                                 message)
 
     def pytest_sessionfinish(self) -> None:
         """Write this run's results and rebuild the report from every recorded run."""
         if _is_worker(self.config) or not self.results:
             return
         name = str(self.config.getoption("--run-name"))
-        Run(name, now_iso(), tuple(self.results.values())).write(self.report_dir)
+        Run(name, now_iso(), tuple(self.results.values()), build_info(),
+            sources_sha256()).write(self.report_dir)
         keep_requirements(self.requirements_path, self.report_dir)
-        report, _ = regenerate(self.report_dir, self.requirements_path)
+        # html too, so the folder a pipeline publishes is complete after any run
+        report, _ = regenerate(self.report_dir, self.requirements_path, ("md", "json", "html"))
         self.summary = report.summary()
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:

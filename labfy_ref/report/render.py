@@ -8,20 +8,35 @@ from pathlib import Path
 from typing import Any
 
 from labfy_ref.report.model import Line, StatusReport
+from labfy_ref.report.validate import SCHEMA_VERSION
 
 FORMATS = {"md": "STATUS.md", "json": "status.json", "html": "status.html"}
 
 
 def to_json(report: StatusReport) -> dict[str, Any]:
-    """The status.json document."""
-    return {
+    """The status.json document (``schemas/status.schema.json``); evidence keys only if present."""
+    document: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
         "generated_at": report.generated_at,
         "summary": report.summary(),
-        "runs": [{"name": r.name, "generated_at": r.generated_at, "tests": len(r.tests)}
+        "runs": [{"name": r.name, "generated_at": r.generated_at, "tests": len(r.tests),
+                  "commit": (r.build or {}).get("commit"), "sources_sha256": r.sources_sha256}
                  for r in report.runs],
         "stages": [line.as_json() for line in report.stages],
         "requirements": [line.as_json() for line in report.requirements],
     }
+    if report.build is not None:
+        document["build"] = report.build.as_json()
+    if report.smoke is not None:
+        document["smoke"] = dict(report.smoke)
+    for key, record in (("bench", report.bench), ("mutation", report.mutation),
+                        ("conformance", report.conformance), ("changes", report.changes)):
+        if record is not None:
+            document[key] = record.as_json()
+    if report.screenshots:
+        document["screenshots"] = {browser: list(paths)
+                                   for browser, paths in report.screenshots.items()}
+    return document
 
 
 def _md_cell(text: str) -> str:
@@ -45,6 +60,68 @@ def _md_row(line: Line, *, tests: bool) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _md_build(report: StatusReport) -> list[str]:
+    build = report.build
+    if build is None:
+        return []
+    where = {"run": "tested by " + ", ".join(f"`{name}`" for name in build.runs),
+             "target": "the conformance target's GET /api/version",
+             "report": "the code that wrote this report (the runs recorded no build)"}
+    return [f"Build: {build.name} {build.version}, commit {build.commit or 'unknown'}, "
+            f"SPEC {build.spec or 'unknown'} ({where[build.source]}).", ""]
+
+
+def _md_changes(report: StatusReport) -> list[str]:
+    changes = report.changes
+    if changes is None:
+        return []
+    out = [f"## Changed since {changes.since}", "",
+           f"Compared with `{_md_cell(changes.source)}`"
+           f" (schema version {changes.old_schema_version}).", ""]
+    if not changes.items:
+        return [*out, "Nothing changed.", ""]
+    out += ["| Kind | ID | Was | Now | Regression |", "|---|---|---|---|---|"]
+    out += [f"| {c.kind} | {c.id} | {c.old or '(absent)'} | {c.new or '(absent)'} | "
+            f"{'yes' if c.regression else ''} |" for c in changes.items]
+    return [*out, ""]
+
+
+def _sources(freshness: str, sha: str | None) -> str:
+    shown = f"`{sha[:12]}…`" if sha else "not recorded"
+    mark = {"stale": "STALE (measured other sources than these tests ran on)",
+            "unknown": "unknown"}.get(freshness, "current")
+    return f"sources {shown}: {mark}"
+
+
+def _md_evidence(report: StatusReport) -> list[str]:
+    out = []
+    if report.bench is not None:
+        bench = report.bench.as_json()
+        missed = [row.figure for row in report.bench.rows if row.met is False]
+        out.append(f"- Bench ({bench['at']}{', quick' if bench['quick'] else ''}): "
+                   f"{bench['goals']['met']} of {bench['goals']['total']} goals met"
+                   + (f" (missed: {_md_cell('; '.join(missed))})" if missed else "")
+                   + f"; {_sources(bench['sources'], bench['sources_sha256'])}.")
+    if report.mutation is not None:
+        mutation = report.mutation
+        killed = sum(s.killed for s in mutation.modules)
+        total = sum(s.total for s in mutation.modules)
+        unjustified = sum(s.justification is None for s in mutation.survivors)
+        out.append(f"- Mutation ({mutation.at}): {killed} of {total} mutants killed in "
+                   f"{len(mutation.modules)} modules, {len(mutation.survivors)} surviving "
+                   f"({unjustified} not justified); "
+                   f"{_sources(mutation.freshness.value, mutation.sources_sha256)}.")
+    if report.screenshots:
+        out.append("- Screenshots: " + ", ".join(
+            f"{browser} {len(paths)}" for browser, paths in report.screenshots.items())
+            + " (under `screens/`).")
+    if report.conformance is not None:
+        target = report.conformance
+        out.append(f"- Conformance target: {_md_cell(target.target_url)} answered "
+                   f"`{_md_cell(json.dumps(dict(target.version), sort_keys=True))}`.")
+    return ["## Evidence", "", *out, ""] if out else []
+
+
 def to_markdown(report: StatusReport) -> str:
     """The STATUS.md document."""
     summary = ", ".join(f"{status} {count}" for status, count in report.summary().items())
@@ -56,8 +133,10 @@ def to_markdown(report: StatusReport) -> str:
            or "no recorded run")
         + ".",
         "",
+        *_md_build(report),
         f"Requirements: {summary}.",
         "",
+        *_md_changes(report),
         "## Stages",
         "",
         "| Stage | Status | Title | Detail |",
@@ -70,6 +149,7 @@ def to_markdown(report: StatusReport) -> str:
         "|---|---|---|---|---|",
         *(_md_row(line, tests=True) for line in report.requirements),
         "",
+        *_md_evidence(report),
     ]
     return "\n".join(out)
 

@@ -1,0 +1,145 @@
+"""What changed since an earlier status.json, and the gate a pipeline sets on it (QR-05).
+
+``labfy-ref report --compare OLD --fail-on regression,fail,not-run``: a
+*regression* is a requirement that was ``CURRENT`` and is not any more, or a
+stage that passed (``PASS`` or ``PASS_LOCAL_SPECIMEN``) and does not now. An ID
+or stage that disappeared counts as not passing: deleting a requirement must not
+open a gate silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from labfy_ref.errors import ConfigRefused
+from labfy_ref.report.model import Line, Status, StatusReport
+from labfy_ref.report.validate import read_status
+
+#: The statuses a stage passes with.
+PASSING = frozenset({Status.PASS.value, Status.PASS_LOCAL_SPECIMEN.value})
+#: What ``--fail-on`` accepts.
+GATES = ("regression", "fail", "not-run")
+REQUIREMENT, STAGE = "requirement", "stage"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Change:
+    """One requirement or stage whose shown status differs from the old report's.
+
+    ``old`` is None for a line the old report lacked, ``new`` for one it had and
+    this one lacks.
+    """
+
+    kind: str  # "requirement" or "stage"
+    id: str
+    old: str | None
+    new: str | None
+    regression: bool
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON form in status.json."""
+        return {"kind": self.kind, "id": self.id, "old": self.old, "new": self.new,
+                "regression": self.regression}
+
+    def describe(self) -> str:
+        """One line: ``changed: requirement AA-02 CURRENT -> FAIL (regression)``."""
+        mark = " (regression)" if self.regression else ""
+        return (f"changed: {self.kind} {self.id} {self.old or '(absent)'} -> "
+                f"{self.new or '(absent)'}{mark}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Changes:
+    """The comparison with an earlier report: which one, and every line that changed."""
+
+    since: str  # the old report's generated_at
+    source: str  # the old status.json as given on the command line
+    old_schema_version: int
+    items: tuple[Change, ...]
+
+    @property
+    def regressions(self) -> tuple[Change, ...]:
+        """The changes that are regressions."""
+        return tuple(change for change in self.items if change.regression)
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON form in status.json."""
+        return {"since": self.since, "source": self.source,
+                "old_schema_version": self.old_schema_version,
+                "items": [change.as_json() for change in self.items]}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OldReport:
+    """An earlier status.json, read and validated: shown status of every line by kind."""
+
+    since: str
+    source: str
+    version: int
+    shown: Mapping[str, Mapping[str, tuple[str, str]]]  # kind -> id -> (status, shown)
+
+    @classmethod
+    def read(cls, path: Path) -> OldReport:
+        """Read any status.json version this labfy-ref knows; REPORT_INVALID otherwise."""
+        version, document = read_status(path)
+
+        def lines(key: str) -> dict[str, tuple[str, str]]:
+            return {line["id"]: (line["status"], _shown(line["status"], line.get("ran_on", ())))
+                    for line in document[key]}
+
+        return cls(since=document["generated_at"], source=str(path), version=version,
+                   shown={REQUIREMENT: lines("requirements"), STAGE: lines("stages")})
+
+
+def _shown(status: str, ran_on: Iterable[str]) -> str:
+    ran = list(ran_on)
+    return status + (f" ({', '.join(ran)})" if ran else "")
+
+
+def _regression(kind: str, old: str | None, new: str | None) -> bool:
+    if kind == REQUIREMENT:
+        return old == Status.CURRENT.value and new != Status.CURRENT.value
+    return old in PASSING and new not in PASSING
+
+
+def compare(old: OldReport, requirements: Sequence[Line], stages: Sequence[Line]) -> Changes:
+    """Every line whose shown status changed since ``old``, stages first, in report order."""
+    items: list[Change] = []
+    for kind, lines in ((STAGE, stages), (REQUIREMENT, requirements)):
+        before = old.shown[kind]
+        for line in lines:
+            was = before.get(line.name)
+            if was is None or was[1] != line.shown_status:
+                items.append(Change(kind, line.name, was[1] if was else None, line.shown_status,
+                                    _regression(kind, was[0] if was else None,
+                                                line.status.value)))
+        now = {line.name for line in lines}
+        items.extend(Change(kind, name, shown, None, _regression(kind, status, None))
+                     for name, (status, shown) in before.items() if name not in now)
+    return Changes(old.since, old.source, old.version, tuple(items))
+
+
+def parse_gates(text: str) -> frozenset[str]:
+    """``--fail-on``'s comma list; CONFIG_INVALID for an unknown word or an empty list."""
+    chosen = frozenset(part.strip() for part in text.split(",") if part.strip())
+    unknown = sorted(chosen - set(GATES))
+    if not chosen or unknown:
+        raise ConfigRefused(f"--fail-on takes a comma list of {', '.join(GATES)}"
+                            + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+    return chosen
+
+
+def tripped(report: StatusReport, gates: frozenset[str]) -> list[str]:
+    """What each chosen gate found, one phrase each; empty when the report passes them all."""
+    lines = (*report.stages, *report.requirements)
+    found = []
+    if "regression" in gates and report.changes is not None and report.changes.regressions:
+        found.append("regression: " + ", ".join(c.id for c in report.changes.regressions))
+    for gate, status in (("fail", Status.FAIL), ("not-run", Status.NOT_RUN)):
+        named = [line.name for line in lines if line.status is status]
+        if gate in gates and named:
+            found.append(f"{gate}: " + ", ".join(named))
+    return found

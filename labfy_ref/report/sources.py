@@ -1,0 +1,38 @@
+"""One fingerprint of the product sources a record was measured on (QR-05).
+
+The test runs, the bench and the mutation run each record the hash of the
+``labfy_ref`` sources they exercised; the report marks a bench or mutation
+record *stale* when its hash differs from the newest test run's. Everything
+that records such a hash calls :func:`sources_sha256`, so the hashes compare.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import labfy_ref
+
+#: The package whose sources are hashed: the code actually imported.
+PRODUCT_DIR = Path(labfy_ref.__file__).resolve().parent
+
+
+def sources_sha256(package_dir: Path = PRODUCT_DIR) -> str | None:
+    """SHA-256 over ``package_dir/**/*.py``: each file's relative POSIX path and bytes, sorted.
+
+    Paths are part of the digest, so a renamed module changes it; length prefixes
+    keep one file's bytes from reading as the next one's name. Byte caches and
+    other files do not count. None when the directory holds no Python source
+    (an install without sources): the caller says "unknown", never "stale".
+    """
+    files = sorted((path.relative_to(package_dir).as_posix(), path)
+                   for path in package_dir.rglob("*.py") if path.is_file())
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for name, path in files:
+        data = path.read_bytes()
+        encoded = name.encode("utf-8", "surrogateescape")
+        digest.update(len(encoded).to_bytes(8, "big") + encoded)
+        digest.update(len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()
