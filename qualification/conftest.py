@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from fake_provider import FakeProvider, Scenario
+from labfy_ref.host import default_composition
 from labfy_ref.model import ClientLimits, LocalModelClient, parse_endpoint
 from labfy_ref.workspace import init_workspace
 from qualification.harness import ApiClient, LiveServer
@@ -69,6 +71,15 @@ def specimen(tmp_path: Path) -> Path:
     """A fresh SPECIMEN workspace directory."""
     path = tmp_path / "specimen"
     init_workspace(path, specimen=True)
+    return path
+
+
+def composition_without(tmp_path: Path, row: str) -> Path:
+    """The default composition minus ``row``, written to ``tmp_path`` (a bridge that fails)."""
+    path = tmp_path / "composition.yaml"
+    rows = default_composition().without(row).rows
+    path.write_text(json.dumps({"rows": [{"id": r.id, "plugin": r.plugin, "config": r.config}
+                                         for r in rows]}))  # JSON is YAML
     return path
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,9 @@ from labfy_ref.bridge.llm import DemoProvider
 from labfy_ref.bridge.loop import AgentLoop
 from labfy_ref.errors import RuntimeRefused, SessionInvalid, WorkspaceError
 from labfy_ref.gateway import AgentGateway
-from labfy_ref.host import Scope, default_composition
+from labfy_ref.host import Scope
 from labfy_ref.workspace import open_workspace
-from qualification.conftest import ProviderFactory, ServerFactory, local_agent
+from qualification.conftest import ProviderFactory, ServerFactory, composition_without, local_agent
 from qualification.harness import TurnReader, wait_until
 
 CONTRACT = {"status", "model_configuration", "list_sessions", "get_session", "create_session",
@@ -39,19 +38,11 @@ def test_the_contract_is_a_protocol_with_exactly_the_api_shapes() -> None:
         assert word not in source, f"the contract mentions {word}"
 
 
-def _composition_without(tmp_path: Path, row: str) -> Path:
-    path = tmp_path / "composition.yaml"
-    rows = default_composition().without(row).rows
-    path.write_text(json.dumps({"rows": [{"id": r.id, "plugin": r.plugin, "config": r.config}
-                                         for r in rows]}))  # JSON is YAML
-    return path
-
-
 @pytest.mark.req("HO-03", "HO-04", "HO-06")
 def test_removing_system_prompt_shows_the_silent_engine_diagnosis(
         specimen: Path, tmp_path: Path, server_factory: ServerFactory) -> None:
     server = server_factory(specimen, bridge=True,
-                            composition=str(_composition_without(tmp_path, "system_prompt")))
+                            composition=str(composition_without(tmp_path, "system_prompt")))
     client = server.client()
     health = client.http.get("/api/cordis/health").json()
     assert health["state"] == "failed"

@@ -17,7 +17,6 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from fake_provider import Answer, Scenario
-from labfy_ref.host import default_composition
 from qualification.browser.engine_page import (
     call_card,
     copied,
@@ -30,20 +29,12 @@ from qualification.browser.engine_page import (
     turn_over,
 )
 from qualification.browser.page import Page
-from qualification.conftest import ProviderFactory, ServerFactory, local_agent
+from qualification.conftest import ProviderFactory, ServerFactory, composition_without, local_agent
 from qualification.harness import LAUNCH_CODE, LiveServer, TurnReader
 
 _NO_STYLE = "return document.querySelectorAll('body [style]').length"
 _ACTIVE = ("img, svg, iframe, frame, style, script, object, embed, form, input, link, meta, "
            "video, audio, math")
-
-
-def _composition_without(tmp_path: Path, row: str) -> Path:
-    path = tmp_path / "composition.yaml"
-    rows = default_composition().without(row).rows
-    path.write_text(json.dumps({"rows": [{"id": r.id, "plugin": r.plugin, "config": r.config}
-                                         for r in rows]}))  # JSON is YAML
-    return path
 
 
 # -- the bridge's state -----------------------------------------------------------------------
@@ -67,7 +58,7 @@ def test_a_bridge_that_is_off_or_failed_is_explained_instead_of_an_empty_list(
     page.at_widths("engine page: bridge disabled")
 
     failed = server_factory(specimen, bridge=True,
-                            composition=str(_composition_without(tmp_path, "system_prompt")))
+                            composition=str(composition_without(tmp_path, "system_prompt")))
     page.base_url = failed.url
     page.open("/cordis")
     page.login(LAUNCH_CODE)
