@@ -31,7 +31,14 @@ from labfy_ref.config import (
     resolve,
     supervised_model,
 )
-from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError, bounded
+from labfy_ref.errors import (
+    ConfigRefused,
+    ErrorCode,
+    LabfyError,
+    ReportInvalid,
+    WorkspaceError,
+    bounded,
+)
 from labfy_ref.model.gguf import verify_gguf
 from labfy_ref.model.governor import format_bytes
 from labfy_ref.report import (
@@ -42,6 +49,7 @@ from labfy_ref.report import (
     default_requirements,
     regenerate,
 )
+from labfy_ref.report.compare import GATES, parse_gates, tripped
 
 EXIT_OK, EXIT_FAILURE, EXIT_REFUSED = 0, 1, 2
 DESCRIPTION = ("A secure local-model agent runtime and engine bridge: serve a workspace to "
@@ -209,15 +217,29 @@ def _formats(text: str) -> tuple[str, ...]:
 
 def _report(args: argparse.Namespace) -> int:
     formats = _formats(args.format)
+    gates = parse_gates(args.fail_on) if args.fail_on is not None else frozenset()
+    compare_with = Path(args.compare) if args.compare is not None else None
+    if "regression" in gates and compare_with is None:
+        raise ConfigRefused("--fail-on regression needs --compare OLD_STATUS_JSON")
     results = Path(args.results)
     requirements = (Path(args.requirements) if args.requirements is not None
                     else default_requirements(results))
-    report, written = regenerate(results, requirements, formats)
+    report, written = regenerate(results, requirements, formats, compare_with)
     counts = ", ".join(f"{status} {count}" for status, count in report.summary().items())
     for path in written:
         print(path)
     print(f"requirements: {counts}")
-    return EXIT_OK
+    if report.changes is not None:
+        print(f"changed since {report.changes.since}: {len(report.changes.items)}")
+        for change in report.changes.items:
+            print(change.describe())
+    if not gates:
+        return EXIT_OK
+    # the report is written either way: a pipeline publishes it, then the gate decides
+    found = tripped(report, gates)
+    print(f"gate --fail-on {','.join(sorted(gates))}: "
+          + ("FAILED: " + "; ".join(found) if found else "passed"))
+    return EXIT_FAILURE if found else EXIT_OK
 
 
 def _add_workspace_commands(commands: argparse._SubParsersAction[_Parser],
@@ -305,7 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report", parents=[debug], help="rebuild the status report from recorded results",
         description="Rebuild the qualification status report from the results a test run "
-                    "recorded, without re-running anything.")
+                    "recorded, without re-running anything; with --compare, list what changed "
+                    "since an earlier status.json; with --fail-on, exit 1 when the report shows "
+                    "what it names (the report is written first). A malformed or unknown-version "
+                    "input is REPORT_INVALID, exit 2.")
     report.add_argument("--results", default=str(DEFAULT_REPORT_DIR), metavar="DIR",
                         help="the report directory a run wrote; default: %(default)s")
     report.add_argument("--requirements", default=None, metavar="FILE",
@@ -313,6 +338,14 @@ def build_parser() -> argparse.ArgumentParser:
                              f"the run kept), else ./{DEFAULT_REQUIREMENTS}")
     report.add_argument("--format", default="md,json", metavar=",".join(FORMATS),
                         help="comma list of formats to write; default: %(default)s")
+    report.add_argument("--compare", metavar="OLD_STATUS_JSON",
+                        help="an earlier status.json (any version): the report gains a "
+                             "'Changed since' section and one line per change is printed; default: "
+                             "none")
+    report.add_argument("--fail-on", metavar=",".join(GATES),
+                        help="exit 1 (after writing the report) on a regression (a CURRENT ID "
+                             "or a passing stage that no longer is; needs --compare), any FAIL, "
+                             "or any NOT_RUN; default: never")
     report.set_defaults(handler=_report)
     return parser
 
@@ -323,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
-    except (ConfigRefused, WorkspaceError) as exc:
+    except (ConfigRefused, WorkspaceError, ReportInvalid) as exc:
         sys.stderr.write(f"{exc}\n")
         return EXIT_REFUSED
     except LabfyError as exc:

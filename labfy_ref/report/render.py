@@ -66,7 +66,7 @@ def _md_build(report: StatusReport) -> list[str]:
         return []
     where = {"run": "tested by " + ", ".join(f"`{name}`" for name in build.runs),
              "target": "the conformance target's GET /api/version",
-             "report": "the code that wrote this report (the runs recorded no build)"}
+             "report": "no run recorded its build: this is the code that wrote the report"}
     return [f"Build: {build.name} {build.version}, commit {build.commit or 'unknown'}, "
             f"SPEC {build.spec or 'unknown'} ({where[build.source]}).", ""]
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from labfy_ref.buildinfo import build_info
+from labfy_ref.report.sources import sources_sha256
 from qualification.bench import gguf, listing, memory, micro, relay, repeat, rounds, streams
 from qualification.bench.procs import (
     fake_provider,
@@ -132,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         "schema": "labfy.bench.v1",
         "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "quick": args.quick, "seconds": {"total": total, **seconds},
+        # the status report marks the figures stale once the tested sources differ (QR-05)
+        "sources_sha256": sources_sha256(),
         "machine": machine(),
         "goals": {"total": len(goals), "met": sum(bool(row.met) for row in goals),
                   "missed": [row.figure for row in goals if not row.met]},

@@ -81,10 +81,11 @@ def test_refusals_are_one_line_with_the_code_and_exit_2(args: list[str], code: s
 
 
 @pytest.mark.req("CLI-01", "QR-02")
-def test_a_runtime_failure_exits_1_with_one_line(tmp_path: os.PathLike[str]) -> None:
+def test_an_unreadable_report_input_is_refused_with_one_line(
+        tmp_path: os.PathLike[str]) -> None:
     done = _run("report", "--results", str(tmp_path), "--requirements",
                 os.path.join(tmp_path, "missing.toml"))
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert done.stderr.startswith("REPORT_INVALID: ") and "Traceback" not in done.stderr
 
 
@@ -275,7 +276,7 @@ def test_report_rebuilds_from_any_directory_with_the_requirements_the_run_kept(
 @pytest.mark.req("QR-02", "CLI-01")
 def test_report_without_a_requirements_file_is_one_clean_line(tmp_path: Path) -> None:
     done = _run("report", "--results", str(tmp_path / "results"), cwd=tmp_path)
-    assert done.returncode == 1
+    assert done.returncode == 2
     _one_line(done, "REPORT_INVALID: no requirements file: ")
     assert "--requirements" in done.stderr
 

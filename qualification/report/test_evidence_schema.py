@@ -1,0 +1,286 @@
+"""QR-05, QR-02: status.json's published schema, the evidence records, stale figures, version 0.
+
+Every status.json written here is validated against ``schemas/status.schema.json``
+(package data). The bench record is the real bench's output; the mutation and
+conformance records are fixtures in the formats their schemas publish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from labfy_ref.buildinfo import build_info
+from labfy_ref.report import collect, regenerate
+from labfy_ref.report.sources import sources_sha256
+from labfy_ref.report.validate import schema
+from qualification.conftest import REPO
+from qualification.report.projects import (
+    BROKEN,
+    REQUIREMENTS,
+    cli,
+    make_project,
+    run_project,
+    statuses,
+    valid_status,
+)
+
+OTHER_SOURCES = "0" * 64
+
+
+def _mutation(sources: str | None, reqs: list[str]) -> dict[str, Any]:
+    return {"schema": "labfy.mutation.v1", "at": "2026-01-02T03:04:05+00:00",
+            "sources_sha256": sources, "reqs": reqs,
+            "modules": [{"name": "labfy_ref/server/security.py", "killed": 41, "total": 43}],
+            "requirements": [{"name": "SV-04", "killed": 30, "total": 31},
+                             {"name": "AA-02", "killed": 11, "total": 12}],
+            "survivors": [{"module": "labfy_ref/server/security.py", "location": "security.py:88",
+                           "mutation": "< -> <=", "reqs": ["SV-04"],
+                           "justification": "equivalent: the bound is checked again below"},
+                          {"module": "labfy_ref/server/security.py", "location": "security.py:97",
+                           "mutation": "'x' -> ''", "reqs": ["AA-02"], "justification": None}]}
+
+
+CONFORMANCE = {"target_url": "http://127.0.0.1:9123", "at": "2026-01-02T03:04:05+00:00",
+               "version": {"name": "other-impl", "version": "2.0.0", "commit": None,
+                           "spec": "sha256:1c7248d1a2ef6853"}}
+
+
+def _bench(report: Path) -> dict[str, Any]:
+    """Run the real bench's quickest section into the report directory; return bench.json."""
+    done = subprocess.run([sys.executable, "-m", "qualification.bench", "--quick", "--only",
+                           "micro", "--out", str(report / "bench.json")], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    document: dict[str, Any] = json.loads((report / "bench.json").read_text())
+    return document
+
+
+@pytest.mark.req("QR-05", "QR-02")
+def test_a_report_with_every_record_validates_and_shows_each_one(
+        pytester: pytest.Pytester) -> None:
+    report = make_project(pytester)
+    run_project(pytester).assert_outcomes(passed=4)
+    bench = _bench(report)
+    assert bench["sources_sha256"] == sources_sha256()
+    (report / "mutation.json").write_text(json.dumps(_mutation(sources_sha256(), ["AA-02"])))
+    (report / "conformance.json").write_text(json.dumps(CONFORMANCE))
+    (report / "smoke-record.json").write_text(json.dumps(
+        {"status": "PASS_LOCAL_SPECIMEN", "reached": "final",
+         "timings_ms": {"rounds": [120.5, 80.25]}, "tokens": {"cached_share_after_round_1": 0.8}}))
+    for browser in ("firefox", "chromium"):
+        (report / "screens" / browser).mkdir(parents=True)
+        (report / "screens" / browser / "login.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (report / "screens" / "firefox" / "notes.txt").write_text("not a screenshot")
+    (report / "screens" / "firefox" / "linked.png").symlink_to(report / "bench.json")
+
+    done = cli("report", "--results", str(report), "--format", "md,json,html")
+
+    assert done.returncode == 0, done.stderr
+    document = valid_status(report / "status.json")
+    assert document["bench"]["sources"] == "current" and document["bench"]["stale"] is False
+    assert len(document["bench"]["rows"]) == len(bench["rows"])
+    assert document["bench"]["goals"] == {"total": bench["goals"]["total"],
+                                          "met": bench["goals"]["met"]}
+    assert document["mutation"]["sources"] == "current"
+    assert document["mutation"]["survivors"][1]["justification"] is None
+    assert document["screenshots"] == {"chromium": ["screens/chromium/login.png"],
+                                       "firefox": ["screens/firefox/login.png"]}
+    assert document["smoke"]["timings_ms"]["rounds"] == [120.5, 80.25]
+    assert document["conformance"] == CONFORMANCE
+    # the build a conformance report is about is the target's own answer
+    assert document["build"] == {"name": "other-impl", "version": "2.0.0", "commit": None,
+                                 "spec": "sha256:1c7248d1a2ef6853", "source": "target",
+                                 "runs": ["qualify"]}
+    assert statuses(document)["AA-02"] == "CURRENT"
+    markdown = (report / "STATUS.md").read_text()
+    assert "- Mutation (2026-01-02T03:04:05+00:00): 41 of 43 mutants killed in 1 modules, " \
+           "2 surviving (1 not justified)" in markdown
+    assert "- Screenshots: chromium 1, firefox 1 (under `screens/`)." in markdown
+    assert "- Conformance target: http://127.0.0.1:9123 answered" in markdown
+
+
+@pytest.mark.req("QR-05")
+@pytest.mark.parametrize(("sources", "freshness", "aa02"), [
+    ("tested", "current", "CURRENT"),
+    ("other", "stale", "NOT_RUN"),
+    (None, "unknown", "CURRENT"),
+])
+def test_an_id_backed_by_a_stale_record_is_not_current(
+        pytester: pytest.Pytester, sources: str | None, freshness: str, aa02: str) -> None:
+    report = make_project(pytester)
+    run_project(pytester).assert_outcomes(passed=4)
+    measured = {"tested": sources_sha256(), "other": OTHER_SOURCES, None: None}[sources]
+    for record in ("bench", "mutation"):
+        if record == "bench":
+            document: dict[str, Any] = {
+                "at": "2026-01-02T03:04:05+00:00", "quick": True, "reqs": ["AA-02"],
+                "rows": [{"section": "micro", "figure": "parse", "ours": 1.0, "baseline": 2.0,
+                          "unit": "µs", "ratio": 0.5, "goal": {"op": "<=", "bound": 1,
+                                                              "text": "≤ 1"}, "met": True}]}
+            if measured is not None:
+                document["sources_sha256"] = measured
+        else:
+            document = _mutation(measured, ["AA-02"])
+        (report / f"{record}.json").write_text(json.dumps(document))
+        regenerate(report, pytester.path / "requirements.toml", ("md", "json"))
+        status = valid_status(report / "status.json")
+        assert status[record]["sources"] == freshness
+        assert status[record]["stale"] is (freshness == "stale")
+        line = next(line for line in status["requirements"] if line["id"] == "AA-02")
+        assert line["status"] == aa02
+        if aa02 == "NOT_RUN":
+            assert line["reason"].startswith(f"its {record} record (2026-01-02T03:04:05+00:00) "
+                                             "measured other sources than these tests ran on")
+            assert "STALE" in (report / "STATUS.md").read_text()
+        assert statuses(status)["AA-01"] == "CURRENT"  # an ID no record backs is untouched
+        (report / f"{record}.json").unlink()
+
+
+@pytest.mark.req("QR-05", "QR-02")
+def test_results_and_reports_of_version_zero_are_read(tmp_path: Path) -> None:
+    report = tmp_path / "report"
+    (report / "results").mkdir(parents=True)
+    # a results file as every plugin before schema 1 wrote it (no schema_version, no build)
+    (report / "results" / "qualify.json").write_text(json.dumps({
+        "name": "qualify", "generated_at": "2025-11-30T16:11:00+00:00",
+        "tests": [{"nodeid": "test_main.py::test_one", "outcome": "passed", "reqs": ["AA-01"],
+                   "reason": None, "duration": 0.01},
+                  {"nodeid": "test_main.py::test_two", "outcome": "failed", "reqs": ["AA-02"],
+                   "reason": None, "duration": 0.02, "variant": None}]}))
+    (report / "bench.json").write_text(json.dumps({
+        "schema": "labfy.bench.v1", "at": "2025-11-30T13:36:00+00:00", "quick": True,
+        "rows": [], "goals": {"total": 0, "met": 0, "missed": []}}))
+    (tmp_path / "requirements.toml").write_text(REQUIREMENTS)
+
+    built, _ = regenerate(report, tmp_path / "requirements.toml", ("md", "json"))
+
+    document = valid_status(report / "status.json")
+    assert statuses(document) == {"AA-01": "CURRENT", "AA-02": "FAIL", "AA-03": "TARGET",
+                                  "SECURITY_SUITES": "NOT_RUN"}
+    # no run recorded its build or sources: the build is the report writer's, freshness unknown
+    info = build_info()
+    assert document["build"] == {**{k: info[k] for k in ("name", "version", "commit", "spec")},
+                                 "source": "report", "runs": []}
+    assert document["bench"]["sources"] == "unknown"
+    assert document["requirements"][1]["failures"] == [
+        {"nodeid": "test_main.py::test_two", "message": None}]
+    assert f"Build: labfy-ref {info['version']}, commit {info['commit'] or 'unknown'}, SPEC " \
+        f"{info['spec']} (no run recorded its build: this is the code that wrote the report)." \
+        in (report / "STATUS.md").read_text()
+    assert built.build is not None and built.build.source == "report"
+
+
+@pytest.mark.req("QR-05")
+@pytest.mark.parametrize(("name", "content", "fragment"), [
+    ("results/qualify.json", b'{"schema_version": 7, "name": "q"}',
+     "REPORT_INVALID: results file qualify.json: unknown schema_version 7"),
+    ("results/qualify.json", b'{"name": "q", "generated_at": "x", "tests": [{"nodeid": "t", '
+     b'"outcome": "exploded", "reqs": []}]}',
+     "REPORT_INVALID: malformed results file qualify.json: at $.tests[0].outcome"),
+    ("results/qualify.json", b'{"name": "q", "gen',
+     "REPORT_INVALID: malformed results file "),
+    ("bench.json", b'{"at": "x", "rows": [{"figure": "f"}]}',
+     "REPORT_INVALID: malformed bench record "),
+    ("mutation.json", b'{"at": "x"}', "REPORT_INVALID: malformed mutation record "),
+    ("conformance.json", b'{"target_url": "file:///etc/passwd", "at": "x", "version": {}}',
+     "REPORT_INVALID: malformed conformance record "),
+    ("smoke-record.json", b"[1]", "REPORT_INVALID: smoke record "),
+])
+def test_a_malformed_record_is_one_line_and_exit_2(
+        tmp_path: Path, name: str, content: bytes, fragment: str) -> None:
+    report = tmp_path / "report"
+    (report / "results").mkdir(parents=True)
+    (report / name).write_bytes(content)
+    (tmp_path / "requirements.toml").write_text(REQUIREMENTS)
+    done = cli("report", "--results", str(report), "--requirements",
+               str(tmp_path / "requirements.toml"))
+    assert done.returncode == 2
+    assert done.stderr.startswith(fragment), done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert not (report / "status.json").exists()
+
+
+@pytest.mark.req("QR-05", "QR-01")
+def test_the_plugin_writes_a_complete_valid_report_against_the_real_requirements(
+        pytester: pytest.Pytester) -> None:
+    shutil.copyfile(REPO / "qualification" / "requirements.toml",
+                    pytester.path / "requirements.toml")
+    pytester.makepyfile(test_real="""
+import pytest
+
+@pytest.mark.req("QR-05")
+def test_reads_well(): pass
+
+@pytest.mark.req("QR-04")
+def test_has_teeth(): assert 1 == 2
+""")
+    result = run_project(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    report = pytester.path / "qualification-report"
+    document = valid_status(report / "status.json")
+    assert (report / "status.html").is_file() and (report / "STATUS.md").is_file()
+    assert (report / "junit.xml").is_file()
+    run = json.loads((report / "results" / "qualify.json").read_text())
+    jsonschema.Draft202012Validator(schema("results")).validate(run)
+    assert run["schema_version"] == 1
+    assert run["build"] == build_info() and run["sources_sha256"] == sources_sha256()
+    assert document["build"]["source"] == "run" and document["build"]["runs"] == ["qualify"]
+    assert document["runs"][0]["sources_sha256"] == sources_sha256()
+    failure = next(line for line in document["requirements"] if line["id"] == "QR-04")
+    assert failure["failures"][0]["message"] == "assert 1 == 2"
+
+
+@pytest.mark.req("QR-05")
+def test_every_schema_is_package_data_and_a_valid_schema() -> None:
+    folder = resources.files("labfy_ref.report").joinpath("schemas")
+    names = sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".json"))
+    assert names == ["bench.schema.json", "conformance.schema.json", "mutation.schema.json",
+                     "results.schema.json", "status.schema.json", "status.v0.schema.json"]
+    for name in names:
+        jsonschema.Draft202012Validator.check_schema(schema(name.removesuffix(".schema.json")))
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert '"labfy_ref.report" = ["schemas/*.json"' in pyproject
+
+
+@pytest.mark.req("QR-05")
+def test_the_sources_hash_follows_every_python_source_and_nothing_else(tmp_path: Path) -> None:
+    package = tmp_path / "labfy_ref"
+    (package / "sub").mkdir(parents=True)
+    assert sources_sha256(package) is None  # no sources here: "unknown", never "stale"
+    (package / "a.py").write_bytes(b"A = 1\n")
+    (package / "sub" / "b.py").write_bytes(b"B = 2\n")
+    first = sources_sha256(package)
+    expected = hashlib.sha256()
+    for name, data in (("a.py", b"A = 1\n"), ("sub/b.py", b"B = 2\n")):
+        expected.update(len(name).to_bytes(8, "big") + name.encode())
+        expected.update(len(data).to_bytes(8, "big") + data)
+    assert first == expected.hexdigest()
+    (package / "sub" / "b.cpython-311.pyc").write_bytes(b"cache")
+    (package / "notes.txt").write_text("not code")
+    assert sources_sha256(package) == first
+    (package / "sub" / "b.py").write_bytes(b"B = 3\n")
+    changed = sources_sha256(package)
+    assert changed != first
+    (package / "sub" / "b.py").rename(package / "sub" / "c.py")
+    assert sources_sha256(package) not in {first, changed}
+
+
+@pytest.mark.req("QR-05")
+def test_a_report_of_results_alone_has_no_evidence_keys(pytester: pytest.Pytester) -> None:
+    report = make_project(pytester, BROKEN)
+    run_project(pytester)
+    built = collect(report, pytester.path / "requirements.toml")
+    document = valid_status(report / "status.json")
+    assert not {"bench", "mutation", "conformance", "screenshots", "smoke", "changes"} & set(
+        document)
+    assert (built.bench, built.mutation, built.conformance, built.changes) == (None,) * 4
