@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import html
 import json
+import unicodedata
 from pathlib import Path
 from typing import Any
 
+from labfy_ref.report.html import to_html, write_stylesheet
 from labfy_ref.report.model import Line, StatusReport
 from labfy_ref.report.validate import SCHEMA_VERSION
 
@@ -151,30 +152,23 @@ def to_markdown(report: StatusReport) -> str:
         "",
         *_md_evidence(report),
     ]
-    return "\n".join(out)
+    return _plain("\n".join(out))
 
 
-def to_html(report: StatusReport) -> str:
-    """A standalone status.html (every value escaped)."""
-    def rows(lines: tuple[Line, ...]) -> str:
-        return "\n".join(
-            "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in
-                             (line.name, line.shown_status, line.title,
-                              ", ".join(line.tests), line.reason or "")) + "</tr>"
-            for line in lines)
-    head = "<tr><th>Name</th><th>Status</th><th>Title</th><th>Tests</th><th>Reason</th></tr>"
-    return (
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>labfy-ref status</title>"
-        "</head><body><h1>labfy-ref qualification status</h1>"
-        f"<p>Generated {html.escape(report.generated_at)}</p>"
-        f"<h2>Stages</h2><table>{head}{rows(report.stages)}</table>"
-        f"<h2>Requirements</h2><table>{head}{rows(report.requirements)}</table>"
-        "</body></html>\n"
-    )
+def _plain(text: str) -> str:
+    """Text a file can hold and a terminal shows as is: a lone surrogate (a skip reason may carry
+    one) becomes its ``\\udXXX`` escape, a control character other than newline a space."""
+    return "".join(
+        ch if ch == "\n" or unicodedata.category(ch) not in {"Cc", "Cs"}
+        else (f"\\u{ord(ch):04x}" if unicodedata.category(ch) == "Cs" else " ")
+        for ch in text)
 
 
 def write_report(report: StatusReport, directory: Path, formats: tuple[str, ...]) -> list[Path]:
-    """Write the chosen formats into ``directory`` atomically; return the paths."""
+    """Write the chosen formats into ``directory`` atomically; return the paths.
+
+    status.html comes with its stylesheet, status.css, written beside it (its path follows).
+    """
     renderers = {"md": to_markdown, "json": lambda r: json.dumps(to_json(r), indent=2) + "\n",
                  "html": to_html}
     directory.mkdir(parents=True, exist_ok=True)
@@ -185,4 +179,6 @@ def write_report(report: StatusReport, directory: Path, formats: tuple[str, ...]
         tmp.write_text(renderers[fmt](report), "utf-8")
         tmp.replace(target)
         written.append(target)
+        if fmt == "html":
+            written.append(write_stylesheet(directory))
     return written

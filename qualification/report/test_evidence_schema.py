@@ -12,15 +12,28 @@ import json
 import shutil
 import subprocess
 import sys
+import unicodedata
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from labfy_ref.buildinfo import build_info
 from labfy_ref.report import collect, regenerate
+from labfy_ref.report.model import (
+    Outcome,
+    Requirements,
+    Run,
+    Stage,
+    build_report,
+    short_message,
+)
+from labfy_ref.report.model import TestResult as Result
+from labfy_ref.report.render import to_json, to_markdown
 from labfy_ref.report.sources import sources_sha256
 from labfy_ref.report.validate import schema
 from qualification.conftest import REPO
@@ -284,3 +297,28 @@ def test_a_report_of_results_alone_has_no_evidence_keys(pytester: pytest.Pyteste
     assert not {"bench", "mutation", "conformance", "screenshots", "smoke", "changes"} & set(
         document)
     assert (built.bench, built.mutation, built.conformance, built.changes) == (None,) * 4
+
+
+_HOSTILE = st.text(st.characters(codec=None, categories=["Cs", "Cc", "Cf", "L", "P", "Zs"]),
+                   max_size=40)
+
+
+@pytest.mark.req("QR-05", "QR-01")
+@settings(deadline=None, max_examples=150)
+@given(reason=_HOSTILE, message=_HOSTILE, title=_HOSTILE.filter(lambda t: "\x00" not in t))
+def test_any_reason_or_message_is_written_as_valid_utf8_and_schema_valid(
+        reason: str, message: str, title: str) -> None:
+    requirements = Requirements(titles={"AA-01": title, "AA-02": "x"},
+                                stages=(Stage("SECURITY_SUITES", title, ("security/",)),))
+    run = Run("qualify", "2026-01-01T00:00:00+00:00", (
+        Result("t.py::skipped", Outcome.SKIPPED, ("AA-01",), reason=reason),
+        Result("security/t.py::failed", Outcome.FAILED, ("AA-02",),
+                   message=short_message(message))))
+    report = build_report(requirements, [run], None, "2026-01-01T00:00:01+00:00")
+    markdown = to_markdown(report)
+    markdown.encode("utf-8")  # no lone surrogate left to refuse the write
+    assert not any(unicodedata.category(ch) in {"Cc", "Cs"} for ch in markdown if ch != "\n")
+    document = json.loads(json.dumps(to_json(report)))
+    jsonschema.Draft202012Validator(schema("status")).validate(document)
+    failure = document["requirements"][1]["failures"][0]["message"]
+    assert "\n" not in failure and len(failure) <= 240
