@@ -73,7 +73,8 @@ class _Group:
 def _groups(nodeids: Iterable[str], results: Mapping[str, TestResult]) -> list[_Group]:
     groups: dict[str, _Group] = {}
     for nodeid in nodeids:
-        group = groups.setdefault(nodeid.split("[", 1)[0], _Group(nodeid.split("[", 1)[0]))
+        base = nodeid.split("[", 1)[0]  # a parametrised case counts under its function
+        group = groups.setdefault(base, _Group(base))
         result = results.get(nodeid)
         outcome = result.outcome.value if result is not None else "not recorded"
         group.outcomes[outcome] = group.outcomes.get(outcome, 0) + 1
