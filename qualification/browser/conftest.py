@@ -13,7 +13,7 @@ viewport, and at the end saves the scenario's screenshot to
 from __future__ import annotations
 
 import os
-import shutil
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +37,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.variant(callspec.params["browser"]))
 
 
+def _drop_stale_screens(screens: Path) -> None:
+    """Remove screenshots of scenarios that no longer exist; a partial run (``-k``) keeps the
+    other scenarios' last screenshots."""
+    scenarios = {name for module in HERE.glob("test_*.py")
+                 for name in re.findall(r"^def (test_\w+)", module.read_text("utf-8"), re.M)}
+    for shot in screens.glob("*.png"):
+        if shot.stem not in scenarios:
+            shot.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="session", params=BROWSERS)
 def browser(request: pytest.FixtureRequest,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
@@ -48,7 +58,7 @@ def browser(request: pytest.FixtureRequest,
         pytest.skip(f"{name} not run: {absent}")
     screens = (request.config.rootpath / str(request.config.getoption("--report-dir"))
                / "screens" / name)
-    shutil.rmtree(screens, ignore_errors=True)  # this run's end states only, none left over
+    _drop_stale_screens(screens)
     driver = start(setup, tmp_path_factory.mktemp(f"{name}-profile"))
     driver.name_for_report = name  # type: ignore[attr-defined]
     try:
