@@ -102,6 +102,7 @@ class _Recorder:
         self.report_dir = report_dir
         self.results: dict[str, TestResult] = {}
         self.summary: dict[str, int] | None = None
+        self.refused: str | None = None  # why the report could not be rebuilt
 
     @pytest.hookimpl(trylast=True)  # after conftests have added their markers
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -146,20 +147,34 @@ class _Recorder:
                                                  _skip_reason(report), report.duration, variant,
                                                  message)
 
-    def pytest_sessionfinish(self) -> None:
-        """Write this run's results and rebuild the report from every recorded run."""
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Write this run's results and rebuild the report from every recorded run.
+
+        A record already in the report directory that cannot be read (another run's
+        malformed results, a bench.json of an unknown shape) fails the session with its
+        one line, never a traceback: this run's own results are kept.
+        """
         if _is_worker(self.config) or not self.results:
             return
         name = str(self.config.getoption("--run-name"))
         Run(name, now_iso(), tuple(self.results.values()), build_info(),
             sources_sha256()).write(self.report_dir)
         keep_requirements(self.requirements_path, self.report_dir)
-        # html too, so the folder a pipeline publishes is complete after any run
-        report, _ = regenerate(self.report_dir, self.requirements_path, ("md", "json", "html"))
+        try:
+            # html too, so the folder a pipeline publishes is complete after any run
+            report, _ = regenerate(self.report_dir, self.requirements_path,
+                                   ("md", "json", "html"))
+        except ReportInvalid as exc:
+            self.refused = str(exc)
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return
         self.summary = report.summary()
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """One line naming the report and its counts."""
+        """One line naming the report and its counts (or why it was not written)."""
+        if self.refused is not None:
+            terminalreporter.write_sep("-", f"qualification report not written: {self.refused}",
+                                       red=True)
         if self.summary is None:
             return
         counts = ", ".join(f"{status} {count}" for status, count in self.summary.items())

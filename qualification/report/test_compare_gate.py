@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labfy_ref.errors import ReportInvalid
-from labfy_ref.report.compare import OldReport
+from labfy_ref.report.compare import OldReport, compare
+from labfy_ref.report.model import Line, Status
 from qualification.report.projects import (
     BROKEN,
     GREEN,
@@ -255,3 +256,36 @@ def test_any_file_is_read_or_refused_with_report_invalid(tmp_path: Path, content
         assert all(isinstance(key, str) and status in {"CURRENT", "TARGET", "FAIL", "NOT_RUN",
                                                        "PASS", "PASS_LOCAL_SPECIMEN"}
                    for key, (status, _) in lines.items())
+
+
+#: (kind, old shown status, new status, new ran_on) -> (listed as a change, regression)
+DECISIONS = [
+    ("requirement", "CURRENT", "CURRENT", (), False, False),
+    ("requirement", "CURRENT", "FAIL", (), True, True),
+    ("requirement", "CURRENT", "NOT_RUN", (), True, True),
+    ("requirement", "CURRENT", "TARGET", (), True, True),
+    ("requirement", "FAIL", "CURRENT", (), True, False),
+    ("requirement", "TARGET", "NOT_RUN", (), True, False),
+    ("stage", "PASS", "PASS", (), False, False),
+    ("stage", "PASS", "FAIL", (), True, True),
+    ("stage", "PASS", "NOT_RUN", (), True, True),
+    ("stage", "PASS_LOCAL_SPECIMEN", "FAIL", (), True, True),
+    ("stage", "PASS", "PASS_LOCAL_SPECIMEN", (), True, False),
+    ("stage", "NOT_RUN", "PASS", (), True, False),
+    # a browser that stops running is a change to read, not a failed gate
+    ("stage", "PASS (firefox, chromium)", "PASS", ("firefox",), True, False),
+]
+
+
+@pytest.mark.req("QR-05")
+@pytest.mark.parametrize(("kind", "old", "new", "ran_on", "changed", "regression"), DECISIONS)
+def test_what_counts_as_a_change_and_a_regression(
+        kind: str, old: str, new: str, ran_on: tuple[str, ...], changed: bool,
+        regression: bool) -> None:
+    status = old.split(" ", 1)[0]
+    previous = OldReport("2026-01-01T00:00:00+00:00", "old.json", 1,
+                         {"requirement": {}, "stage": {}} | {kind: {"XX-01": (status, old)}})
+    line = Line("XX-01", "t", Status(new), ran_on=ran_on)
+    changes = compare(previous, *(([line], []) if kind == "requirement" else ([], [line])))
+    assert [(c.id, c.old, c.new, c.regression) for c in changes.items] == (
+        [("XX-01", old, line.shown_status, regression)] if changed else [])

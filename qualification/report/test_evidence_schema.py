@@ -322,3 +322,18 @@ def test_any_reason_or_message_is_written_as_valid_utf8_and_schema_valid(
     jsonschema.Draft202012Validator(schema("status")).validate(document)
     failure = document["requirements"][1]["failures"][0]["message"]
     assert "\n" not in failure and len(failure) <= 240
+
+
+@pytest.mark.req("QR-05", "QR-01")
+def test_a_malformed_record_left_in_the_report_dir_fails_the_run_in_one_line(
+        pytester: pytest.Pytester) -> None:
+    report = make_project(pytester)
+    (report / "results").mkdir(parents=True)
+    (report / "results" / "old.json").write_text('{"schema_version": 9}')
+    result = run_project(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["*qualification report not written: REPORT_INVALID: results "
+                                 "file old.json: unknown schema_version 9 *"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert (report / "results" / "qualify.json").is_file()  # this run's results are kept
+    assert not (report / "status.json").exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from labfy_ref.cli.main import main
+from qualification.report.projects import valid_status
 
 REQUIREMENTS = """
 [stages.SECURITY_SUITES]
@@ -71,7 +72,7 @@ def _args(extra: tuple[str, ...] = ()) -> list[str]:
 
 
 def _status(path: Path) -> dict[str, str]:
-    document = json.loads((path / "qualification-report" / "status.json").read_text())
+    document = valid_status(path / "qualification-report" / "status.json")
     lines = document["requirements"] + document["stages"]
     return {line["id"]: line["status"] for line in lines}
 
