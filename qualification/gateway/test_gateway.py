@@ -62,10 +62,13 @@ def test_every_result_is_wrapped_as_untrusted_data(gateway: AgentGateway, tool_i
 
 @pytest.mark.req("GW-04")
 def test_an_invented_altered_or_truncated_object_id_is_refused(gateway: AgentGateway) -> None:
-    real = gateway.call("workspace.list_objects", {}, READ_ONLY).result["data"]["objects"][0]
-    oid = real["object_id"]
+    listed = gateway.call("workspace.list_objects", {}, READ_ONLY).result["data"]["objects"]
+    oid = listed[0]["object_id"]
     assert gateway.call("workspace.read_object", {"object_id": oid}, READ_ONLY).ok
-    flipped = oid[:-1] + ("A" if oid[-1] != "A" else "B")
+    # Ids made in one millisecond are consecutive (ULID): changing the last character can
+    # name a sibling that exists, so the altered id is one no listed object has.
+    existing = {o["object_id"] for o in listed}
+    flipped = next(oid[:-1] + c for c in "ABCDEFGH" if oid[:-1] + c not in existing)
     for bad in (flipped, oid[:-1], "obj_" + "0" * 26, oid.lower()):
         outcome = gateway.call("workspace.read_object", {"object_id": bad}, READ_ONLY)
         assert outcome.status == "refused"
