@@ -19,13 +19,14 @@ TABLE = Path(__file__).resolve().parent.parent / "routes.toml"
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 ROLES = ("public", "user", "admin")
-_FIELDS = {"method", "path", "role", "body", "query", "target"}
+_FIELDS = {"method", "path", "role", "body", "query", "target", "bearer"}
 _PARAM = re.compile(r"\{([a-z_]+)\}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Route:
-    """One row: method, path template, role, example body and query, target requirement."""
+    """One row: method, path template, role, example body and query, target requirement,
+    and whether a bearer token stands for a session there (SV-08)."""
 
     method: str
     template: str
@@ -34,11 +35,17 @@ class Route:
     query: str
     url: str  # the template filled with the example parameters, and the query
     target: str | None
+    bearer: bool  # an API route where ``Authorization: Bearer`` authenticates (pages: False)
 
     @property
     def mutation(self) -> bool:
         """Does this route change state (Origin, fetch-metadata and CSRF checks apply)?"""
         return self.method in MUTATING
+
+    @property
+    def api(self) -> bool:
+        """Is this an API route (credentials checked), rather than a page or asset?"""
+        return self.template.startswith("/api/")
 
     @property
     def key(self) -> tuple[str, str]:
@@ -63,6 +70,9 @@ def _row(entry: Any, examples: dict[str, str]) -> Route:
             or not isinstance(entry.get("target", ""), str)
             or not isinstance(entry.get("query", ""), str)):
         raise ValueError(f"{TABLE.name}: bad method, role, path, query or target in {entry!r}")
+    if "bearer" in entry and (entry["bearer"] is not False
+                              or not str(template).startswith("/api/")):
+        raise ValueError(f"{TABLE.name}: bearer is only ever false, on an API route: {template}")
     if "body" in entry and method not in MUTATING:
         raise ValueError(f"{TABLE.name}: a {method} route has no body: {template}")
     missing = [name for name in _PARAM.findall(template) if name not in examples]
@@ -71,7 +81,8 @@ def _row(entry: Any, examples: dict[str, str]) -> Route:
     query = str(entry.get("query", ""))
     path = _fill(template, examples)
     return Route(method, template, role, entry.get("body"), query,
-                 f"{path}?{query}" if query else path, entry.get("target"))
+                 f"{path}?{query}" if query else path, entry.get("target"),
+                 str(template).startswith("/api/") and entry.get("bearer", True))
 
 
 def _load(path: Path) -> tuple[dict[str, str], tuple[Route, ...]]:
@@ -105,6 +116,10 @@ MUTATIONS = tuple(row for row in SERVED if row.mutation)
 ADMIN = tuple(row for row in SERVED if row.role == "admin")
 #: Routes any session may use.
 USER = tuple(row for row in SERVED if row.role == "user")
+#: API routes where a bearer token stands for a session of its role (SV-08).
+BEARER = tuple(row for row in SERVED if row.bearer)
+#: API routes that refuse a bearer token whatever its value (the cookie session's own).
+BEARER_REFUSED = tuple(row for row in SERVED if row.api and not row.bearer)
 
 
 def params(rows: tuple[Route, ...]) -> list[Any]:
