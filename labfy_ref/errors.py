@@ -110,6 +110,7 @@ class ErrorCode(enum.StrEnum):
     STREAM_LIMIT = "STREAM_LIMIT"
     STREAM_INVALID = "STREAM_INVALID"  # a turn stream line a client refused (UI-06)
     MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
+    UNKNOWN_MODEL = "UNKNOWN_MODEL"  # a chat request names no model the engine serves (BR-13)
     DELETE_UNSUPPORTED = "DELETE_UNSUPPORTED"
     RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
     SESSION_FULL = "SESSION_FULL"
@@ -150,7 +151,8 @@ HTTP_STATUS: Mapping[ErrorCode, int] = {
     ErrorCode.SESSION_INVALID: 409, ErrorCode.SESSION_BUSY: 409,
     ErrorCode.APPROVAL_NOT_PENDING: 409, ErrorCode.STREAM_LIMIT: 409,
     ErrorCode.STREAM_INVALID: 502,
-    ErrorCode.MODEL_NOT_FOUND: 422, ErrorCode.DELETE_UNSUPPORTED: 501,
+    ErrorCode.MODEL_NOT_FOUND: 422, ErrorCode.UNKNOWN_MODEL: 404,
+    ErrorCode.DELETE_UNSUPPORTED: 501,
     ErrorCode.RECORD_TOO_LARGE: 413, ErrorCode.SESSION_FULL: 409,
     ErrorCode.TOO_MANY_SESSIONS: 429,
 }
