@@ -6,6 +6,7 @@ the bridge routes get it by name and know nothing else about it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from labfy_ref.bridge.stream import StreamHandle
@@ -15,6 +16,29 @@ Decision = Literal["allowed-once", "rejected"]
 PAGE_SIZE = 50
 #: The largest page a caller may ask for.
 MAX_PAGE_SIZE = 200
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PriorMessage:
+    """One earlier message of a transcript a caller supplies (BR-13)."""
+
+    role: Literal["user", "assistant"]
+    text: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Transcript:
+    """What a chat client sends for one turn of a transient session (BR-13).
+
+    ``model`` is a qualified route (BR-10); ``context`` the caller's system
+    messages, in order (the session's context, never user messages);
+    ``history`` the conversation before ``text``, the new user message.
+    """
+
+    model: str
+    context: tuple[str, ...]
+    history: tuple[PriorMessage, ...]
+    text: str
 
 
 @runtime_checkable
@@ -80,4 +104,13 @@ class Engine(Protocol):
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel the session's running turn, if any."""
+        ...
+
+    async def run_transient(self, transcript: Transcript) -> StreamHandle:
+        """Run one headless turn in a new transient session seeded with ``transcript``.
+
+        The session is never listed, never stored and never shared: its log is
+        deleted once the turn completes, fails or is cancelled (``handle.cancel()``).
+        An unknown model is MODEL_NOT_FOUND before anything starts.
+        """
         ...

@@ -9,7 +9,9 @@ when the turn's task has ended and its records are on disk, so nothing keyed by
 session outlives its turn. A turn's records are written off the event loop
 (:mod:`labfy_ref.bridge.journal`). Settings are durable events; a change while a
 turn runs is 409 ``SESSION_BUSY``. Deleting a session cancels and releases its
-turn first, then removes the log.
+turn first, then removes the log. A transient session (BR-13) lives only as
+long as its one turn: its log is in memory and deleted when the turn ends, and
+it is never indexed, listed or counted among the sessions.
 """
 
 from __future__ import annotations
@@ -20,14 +22,21 @@ import dataclasses
 from typing import Any, Protocol
 
 from labfy_ref.bridge.catalog import SessionCatalog
-from labfy_ref.bridge.contract import MAX_PAGE_SIZE, PAGE_SIZE, Decision
+from labfy_ref.bridge.contract import MAX_PAGE_SIZE, PAGE_SIZE, Decision, Transcript
 from labfy_ref.bridge.history import SessionState
 from labfy_ref.bridge.index import SessionIndex, Summary
 from labfy_ref.bridge.journal import SessionWriter
 from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop, Approval, TurnContext, decide
-from labfy_ref.bridge.sessions import MAX_RECORD_BYTES, Appended, Stamp, StoredLog
+from labfy_ref.bridge.sessions import (
+    MAX_LOG_BYTES,
+    MAX_RECORD_BYTES,
+    Appended,
+    Stamp,
+    StoredLog,
+)
 from labfy_ref.bridge.stream import StreamHandle
+from labfy_ref.bridge.transient import TransientLog, new_transient_id, seed
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ErrorCode, LabfyError, ModelUnavailable, RuntimeRefused, SessionInvalid
@@ -79,6 +88,7 @@ class ReferenceEngine:
         self._loop = loop
         self._scope = scope
         self._running: dict[str, _Running] = {}
+        self._transient: dict[str, asyncio.Task[None]] = {}
         self.catalog = SessionCatalog(store, index or SessionIndex.in_memory())
 
     # -- reading ----------------------------------------------------------------------
@@ -107,7 +117,7 @@ class ReferenceEngine:
     @property
     def retained_turns(self) -> int:
         """How many turns the engine still holds (finished ones are forgotten: AV-07)."""
-        return len(self._running)
+        return len(self._running) + len(self._transient)
 
     def status(self) -> dict[str, Any]:
         """Counts of sessions (from the index) and running turns."""
@@ -260,6 +270,58 @@ class ReferenceEngine:
         self._running[session_id] = running
         return handle
 
+    async def run_transient(self, transcript: Transcript) -> StreamHandle:
+        """One headless, read-only turn in a new transient session seeded with ``transcript``.
+
+        The model must be one the provider lists now (else UNKNOWN_MODEL). The
+        transcript is recorded in the session's in-memory log first, so anything
+        a stored log would refuse is refused here, before any stream. When the
+        turn's task ends — completed, failed or cancelled — the log is deleted
+        and the engine forgets the session.
+        """
+        route = await self._served(transcript.model)
+        if not 0 < len(transcript.text) <= MAX_MESSAGE_CHARS:
+            raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
+                                 f"the last user message must be 1-{MAX_MESSAGE_CHARS} characters")
+        session_id = new_transient_id()
+        log = TransientLog(self._store.encode, session_id,
+                           getattr(self._store, "max_log_bytes", MAX_LOG_BYTES))
+        history = seed(log, transcript)
+        handle = StreamHandle(session_id, AGENT_ID)
+        turn = TurnContext(
+            session_id=session_id, model=route.model, permission_mode=PermissionMode.READ_ONLY,
+            history=history, handle=handle, headless=True, record=log.stage, approvals={},
+            max_record_bytes=getattr(self._store, "max_record_bytes", MAX_RECORD_BYTES),
+            context=transcript.context, transient=True)
+        task = self._scope.spawn(self._loop.run(turn), f"transient turn {session_id}")
+
+        def stop() -> None:
+            task.cancel()
+
+        def delete(_: object) -> None:
+            if not handle.finished:  # cancelled before its first step: it never ran
+                handle.emit("done", reason="cancelled", interrupted=True)
+            log.delete()
+            self._transient.pop(session_id, None)
+
+        handle.on_cancel(stop)
+        task.add_done_callback(delete)
+        self._transient[session_id] = task
+        return handle
+
+    async def _served(self, model: str) -> ModelRoute:
+        """The route of ``model`` if the provider lists it now; UNKNOWN_MODEL otherwise."""
+        provider = self._loop.provider
+        try:
+            route = ModelRoute.parse(model)
+        except RuntimeRefused:
+            route = None
+        if route is None or route.provider != provider.name \
+                or route.model not in await provider.models():
+            raise RuntimeRefused(ErrorCode.UNKNOWN_MODEL,
+                                 f"no model {model[:80]!r}; GET /api/cordis/v1/models lists them")
+        return route
+
     async def cancel(self, session_id: str) -> bool:
         """Cancel the running turn (it ends with ``done`` reason ``cancelled``)."""
         self._state(session_id)
@@ -286,7 +348,11 @@ class ReferenceEngine:
         self.catalog.deleted(session_id)
 
     async def close(self) -> None:
-        """Cancel every running turn (the scope also owns the tasks)."""
+        """Cancel every running turn, transient ones too (the scope also owns the tasks)."""
+        for task in list(self._transient.values()):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         for session_id in list(self._running):
             with contextlib.suppress(LabfyError, ModelUnavailable):
                 await self.cancel(session_id)

@@ -92,6 +92,26 @@ class TurnContext:
     #: Returns once every record made so far is on disk (a ``record`` that writes at
     #: once needs none).
     flush: Callable[[], Awaitable[None]] = _written
+    #: The caller's system messages (BR-13): told to the model after the engine's prompt.
+    context: tuple[str, ...] = ()
+    #: A transient session's turn (BR-13): its log is in memory and deleted at the end.
+    transient: bool = False
+
+
+#: How the caller's system messages are introduced after the engine's own prompt.
+CONTEXT_HEADING = ("Context for this session, from its caller (it informs your answers; it "
+                   "changes neither the reply format above nor what the tools may do):")
+
+
+def with_context(prompt: str, context: Sequence[str]) -> str:
+    """The engine's system prompt followed by the session's context, as one system message.
+
+    One message, not several: many chat templates accept a system message only
+    at the start of the conversation.
+    """
+    if not context:
+        return prompt
+    return "\n\n".join([prompt, CONTEXT_HEADING, *context])
 
 
 def recent(history: Sequence[ChatMessage], max_bytes: int) -> MessageLog:
@@ -120,7 +140,8 @@ class AgentLoop:
         # The newest history that fits half the context budget: a long session never
         # ends BUDGET_EXHAUSTED for its length alone.
         window = recent(turn.history, self.limits.max_context_bytes // 2)
-        messages = MessageLog([{"role": "system", "content": self.system_prompt}])
+        messages = MessageLog([{"role": "system",
+                                "content": with_context(self.system_prompt, turn.context)}])
         messages.add(window)  # the window's pieces are reused, never encoded again
         conversation = Conversation.start(messages)
         try:
@@ -221,7 +242,7 @@ class _StreamPort:
         return None
 
     def spent(self, round_number: int, usage: RoundUsage) -> None:
-        return None  # a streamed reply's tokens are not reported by the provider's stream
+        self._turn.handle.add_usage(usage.usage)  # the turn's tokens, as far as reported
 
     def called(self, call_id: str, action: ToolCall) -> None:
         self._turn.handle.emit("tool-call", call_id=call_id, tool_id=action.tool_id,

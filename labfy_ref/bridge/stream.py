@@ -28,6 +28,7 @@ from typing import Any
 
 from labfy_ref.bridge.ndjson import encode_line
 from labfy_ref.errors import ErrorCode
+from labfy_ref.protocol import Usage
 
 Chunk = dict[str, Any]
 Subscriber = Callable[[Chunk], None]
@@ -55,6 +56,8 @@ class StreamHandle:
         self._cancel: Callable[[], None] | None = None
         self._released = False
         self.dropped_subscribers = 0
+        #: The tokens the provider reported for this turn's model calls (None: none said).
+        self.usage: Usage | None = None
 
     @property
     def finished(self) -> bool:
@@ -70,6 +73,11 @@ class StreamHandle:
     def chunks(self) -> list[Chunk]:
         """Everything kept so far, decoded (a copy)."""
         return [json.loads(line) for _, line in self._entries]
+
+    def add_usage(self, usage: Usage) -> None:
+        """Count one model call's reported tokens (a call that reported none adds nothing)."""
+        if usage != Usage():
+            self.usage = usage if self.usage is None else self.usage + usage
 
     def on_cancel(self, callback: Callable[[], None]) -> None:
         """What :meth:`cancel` does (the engine cancels the turn)."""
