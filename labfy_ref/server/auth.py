@@ -11,6 +11,12 @@ most :data:`MAX_SESSIONS_PER_ACCOUNT` (a new login ends that account's oldest),
 and a role at most :data:`MAX_SESSIONS_PER_ROLE` (then a login is refused
 ``TOO_MANY_SESSIONS``). No login ever ends another account's session, so
 ordinary accounts cannot log the administrator out by logging in many times.
+
+API clients may instead send the same codes as ``Authorization: Bearer``
+(SV-08). A bearer is checked on every request and yields a request-scoped
+:class:`Session` that is never stored, so bearer traffic cannot fill the
+per-role caps; such a session has no id and no CSRF secret (a bearer cannot be
+sent cross-site without a CORS preflight, and CORS is never enabled).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import dataclasses
 import enum
 import hashlib
 import hmac
+import math
 import re
 import secrets
 import time
@@ -32,6 +39,10 @@ SESSION_COOKIE_PREFIX = "labfy_session_"
 DEFAULT_SESSION_SECONDS = 3600
 MAX_SESSIONS_PER_ACCOUNT = 16
 MAX_SESSIONS_PER_ROLE = 1024
+MAX_TOKEN_CHARS = 256  # the login body's bound (LoginBody), the same for a bearer
+# RFC 6750 §2.1 b64token: what may follow "Bearer " (launch codes are URL-safe base64).
+_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*", re.ASCII)
+_BEARER_PREFIX = len("bearer ")
 _SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII)
 
@@ -54,6 +65,22 @@ def cookie_name(port: int) -> str:
 def token_hash(token: str) -> str:
     """The SHA-256 hex digest under which an account token is stored."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def bearer_token(values: list[str]) -> str | None:
+    """The token of the request's ``Authorization`` header values, or None when malformed.
+
+    Exactly one header, the scheme ``Bearer`` (case-insensitive, RFC 7235 §2.1), one
+    space, and a b64token of 1..:data:`MAX_TOKEN_CHARS` characters. Anything else (Basic,
+    an empty or two-part token, non-ASCII, an oversized value, a repeated header) is
+    malformed, and the caller answers it exactly as it answers a wrong token.
+    """
+    if len(values) != 1 or len(values[0]) > _BEARER_PREFIX + MAX_TOKEN_CHARS:
+        return None
+    scheme, sep, token = values[0].partition(" ")
+    if not sep or scheme.lower() != "bearer" or not _B64TOKEN.fullmatch(token):
+        return None
+    return token
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -92,6 +119,7 @@ class Session:
     name: str  # "admin" for the launch code, else the account's name
     csrf_token: str
     expires_at: float
+    bearer: bool = False  # a request-scoped bearer session: no id, no CSRF secret, not stored
 
 
 class Authenticator:
@@ -113,7 +141,34 @@ class Authenticator:
         Raises :class:`RuntimeRefused` ``TOO_MANY_SESSIONS`` when the role is full
         even after expired sessions and this account's oldest are gone.
         """
-        if not 0 < len(token) <= 256:
+        identity = self._identify(token)
+        if identity is None:
+            return None
+        role, name = identity
+        self._make_room(role, name)
+        session = Session(secrets.token_urlsafe(32), role, name, secrets.token_urlsafe(32),
+                          self.clock() + self.lifetime_seconds)
+        self._sessions[session.session_id] = session
+        return session
+
+    def bearer(self, token: str) -> Session | None:
+        """The request-scoped session of a bearer token (SV-08), or None for a wrong one.
+
+        It is never stored: it counts against no cap (AV-03) and ends with its request.
+        """
+        identity = self._identify(token)
+        if identity is None:
+            return None
+        role, name = identity
+        return Session("", role, name, "", math.inf, bearer=True)
+
+    def _identify(self, token: str) -> tuple[Role, str] | None:
+        """The role and name a code stands for, or None.
+
+        Every stored hash is compared, in constant time and without stopping at a
+        match, so the time taken says nothing about which code (if any) matched.
+        """
+        if not 0 < len(token) <= MAX_TOKEN_CHARS:
             return None
         digest = token_hash(token)
         role, name = None, ""
@@ -122,13 +177,7 @@ class Authenticator:
         for account in self._accounts:
             if hmac.compare_digest(digest, account.token_sha256):
                 role, name = Role.USER, account.name
-        if role is None:
-            return None
-        self._make_room(role, name)
-        session = Session(secrets.token_urlsafe(32), role, name, secrets.token_urlsafe(32),
-                          self.clock() + self.lifetime_seconds)
-        self._sessions[session.session_id] = session
-        return session
+        return None if role is None else (role, name)
 
     def session(self, session_id: str | None) -> Session | None:
         """The live session of a cookie value, or None (expired ones are dropped)."""

@@ -2,8 +2,15 @@
 
 1. Host allowlist — before anything else, so a rebinding name never reaches a route.
 2. Origin (exact) and ``Sec-Fetch-Site`` on state-changing requests.
-3. Session (cookie) on every API route but the public ones.
-4. CSRF token on state-changing requests.
+3. Credentials on every API route but the public ones: a session cookie, or an
+   ``Authorization: Bearer`` token (SV-08) — never both (400 ``AUTH_AMBIGUOUS``),
+   never a bearer on the cookie session's own routes (400 ``BEARER_NOT_ACCEPTED``).
+   A bearer, when sent, is checked on every API route, public ones included, so
+   a wrong one is never quietly treated as no credential at all.
+4. CSRF token on state-changing requests made with a cookie. A bearer needs none:
+   a browser attaches cookies to cross-site requests by itself, but a page can only
+   send an ``Authorization`` header cross-site after a CORS preflight, which this
+   server never grants. Step 2 still refuses a foreign ``Origin`` on a bearer mutation.
 5. ``application/json`` bodies only, bounded in size, strict JSON.
 Every response gets the security headers — an unexpected error's 500 too: this
 middleware answers it itself (Starlette's ``ServerErrorMiddleware`` sits outside
@@ -24,13 +31,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from labfy_ref.errors import HTTP_STATUS, ErrorCode, ProtocolRefused
 from labfy_ref.logs import incident
 from labfy_ref.protocol.strict_json import loads_strict
-from labfy_ref.server.auth import Authenticator, Session
+from labfy_ref.server.auth import Authenticator, Session, bearer_token
 from labfy_ref.server.errors import error_response
 
 log = logging.getLogger("labfy_ref.server")
 MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PUBLIC_API = frozenset({("GET", "/api/health"), ("GET", "/api/version"),
                         ("POST", "/api/v1/session"), ("GET", "/api/cordis/health")})
+#: The cookie session's own routes: a bearer is refused there, whatever its value, since
+#: exchanging a bearer for a cookie (or "ending" a bearer) would blur the two credentials.
+SESSION_PATH = "/api/v1/session"
 DEFAULT_MAX_BODY = 64 * 1024
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; "
@@ -75,6 +85,11 @@ def json_content_type(value: str | None) -> bool:
     media, _, params = value.partition(";")
     return media.strip().lower() == "application/json" and params.strip().lower() in (
         "", "charset=utf-8")
+
+
+def _all_values(scope: Scope, name: bytes) -> list[str]:
+    """Every value of header ``name`` (lower case), in order: repeated headers are visible."""
+    return [value.decode("latin-1") for key, value in scope["headers"] if key.lower() == name]
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -135,14 +150,20 @@ class SecurityMiddleware:
             await _refuse(send, ErrorCode.ORIGIN_NOT_ALLOWED, "cross-origin request refused")
             return
         api = path.startswith("/api/")
-        session = self.auth.session(cookie_value(headers.get("cookie"), self.auth.cookie))
-        if api and (method, path) not in self.public:
+        authorization = _all_values(scope, b"authorization")
+        if api and authorization:
+            session = await self._bearer_session(scope, path, authorization, send)
             if session is None:
-                await _refuse(send, ErrorCode.UNAUTHENTICATED, "log in first")
                 return
-            if mutation and not csrf_ok(headers.get("x-csrf-token"), session):
-                await _refuse(send, ErrorCode.CSRF_FAILED, "missing or wrong X-CSRF-Token")
-                return
+        else:
+            session = self.auth.session(cookie_value(headers.get("cookie"), self.auth.cookie))
+            if api and (method, path) not in self.public:
+                if session is None:
+                    await _refuse(send, ErrorCode.UNAUTHENTICATED, "log in first")
+                    return
+                if mutation and not csrf_ok(headers.get("x-csrf-token"), session):
+                    await _refuse(send, ErrorCode.CSRF_FAILED, "missing or wrong X-CSRF-Token")
+                    return
         scope.setdefault("state", {})["session"] = session
         if mutation:
             checked = await self._checked_body(scope, headers, receive, send)
@@ -150,6 +171,29 @@ class SecurityMiddleware:
                 return
             receive = checked
         await self._guarded(scope, receive, send)
+
+    async def _bearer_session(self, scope: Scope, path: str, authorization: list[str],
+                              send: Send) -> Session | None:
+        """The bearer's request-scoped session, or None once the request is refused (SV-08).
+
+        Every wrong or malformed ``Authorization`` gets the same 401, so the answer
+        never says which part was wrong.
+        """
+        if any(cookie_value(value, self.auth.cookie) is not None
+               for value in _all_values(scope, b"cookie")):
+            await _refuse(send, ErrorCode.AUTH_AMBIGUOUS,
+                          "send a session cookie or a bearer token, not both")
+            return None
+        if path == SESSION_PATH:
+            await _refuse(send, ErrorCode.BEARER_NOT_ACCEPTED,
+                          "a bearer token needs no session: send it with each request instead")
+            return None
+        token = bearer_token(authorization)
+        session = None if token is None else self.auth.bearer(token)
+        if session is None:
+            await _refuse(send, ErrorCode.UNAUTHENTICATED, "invalid bearer token",
+                          ((b"www-authenticate", b"Bearer"),))
+        return session
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the app; an unexpected error becomes a 500 incident with every header."""
@@ -224,12 +268,13 @@ class SecurityMiddleware:
         return wrapped
 
 
-async def _refuse(send: Send, code: ErrorCode, message: str) -> None:
+async def _refuse(send: Send, code: ErrorCode, message: str,
+                  extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     """Answer a refused request ourselves, with the one JSON error shape of the server."""
     status = HTTP_STATUS[code]
     response = error_response(status, code, message)
     await send({"type": "http.response.start", "status": status,
-                "headers": response.raw_headers})
+                "headers": [*response.raw_headers, *extra]})
     await send({"type": "http.response.body", "body": response.body})
 
 

@@ -2,13 +2,16 @@
 
 One per module, so the matrices do not start a server per case. The clients are
 logged in once; the matrices send their attacks with these sessions and log in
-no more, so no case can push a session past its account's cap (AV-03).
+no more, so no case can push a session past its account's cap (AV-03). The bearer variants
+(SV-08) send the same codes as ``Authorization: Bearer`` from a client that
+never logs in and so never holds a cookie.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from labfy_ref.server.auth import token_hash
@@ -40,3 +43,20 @@ def admin_client(route_server: LiveServer) -> ApiClient:
 def user_client(route_server: LiveServer) -> ApiClient:
     """The ``user`` account ``bob`` on :func:`route_server`."""
     return route_server.client(token=USER_TOKEN)
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The header an API client sends instead of a cookie (SV-08)."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="module")
+def bearer_http(route_server: LiveServer) -> Iterator[httpx.Client]:
+    """A client of :func:`route_server` that never logs in: its requests carry no cookie.
+
+    The cookie jar is checked empty afterwards: a bearer request must never be
+    answered with a session cookie.
+    """
+    with httpx.Client(base_url=route_server.url, trust_env=False, timeout=10) as http:
+        yield http
+        assert not http.cookies, "a bearer request was answered with a cookie"

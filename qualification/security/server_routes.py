@@ -35,7 +35,7 @@ class Route:
     query: str
     url: str  # the template filled with the example parameters, and the query
     target: str | None
-    bearer: bool  # an API route where ``Authorization: Bearer`` authenticates (pages: False)
+    bearer: bool = True  # ``Authorization: Bearer`` authenticates here (pages: False)
 
     @property
     def mutation(self) -> bool:

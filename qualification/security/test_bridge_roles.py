@@ -4,15 +4,18 @@ Engine sessions are a shared administrator console (system prompts included):
 a ``user`` account gets 403 on every admin route of the table and is served on
 every route any session may use; the admin is served everywhere. The bridge's
 health is its only public route (its 401 matrix is in test_server_sessions).
+The same holds with a bearer token for the session (SV-08): the launch code is the
+admin, an account's token that account's ``user`` role; no cookie, no CSRF token.
 """
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
-from qualification.harness import ApiClient, LiveServer
-from qualification.security.conftest import USER_TOKEN
-from qualification.security.server_routes import ADMIN, USER, Route, params
+from qualification.harness import LAUNCH_CODE, ApiClient, LiveServer
+from qualification.security.conftest import USER_TOKEN, bearer
+from qualification.security.server_routes import ADMIN, BEARER, USER, Route, params
 
 LOGOUT = ("DELETE", "/api/v1/session")
 
@@ -47,6 +50,36 @@ def test_the_admin_is_served_on_every_admin_route(admin_client: ApiClient,
                                                   route: Route) -> None:
     status, code = _send(admin_client, route)
     assert status not in (401, 403), code
+
+
+def _send_bearer(http: httpx.Client, token: str, route: Route) -> tuple[int, str]:
+    response = http.request(route.method, route.url, json=route.body, headers=bearer(token))
+    code = response.json()["error"]["code"] if response.status_code >= 400 else ""
+    response.close()
+    return response.status_code, code
+
+
+@pytest.mark.req("SV-08", "BR-04", "API-01")
+@pytest.mark.parametrize("route", params(tuple(row for row in BEARER if row.role == "admin")))
+def test_a_user_bearer_is_refused_on_every_admin_route(bearer_http: httpx.Client,
+                                                       route: Route) -> None:
+    assert _send_bearer(bearer_http, USER_TOKEN, route) == (403, "FORBIDDEN")
+
+
+@pytest.mark.req("SV-08", "SV-03", "API-01")
+@pytest.mark.parametrize("route", params(tuple(row for row in BEARER if row.role != "admin")))
+def test_a_user_bearer_is_served_on_every_user_and_public_route(bearer_http: httpx.Client,
+                                                                route: Route) -> None:
+    status, code = _send_bearer(bearer_http, USER_TOKEN, route)
+    assert status not in (400, 401, 403), code
+
+
+@pytest.mark.req("SV-08", "BR-04", "API-01")
+@pytest.mark.parametrize("route", params(BEARER))
+def test_the_launch_code_as_a_bearer_is_served_on_every_api_route(bearer_http: httpx.Client,
+                                                                  route: Route) -> None:
+    status, code = _send_bearer(bearer_http, LAUNCH_CODE, route)
+    assert status not in (400, 401, 403), code
 
 
 @pytest.mark.req("BR-04", "HO-03")

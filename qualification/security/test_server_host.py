@@ -2,15 +2,18 @@
 
 The matrix is every bad Host against every route of the table (pages, public
 and protected API, the bridge), sent with a valid admin session, CSRF token and
-matching Origin, so that only the Host can be what refuses it.
+matching Origin, so that only the Host can be what refuses it; its bearer variant
+sends every API route with the admin's valid bearer token instead (SV-08).
 """
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
-from qualification.harness import ApiClient, LiveServer
-from qualification.security.server_routes import SERVED, Route, params
+from qualification.harness import LAUNCH_CODE, ApiClient, LiveServer
+from qualification.security.conftest import bearer
+from qualification.security.server_routes import BEARER, SERVED, Route, params
 
 BAD_HOSTS = ["evil.example:{p}", "192.168.1.10:{p}", "0.0.0.0:{p}", "x.internal:{p}",
              "localhost.localdomain:{p}", "127.0.0.1:{q}", "localhost:{q}", "127.0.0.1",
@@ -27,6 +30,18 @@ def test_a_foreign_host_is_refused_even_with_a_valid_session(
     headers = admin_client.headers(True) | {"Host": host, "Origin": f"http://{host}"}
     response = admin_client.http.request(route.method, route.url, json=route.body,
                                          headers=headers)
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "HOST_NOT_ALLOWED"
+
+
+@pytest.mark.req("SV-08", "SV-02", "API-01")
+@pytest.mark.parametrize("template", BAD_HOSTS)
+@pytest.mark.parametrize("route", params(BEARER))
+def test_a_foreign_host_is_refused_even_with_a_valid_bearer(
+        route_server: LiveServer, bearer_http: httpx.Client, template: str, route: Route) -> None:
+    host = template.format(p=route_server.port, q=route_server.port + 1)
+    response = bearer_http.request(route.method, route.url, json=route.body,
+                                   headers=bearer(LAUNCH_CODE) | {"Host": host})
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "HOST_NOT_ALLOWED"
 

@@ -3,7 +3,9 @@
 The 401 matrix is every route of the table that needs a session (the bridge's
 too). Sessions are bounded per account and per role, and no login ever ends
 another account's session: many logins of a ``user`` account cannot log the
-admin out.
+admin out. Its bearer variant (SV-08): every wrong or malformed ``Authorization``
+header is answered by one and the same 401 on every API route a bearer may use,
+the public ones too, so no answer tells which part was wrong.
 """
 
 from __future__ import annotations
@@ -21,7 +23,25 @@ from labfy_ref.server.auth import (
 )
 from qualification.conftest import ServerFactory
 from qualification.harness import LAUNCH_CODE, ApiClient, LiveServer
-from qualification.security.server_routes import PROTECTED, SERVED, Route, params
+from qualification.security.conftest import USER_TOKEN
+from qualification.security.server_routes import BEARER, PROTECTED, SERVED, Route, params
+
+#: ``Authorization`` headers that must all get the same 401: wrong codes (near the real
+#: ones too), other schemes, an empty, split, padded, non-ASCII or oversized token, and a
+#: valid token repeated or beside another header.
+BAD_AUTHORIZATIONS: list[list[bytes]] = [
+    [b"Bearer wrong-token"], [f"Bearer {LAUNCH_CODE}x".encode()],
+    [f"Bearer {LAUNCH_CODE[:-1]}".encode()], [f"Bearer {LAUNCH_CODE.upper()}".encode()],
+    [f"Bearer {USER_TOKEN}0".encode()], [f"Bearer {token_hash(LAUNCH_CODE)}".encode()],
+    [f"Basic {LAUNCH_CODE}".encode()], [f"Token {LAUNCH_CODE}".encode()],
+    [LAUNCH_CODE.encode()], [b"Bearer"], [b""], [b"Bearer a b"],
+    [f"Bearer  {LAUNCH_CODE}".encode()], [f"Bearer {LAUNCH_CODE} x".encode()],
+    [f"Bearer\t{LAUNCH_CODE}".encode()], [f"Bearer {LAUNCH_CODE},".encode()],
+    [f"Bearer {LAUNCH_CODE}\u00e9".encode()], [b"Bearer \xff\xfe" + LAUNCH_CODE.encode()],
+    [b"Bearer " + b"A" * 257], [b"Bearer " + b"A" * 8000],
+    [f"Bearer {LAUNCH_CODE}".encode(), f"Bearer {LAUNCH_CODE}".encode()],
+    [f"Bearer {LAUNCH_CODE}".encode(), b"Basic x"],
+]
 
 
 @pytest.mark.req("SV-03", "BR-04", "API-01")
@@ -37,6 +57,22 @@ def test_without_a_valid_session_every_protected_route_answers_401(
     client.close()
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "UNAUTHENTICATED"
+
+
+@pytest.mark.req("SV-08", "API-01")
+@pytest.mark.parametrize("route", params(BEARER))
+def test_every_wrong_or_malformed_bearer_is_the_same_401_on_every_api_route(
+        route_server: LiveServer, route: Route) -> None:
+    answers = set()
+    with httpx.Client(base_url=route_server.url, trust_env=False, timeout=10) as http:
+        for values in BAD_AUTHORIZATIONS:  # a fixed list: bounded
+            response = http.request(route.method, route.url, json=route.body,
+                                    headers=[(b"Authorization", value) for value in values])
+            assert response.status_code == 401, (values, response.text)
+            assert "set-cookie" not in response.headers
+            answers.add((response.content, response.headers["www-authenticate"]))
+    assert answers == {(b'{"error":{"code":"UNAUTHENTICATED","message":"invalid bearer token"}}',
+                        "Bearer")}, "one answer for every wrong part"
 
 
 @pytest.mark.req("SV-03", "API-01")
