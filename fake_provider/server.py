@@ -2,7 +2,9 @@
 
 It listens on ``127.0.0.1`` or ``::1`` only, answers like llama-server
 (``/health`` with a 503 loading phase, ``/v1/models``, plain and SSE chat
-completions ending in ``data: [DONE]``) and records every request with its
+completions ending in ``data: [DONE]``; a stream asked for
+``stream_options.include_usage`` sends the token counts in a last chunk with no
+choices, as llama-server does) and records every request with its
 headers, body, the peer address, the local address the peer reached and
 whether the connection had ``TCP_NODELAY`` set.
 
@@ -286,6 +288,8 @@ class _Handler(BaseHTTPRequestHandler):
             request = json.loads(body)
             stream = bool(request.get("stream", False))
             model = str(request.get("model", ""))
+            options = request.get("stream_options")
+            with_usage = isinstance(options, dict) and options.get("include_usage") is True
         except (ValueError, AttributeError):
             self._send_json(400, {"error": {"code": 400, "message": "invalid JSON body"}})
             return
@@ -294,13 +298,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(500, {"error": {"code": 500, "message": "scenario exhausted"}})
             return
         try:
-            self._answer(answer, model=model, stream=stream, usage=state.prompt_usage(request))
+            self._answer(answer, model=model, stream=stream, usage=state.prompt_usage(request),
+                         stream_usage=with_usage)
         finally:
             with state.lock:
                 state.answered += 1
 
     def _answer(self, answer: Answer, *, model: str, stream: bool,
-                usage: tuple[int, int]) -> None:
+                usage: tuple[int, int], stream_usage: bool = False) -> None:
         if answer.delay:
             time.sleep(answer.delay)
         if answer.drop:
@@ -312,7 +317,7 @@ class _Handler(BaseHTTPRequestHandler):
                             trickle_delay=answer.trickle_delay)
             return
         if stream:
-            self._stream(answer, model)
+            self._stream(answer, model, _usage_json(answer, usage) if stream_usage else None)
             return
         ident = _completion_id()
         message: dict[str, Any] = {"role": "assistant", "content": answer.content}
@@ -322,20 +327,17 @@ class _Handler(BaseHTTPRequestHandler):
             message["content"] = answer.content or None  # as OpenAI answers a pure call
             message["tool_calls"] = [_call_json(call, index, ident)
                                      for index, call in enumerate(answer.tool_calls)]
-        (prompt, cached), completion = usage, len(answer.content.split())
         document: dict[str, Any] = {
             "id": ident, "object": "chat.completion", "created": int(time.time()),
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": answer.finish_reason}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion,
-                      "prompt_tokens_details": {"cached_tokens": cached}},
+            "usage": _usage_json(answer, usage),
         }
         if answer.oversize_bytes:
             document["padding"] = "x" * answer.oversize_bytes
         self._send_json(200, document, answer.headers, trickle_delay=answer.trickle_delay)
 
-    def _stream(self, answer: Answer, model: str) -> None:
+    def _stream(self, answer: Answer, model: str, usage: dict[str, Any] | None) -> None:
         # The headers leave with the first chunk (or the drop / the end, if there is none).
         head = self._head(int(HTTPStatus.OK), [("Content-Type", "text/event-stream"),
                                           ("Cache-Control", "no-cache"),
@@ -357,6 +359,10 @@ class _Handler(BaseHTTPRequestHandler):
             pieces += [event({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
                        for p in _chunks(call.arguments, answer.chunk_chars)]
         pieces.append(event({}, answer.finish_reason))
+        if usage is not None:  # llama-server's last chunk when asked: no choices, the usage
+            chunk = {"id": ident, "object": "chat.completion.chunk", "created": created,
+                     "model": model, "choices": [], "usage": usage}
+            pieces.append(f"data: {json.dumps(chunk)}\n\n".encode())
         sent = 0
         for index, piece in enumerate(pieces):
             if answer.drop_after_chunks is not None and index >= answer.drop_after_chunks:
@@ -378,6 +384,14 @@ class _Handler(BaseHTTPRequestHandler):
             sent += len(filler)
         self._write_chunk(b"data: [DONE]\n\n")
         self._write_chunk(b"")
+
+
+def _usage_json(answer: Answer, usage: tuple[int, int]) -> dict[str, Any]:
+    """A reply's ``usage``: the prompt as the prefix cache counted it, a token per word."""
+    (prompt, cached), completion = usage, len(answer.content.split())
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def _call_json(call: ToolCallReply, index: int, completion: str,

@@ -9,40 +9,19 @@ demo policy, offline). There is never a fallback from one to the other.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
-from urllib.parse import quote, unquote
 
 from labfy_ref.config import AgentConfig, AgentMode
-from labfy_ref.errors import ErrorCode, ModelUnavailable, RuntimeRefused
+from labfy_ref.errors import ModelUnavailable
 from labfy_ref.model import ClientLimits, LocalModelClient, StreamDelta
+from labfy_ref.model.route import ModelRoute
 from labfy_ref.model.supervised import SupervisedLlama
 from labfy_ref.protocol import Decoding
 from labfy_ref.runtime.demo import DemoAgent
 
-ROUTE_PREFIX = "engine"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ModelRoute:
-    """A provider and a model id, qualified as ``engine:<provider>:<model>``."""
-
-    provider: str
-    model: str
-
-    def __str__(self) -> str:
-        return f"{ROUTE_PREFIX}:{quote(self.provider, safe='')}:{quote(self.model, safe='')}"
-
-    @classmethod
-    def parse(cls, text: str) -> ModelRoute:
-        """Inverse of ``str()``; refuses anything not of that form."""
-        parts = text.split(":")
-        if len(parts) != 3 or parts[0] != ROUTE_PREFIX or not parts[1] or not parts[2]:
-            raise RuntimeRefused(ErrorCode.MODEL_NOT_FOUND,
-                                 "a model is written engine:<provider>:<model>")
-        return cls(unquote(parts[1]), unquote(parts[2]))
-
+__all__ = ["DemoProvider", "LocalProvider", "ModelClient", "ModelProvider", "ModelRoute",
+           "provider_for"]
 
 #: The server's model client: a plain one, or a supervised llama-server's.
 ModelClient = LocalModelClient | SupervisedLlama
@@ -107,7 +86,7 @@ class DemoProvider:
     """The deterministic demo policy, delivered as one delta per reply."""
 
     name = "demo"
-    default_model = "deterministic-demo"
+    default_model = DemoAgent.model
 
     def __init__(self) -> None:
         self._agent = DemoAgent()

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from labfy_ref.bridge.final_text import FinalTextExtractor
-from labfy_ref.bridge.llm import ModelProvider
+from labfy_ref.bridge.llm import ModelProvider, ModelRoute
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ErrorCode, LabfyError, ProtocolRefused, RuntimeRefused, ToolError
@@ -49,6 +49,7 @@ from labfy_ref.protocol import (
     MessageLog,
     RoundUsage,
     ToolCall,
+    Usage,
     encode_json,
 )
 from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver
@@ -190,6 +191,16 @@ class _StreamPort:
     def human(self) -> bool:
         return not self._turn.headless  # "Allow once / Deny" needs someone to show it to
 
+    @property
+    def model(self) -> str:
+        return str(ModelRoute(self._loop.provider.name, self._turn.model))
+
+    @property
+    def caller(self) -> str:
+        # The usage ledger names a session that lasts; a transient one (BR-13) is gone after
+        # its turn, so its calls are counted as "transient" (BR-14).
+        return "transient" if self._turn.transient else self._turn.session_id
+
     def live(self) -> bool:
         return True  # a bridge turn stops by cancellation of its task
 
@@ -197,9 +208,12 @@ class _StreamPort:
         await self._turn.flush()  # the last call's record is on disk before the next request
         handle = self._turn.handle
         extractor = FinalTextExtractor()
+        usage = Usage()  # what the stream's usage chunk reports, if it has one
         try:
             async for delta in self._loop.provider.stream(self._turn.model, messages,
                                                           decoding):
+                if delta.usage is not None:
+                    usage = delta.usage
                 if delta.reasoning:
                     handle.emit("reasoning", text=delta.reasoning)
                 piece = extractor.feed(delta.content)
@@ -210,7 +224,7 @@ class _StreamPort:
                 raise ProtocolRefused(exc.defect, exc.message, repairable=False) from None
             raise
         self._shown = extractor.started
-        return Answer(extractor.content, streamed=extractor.started)
+        return Answer(extractor.content, streamed=extractor.started, usage=usage)
 
     async def approve(self, call_id: str, action: ToolCall) -> str | None:
         turn = self._turn

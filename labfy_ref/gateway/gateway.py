@@ -18,6 +18,7 @@ from typing import Any, Literal
 from labfy_ref.errors import ErrorCode, ToolError
 from labfy_ref.gateway.policy import CallContext, decide, needs_approval
 from labfy_ref.gateway.services import FileService, GrantService, ObjectService, ResearchService
+from labfy_ref.gateway.usage import UsageService
 from labfy_ref.protocol.exchange import canonical
 from labfy_ref.tools.catalog import ToolCatalog, ToolSpec, default_catalog
 from labfy_ref.workspace.layout import Workspace
@@ -75,6 +76,8 @@ class AgentGateway:
         self._research = ResearchService(store, workspace)
         self._files = FileService(workspace).files
         self.grants = GrantService(store, workspace)
+        #: The provider usage ledger (BR-14): every model call of every turn is recorded here.
+        self.usage = UsageService(store)
         #: (tool_id, status) of every call that reached the gateway, newest last.
         self.log: collections.deque[tuple[str, Status]] = collections.deque(maxlen=log_size)
         self._services: dict[str, Callable[..., dict[str, Any]]] = {

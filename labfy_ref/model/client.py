@@ -124,11 +124,16 @@ class ChatReply:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StreamDelta:
-    """One piece of a streamed reply: text and/or provider-exposed reasoning."""
+    """One piece of a streamed reply: text and/or provider-exposed reasoning.
+
+    ``usage`` is set on the piece that carried the provider's token counts (its
+    last chunk: streams ask for ``include_usage``), None on every other.
+    """
 
     content: str = ""
     reasoning: str = ""
     finish_reason: str | None = None
+    usage: Usage | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -225,6 +230,8 @@ class LocalModelClient:
                   else encode_json(list(messages)))
         parts = [f'{{"model": {encode_json(model or self.model)}, "messages": {listed}, '
                  f'"stream": {"true" if stream else "false"}']
+        if stream:  # the token counts come in a last chunk only when asked for (BR-14)
+            parts.append(', "stream_options": {"include_usage": true}')
         if response_format is not None:
             parts.append(f', "response_format": {self._format_json(response_format)}')
         if max_tokens is not None:
@@ -460,8 +467,9 @@ def _stream_delta(data: str) -> StreamDelta | None:
     try:
         document = loads_strict(data)
         choices = document["choices"]
-        if not choices:
-            return None  # usage-only chunk
+        usage = _usage(document["usage"]) if isinstance(document.get("usage"), dict) else None
+        if not choices:  # the usage chunk (``include_usage``), or an empty one
+            return None if usage is None else StreamDelta(usage=usage)
         choice = choices[0]
         delta = choice.get("delta") or {}
         content = delta.get("content") or ""
@@ -475,4 +483,4 @@ def _stream_delta(data: str) -> StreamDelta | None:
         raise _unavailable("provider sent a malformed stream chunk") from exc
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise _unavailable("provider sent a malformed stream chunk") from exc
-    return StreamDelta(content=content, reasoning=reasoning, finish_reason=finish)
+    return StreamDelta(content=content, reasoning=reasoning, finish_reason=finish, usage=usage)

@@ -75,6 +75,8 @@ class DemoAgent:
     """The default agent: deterministic, offline, and bound by the same gateway."""
 
     label = DEMO_LABEL
+    #: The model id it answers as (``engine:demo:deterministic-demo``, BR-10).
+    model = "deterministic-demo"
 
     async def chat(self, messages: Sequence[Mapping[str, Any]], *,
                    response_format: Mapping[str, Any] | None = None,

@@ -15,13 +15,16 @@ JSONL records). Every rule of a turn lives here, once:
 * rounds, tool calls and context bytes are budgets (RT-03), context bytes kept
   as a running total;
 * a successful ``research.prepare`` pauses the turn (RT-08): no further model
-  call until a human grant and a resume.
+  call until a human grant and a resume;
+* every model call — a repair too, failed or cancelled ones too — is recorded
+  in the gateway's usage ledger (BR-14) with the port's model and caller.
 
 The driver holds no store, no path and no adapter: only the gateway.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import secrets
 import time
@@ -33,6 +36,7 @@ from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
 from labfy_ref.protocol import (
     ActionParser,
     Answer,
+    Ask,
     Budget,
     ChatMessage,
     Decoding,
@@ -41,6 +45,7 @@ from labfy_ref.protocol import (
     Observations,
     RoundUsage,
     ToolCall,
+    Usage,
     call_key,
     narrow,
     request_action,
@@ -123,6 +128,16 @@ class TurnPort(Protocol):
         """Can this surface ask a human to approve a write once? (Then writes are offered.)"""
         ...
 
+    @property
+    def model(self) -> str:
+        """The qualified route (BR-10) that this turn's model calls go to."""
+        ...
+
+    @property
+    def caller(self) -> str:
+        """Whom the calls are for, in the usage ledger: a session id, ``transient``, a turn id."""
+        ...
+
     async def ask(self, messages: Sequence[ChatMessage], decoding: Decoding) -> Answer:
         """Ask the model once (may raise ModelUnavailable or ProtocolRefused)."""
         ...
@@ -182,8 +197,8 @@ class TurnDriver:
             decoding = self.decoding(conversation, port, context)
             started = time.monotonic()
             try:
-                accepted = await request_action(port.ask, conversation.messages, self.parser,
-                                                decoding)
+                accepted = await request_action(self._recorded(port), conversation.messages,
+                                                self.parser, decoding)
             except ModelUnavailable as exc:
                 return Ending(TurnState.MODEL_UNAVAILABLE, error=exc)
             except ProtocolRefused as exc:
@@ -218,6 +233,35 @@ class TurnDriver:
         """Give the model an outcome and tell the port (also used by a granted resume)."""
         conversation.answer(outcome, exempt=exempt)
         port.answered(call_id, outcome)
+
+    def _recorded(self, port: TurnPort) -> Ask:
+        """``port.ask`` with each call recorded in the usage ledger, however it ends (BR-14).
+
+        The outcome is the call's own: ``ok`` when the provider answered (its reply
+        may still fail the action contract: that is the turn's business, not the
+        call's), else the error code it raised, ``CANCELLED`` when cut off.
+        """
+        ledger = self.gateway.usage
+
+        async def ask(messages: Sequence[ChatMessage], decoding: Decoding) -> Answer:
+            started = time.monotonic()
+            outcome, reported = ErrorCode.INTERNAL_ERROR.value, Usage()
+            try:
+                answer = await port.ask(messages, decoding)
+            except LabfyError as exc:
+                outcome = exc.code.value
+                raise
+            except asyncio.CancelledError:
+                outcome = ErrorCode.CANCELLED.value
+                raise
+            else:
+                outcome, reported = "ok", answer.usage
+                return answer
+            finally:
+                ledger.record(port.model, reported, (time.monotonic() - started) * 1000.0,
+                              outcome, port.caller)
+
+        return ask
 
     async def _decide(self, call_id: str, action: ToolCall, port: TurnPort,
                       context: CallContext) -> ToolOutcome:

@@ -27,6 +27,7 @@ from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
 from labfy_ref.host.scope import Scope
 from labfy_ref.ids import new_id
 from labfy_ref.logs import incident
+from labfy_ref.model.route import ModelRoute
 from labfy_ref.protocol import (
     Answer,
     ChatMessage,
@@ -37,6 +38,7 @@ from labfy_ref.protocol import (
     chat_asker,
     system_prompt,
 )
+from labfy_ref.runtime.demo import DemoAgent
 from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver, new_call_id
 from labfy_ref.runtime.events import EventLog
 from labfy_ref.runtime.limits import RuntimeLimits
@@ -47,13 +49,26 @@ log = logging.getLogger("labfy_ref.runtime")
 _MAX_CLIENT_REQUEST_ID = 128
 
 
+def model_route(model: ChatModel) -> ModelRoute:
+    """The qualified route (BR-10) of a runtime's model: the demo, or a local server's model."""
+    if isinstance(model, DemoAgent):
+        return ModelRoute("demo", model.model)
+    name = getattr(model, "model", None)  # LocalModelClient, SupervisedLlama: the served id
+    return ModelRoute("local", name if isinstance(name, str) and name else type(model).__name__)
+
+
 class AgentRuntime:
-    """Runs turns of one agent over one gateway; owned by the workspace server."""
+    """Runs turns of one agent over one gateway; owned by the workspace server.
+
+    ``route`` names the model in the usage ledger (BR-14); by default
+    :func:`model_route` of ``model``.
+    """
 
     def __init__(self, model: ChatModel, gateway: AgentGateway, *, label: str,
                  permission_mode: PermissionMode = PermissionMode.READ_ONLY,
-                 limits: RuntimeLimits | None = None) -> None:
+                 limits: RuntimeLimits | None = None, route: str | None = None) -> None:
         self.model = model
+        self.route = route or str(model_route(model))
         self.gateway = gateway
         self.label = label
         self.permission_mode = permission_mode
@@ -325,6 +340,14 @@ class _RuntimePort:
         self._ask = chat_asker(runtime.model)
 
     human = False  # runtime turns run with the server's mode: a write is refused (GW-07)
+
+    @property
+    def model(self) -> str:
+        return self._runtime.route
+
+    @property
+    def caller(self) -> str:
+        return self._turn.id
 
     def live(self) -> bool:
         return self._turn.state is TurnState.RUNNING

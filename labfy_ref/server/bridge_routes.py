@@ -1,6 +1,8 @@
 """The engine bridge's HTTP API (BR-04, HO-06): admin only but health; turns as NDJSON.
 
-These routes know only the engine contract. A client that disconnects
+These routes know only the engine contract (and the usage ledger, BR-14, which
+the gateway keeps for the runtime and the engine alike: it answers whether the
+bridge is on or not). A client that disconnects
 cancels its turn (BR-05): the streaming body's ``finally`` cancels the handle,
 which cancels the turn's task, its model request and any approval wait.
 """
@@ -17,6 +19,7 @@ from pydantic import Field
 from labfy_ref.bridge.contract import PAGE_SIZE, Decision, Engine
 from labfy_ref.bridge.service import Bridge
 from labfy_ref.errors import ErrorCode, RuntimeRefused
+from labfy_ref.gateway.usage import USAGE_PAGE, UsageService
 from labfy_ref.server.auth import Role
 from labfy_ref.server.routes import Strict
 from labfy_ref.server.security import session_of
@@ -30,14 +33,27 @@ def bridge_of(request: Request) -> Bridge:
     return bridge
 
 
-def admin_engine(request: Request) -> Engine:
-    """The engine, for an admin session only (403 for ``user``; 503 while it cannot serve)."""
+def _admin(request: Request) -> None:
+    """Refuse a session that is not the admin's (403 FORBIDDEN)."""
     if session_of(request.state).role is not Role.ADMIN:
         raise RuntimeRefused(ErrorCode.FORBIDDEN, "the engine is for administrators only")
+
+
+def admin_engine(request: Request) -> Engine:
+    """The engine, for an admin session only (403 for ``user``; 503 while it cannot serve)."""
+    _admin(request)
     return bridge_of(request).engine()
 
 
+def admin_usage(request: Request) -> UsageService:
+    """The usage ledger, for an admin session only (403 for ``user``)."""
+    _admin(request)
+    ledger: UsageService = request.app.state.server.gateway.usage
+    return ledger
+
+
 EngineDep = Annotated[Engine, Depends(admin_engine)]
+UsageDep = Annotated[UsageService, Depends(admin_usage)]
 router = APIRouter(prefix="/api/cordis")
 
 
@@ -156,3 +172,15 @@ async def tools(engine: EngineDep) -> dict[str, Any]:
 async def models(engine: EngineDep) -> dict[str, Any]:
     """The provider's real models and the current default."""
     return await engine.list_models()
+
+
+@router.get("/usage")
+async def usage(ledger: UsageDep, since: str | None = None, limit: int = USAGE_PAGE,
+                cursor: str | None = None) -> JSONResponse:
+    """Provider usage (BR-14): records newest first, totals per model and day, next cursor.
+
+    ``since`` (ISO 8601; without an offset, UTC) bounds the records and the
+    totals; ``limit`` and ``cursor`` page the records only (422 VALIDATION_FAILED
+    when refused: the ledger's to check).
+    """
+    return JSONResponse(ledger.report(since, limit, cursor))

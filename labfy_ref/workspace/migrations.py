@@ -89,6 +89,22 @@ MIGRATIONS: tuple[Migration, ...] = (
         "CREATE INDEX objects_by_creation ON objects (created_at, object_id)",
         "CREATE INDEX objects_by_kind ON objects (kind, created_at, object_id)",
     )),
+    # BR-14: one row per model call of the runtime and the engine; ``usage_id`` orders
+    # calls made in the same millisecond, and pruning keeps the newest rows by it.
+    Migration(3, "add the provider usage ledger", _statements(
+        """CREATE TABLE usage (
+    usage_id INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    model TEXT NOT NULL,
+    prompt_tokens INTEGER CHECK (prompt_tokens >= 0),
+    completion_tokens INTEGER CHECK (completion_tokens >= 0),
+    cached_tokens INTEGER CHECK (cached_tokens >= 0),
+    latency_ms REAL NOT NULL CHECK (latency_ms >= 0),
+    outcome TEXT NOT NULL,
+    caller TEXT NOT NULL
+)""",
+        "CREATE INDEX usage_by_time ON usage (at, usage_id)",
+    )),
 )
 #: The version this build reads and writes.
 SCHEMA_VERSION = MIGRATIONS[-1].version if MIGRATIONS else BASE_VERSION

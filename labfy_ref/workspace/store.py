@@ -1,4 +1,4 @@
-"""The workspace's SQLite store: objects, research campaigns, grants (WS-01, WS-02, RT-08).
+"""The workspace's SQLite store: objects, campaigns, grants, usage (WS-01, WS-02, RT-08, BR-14).
 
 Only the gateway's services and the workspace tooling use this module; the
 runtime never does. The schema is versioned in ``meta.schema_version`` and
@@ -30,7 +30,9 @@ from labfy_ref.clock import iso, parse_iso, utcnow
 from labfy_ref.errors import ErrorCode, RuntimeRefused, WorkspaceError
 from labfy_ref.ids import new_id
 from labfy_ref.text import find_surrogate, has_surrogate, scrub
+from labfy_ref.workspace import usage
 from labfy_ref.workspace.migrations import check_version, create_schema
+from labfy_ref.workspace.usage import USAGE_RETENTION, UsageRecord
 
 OBJECT_KINDS = ("fact", "observation", "source", "note")
 
@@ -289,3 +291,19 @@ class WorkspaceStore:
             rows = self._db.execute("SELECT keywords, source, excerpt FROM specimen_evidence "
                                     "ORDER BY evidence_id").fetchall()
         return [(tuple(_loads(k)), s, e) for k, s, e in rows]
+
+    # -- provider usage (BR-14) ---------------------------------------------------
+
+    def add_usage(self, record: UsageRecord, *, keep: int = USAGE_RETENTION) -> int:
+        """Record one model call and prune to the newest ``keep`` records; the call's id."""
+        _valid(at=record.at, model=record.model, outcome=record.outcome, caller=record.caller)
+        with self.transaction() as db:
+            return usage.insert(db, record, keep)
+
+    def usage_report(self, since: str, limit: int, before: int | None = None
+                     ) -> tuple[list[UsageRecord], int | None, dict[str, list[dict[str, Any]]]]:
+        """One consistent read: records at or after ``since`` (ISO text), newest first and
+        below id ``before``; the id to go on from (None: no more); the totals since then."""
+        with self._lock:
+            records, next_before = usage.page(self._db, since, limit, before)
+            return records, next_before, usage.totals(self._db, since)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from labfy_ref.cli.main import build_parser
-from labfy_ref.workspace import init_workspace
+from labfy_ref.workspace import SCHEMA_VERSION, init_workspace
 from qualification.harness import ServeProcess
 from qualification.workspace.previous_release import dump, restore_v1_workspace
 
@@ -290,15 +290,16 @@ def test_workspace_upgrade_migrates_keeps_a_backup_and_says_so(tmp_path: Path) -
     assert done.stderr == ""
     line = done.stdout.rstrip("\n")
     assert "\n" not in line
-    prefix = f"upgraded the workspace at {old} from schema version 1 to 2; backup: "
+    prefix = (f"upgraded the workspace at {old} from schema version 1 to {SCHEMA_VERSION}; "
+              "backup: ")
     assert line.startswith(prefix), line
     backup = Path(line.removeprefix(prefix))
     assert backup.parent == old and backup.name.startswith("labfy.sqlite.v1-")
     assert dump(backup) == before
     again = _run("workspace", "upgrade", str(old))
     assert again.returncode == 0, again.stderr
-    assert again.stdout == f"the workspace at {old} is already at schema version 2; " \
-                           "nothing to do\n"
+    assert again.stdout == (f"the workspace at {old} is already at schema version "
+                            f"{SCHEMA_VERSION}; nothing to do\n")
     assert sorted(p.name for p in old.iterdir() if p.suffix == ".bak") == [backup.name]
 
 
@@ -314,8 +315,10 @@ def test_workspace_upgrade_refusals_are_one_line_and_change_nothing(tmp_path: Pa
     elif case == "newer":
         init_workspace(target, specimen=False)
         with sqlite3.connect(target / "labfy.sqlite") as db:
-            db.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
-        expected = "WORKSPACE_INVALID: store schema version 3 is newer than this build's 2"
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                       (str(SCHEMA_VERSION + 1),))
+        expected = (f"WORKSPACE_INVALID: store schema version {SCHEMA_VERSION + 1} is newer "
+                    f"than this build's {SCHEMA_VERSION}")
     else:
         init_workspace(target, specimen=False)
         server = ServeProcess("--workspace", str(target), ready_file=tmp_path / "ready.json")
@@ -343,7 +346,8 @@ def test_serve_and_check_config_on_an_old_workspace_name_the_upgrade(tmp_path: P
     before = dump(old / "labfy.sqlite")
     done = _run(command, "--workspace", str(old))
     assert done.returncode == 2
-    _one_line(done, "WORKSPACE_OUTDATED: store schema version 1 is older than this build's 2")
+    _one_line(done, "WORKSPACE_OUTDATED: store schema version 1 is older than this build's "
+                    f"{SCHEMA_VERSION}")
     assert done.stderr.rstrip("\n").endswith(f"run: labfy-ref workspace upgrade '{old}'")
     assert dump(old / "labfy.sqlite") == before
     assert not [p for p in old.iterdir() if p.suffix == ".bak"], "nothing is upgraded unasked"
@@ -359,7 +363,7 @@ def test_check_config_shows_that_serve_will_upgrade_the_per_user_copy(
     assert done.returncode == 0, done.stderr
     server = json.loads(done.stdout)["server"]
     assert (server["workspace"], server["workspace_exists"]) == (str(copy), True)
-    assert server["workspace_upgrade"] == ("to schema version 2 when serve starts; "
+    assert server["workspace_upgrade"] == (f"to schema version {SCHEMA_VERSION} when serve starts; "
                                            "a backup is kept")
     assert dump(copy / "labfy.sqlite") == before
     assert not [p for p in copy.iterdir() if p.suffix == ".bak"], "check-config changes nothing"

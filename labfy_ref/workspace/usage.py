@@ -1,0 +1,95 @@
+"""The provider usage ledger's rows and queries (BR-14), on the store's connection.
+
+One row per model call: when it ended, the qualified model (BR-10), the tokens
+the provider reported (NULL where it reported none: never estimated), the
+latency, the outcome (``ok`` or an error code) and the caller (a session id,
+``transient`` or a turn id).
+
+Retention is bounded: a write keeps the newest :data:`USAGE_RETENTION` rows and
+deletes older ones in the same transaction. ``usage_id`` is an ``INTEGER
+PRIMARY KEY`` written only here: SQLite gives a new row the largest id plus
+one and only the oldest rows are ever deleted, so ids are consecutive and
+"the newest N" is ``usage_id > last - N`` — an index range, not a count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from typing import Any
+
+#: How many usage records a workspace keeps (the newest; older ones are deleted on write).
+USAGE_RETENTION = 10_000
+
+_TOTALS = ("COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached_tokens), "
+           "SUM(outcome != 'ok')")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """One model call as the ledger holds it."""
+
+    usage_id: int
+    at: str
+    model: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    latency_ms: float
+    outcome: str
+    caller: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The wire shape of one record in ``GET /api/cordis/usage``."""
+        return {"at": self.at, "model": self.model, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "cached_tokens": self.cached_tokens, "latency_ms": self.latency_ms,
+                "outcome": self.outcome, "caller": self.caller}
+
+
+def insert(db: sqlite3.Connection, record: UsageRecord, keep: int) -> int:
+    """Add ``record`` (its ``usage_id`` is ignored), keep the newest ``keep`` rows; its id."""
+    cursor = db.execute(
+        "INSERT INTO usage (at, model, prompt_tokens, completion_tokens, cached_tokens, "
+        "latency_ms, outcome, caller) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (record.at, record.model, record.prompt_tokens, record.completion_tokens,
+         record.cached_tokens, record.latency_ms, record.outcome, record.caller))
+    usage_id = cursor.lastrowid
+    assert usage_id is not None
+    db.execute("DELETE FROM usage WHERE usage_id <= ?", (usage_id - keep,))
+    return usage_id
+
+
+def page(db: sqlite3.Connection, since: str, limit: int,
+         before: int | None) -> tuple[list[UsageRecord], int | None]:
+    """Records at or after ``since``, newest first, older than id ``before`` when given.
+
+    Returns at most ``limit`` records and the id to continue below (None: no more).
+    """
+    rows = db.execute(
+        "SELECT usage_id, at, model, prompt_tokens, completion_tokens, cached_tokens, "
+        "latency_ms, outcome, caller FROM usage WHERE at >= ? AND usage_id < ? "
+        "ORDER BY usage_id DESC LIMIT ?",
+        (since, before if before is not None else 2**63 - 1, limit + 1)).fetchall()
+    records = [UsageRecord(*row) for row in rows[:limit]]
+    return records, records[-1].usage_id if len(rows) > limit else None
+
+
+def totals(db: sqlite3.Connection, since: str) -> dict[str, list[dict[str, Any]]]:
+    """Calls, tokens and errors of the records at or after ``since``: per model, per UTC day.
+
+    A token sum adds what was reported; it is null when no record of the group
+    reported that count.
+    """
+    by_model = db.execute(f"SELECT model, {_TOTALS} FROM usage WHERE at >= ? "  # noqa: S608
+                          "GROUP BY model ORDER BY model", (since,)).fetchall()
+    by_day = db.execute(f"SELECT substr(at, 1, 10) AS day, {_TOTALS} FROM usage "  # noqa: S608
+                        "WHERE at >= ? GROUP BY day ORDER BY day DESC", (since,)).fetchall()
+    return {"by_model": [{"model": row[0], **_counts(row[1:])} for row in by_model],
+            "by_day": [{"day": row[0], **_counts(row[1:])} for row in by_day]}
+
+
+def _counts(row: tuple[Any, ...]) -> dict[str, Any]:
+    calls, prompt, completion, cached, errors = row
+    return {"calls": calls, "prompt_tokens": prompt, "completion_tokens": completion,
+            "cached_tokens": cached, "errors": errors}
