@@ -21,6 +21,7 @@ from fastapi.responses import Response
 from labfy_ref import __version__
 from labfy_ref.server.bridge_routes import router as bridge_router
 from labfy_ref.server.errors import install_error_handlers
+from labfy_ref.server.openai_routes import router as openai_router
 from labfy_ref.server.routes import router
 from labfy_ref.server.security import SecurityMiddleware
 from labfy_ref.server.state import ServerState
@@ -80,6 +81,7 @@ def create_app(state: ServerState,
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(bridge_router)
+    app.include_router(openai_router)
     for path, name in _ui_files().items():
         app.add_api_route(path, _ui_route(name), methods=["GET"],
                           include_in_schema=False)
