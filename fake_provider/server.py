@@ -89,6 +89,8 @@ class _State:
         self.answered = 0
         #: The last prompt's tokens: a prefix cache like llama-server's one slot.
         self.cached_prompt: list[str] = []
+        #: The ``usage`` each chat answer reported, in the order answered (None: it sent none).
+        self.reported: list[dict[str, Any] | None] = []
 
     def prompt_usage(self, request: Mapping[str, Any]) -> tuple[int, int]:
         """``(prompt_tokens, cached_tokens)`` of a request, as a one-slot prefix cache counts.
@@ -316,8 +318,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(answer.status, None, answer.headers, raw=raw,
                             trickle_delay=answer.trickle_delay)
             return
+        reported = _usage_json(answer, usage)
         if stream:
-            self._stream(answer, model, _usage_json(answer, usage) if stream_usage else None)
+            self._stream(answer, model, reported if stream_usage else None)
             return
         ident = _completion_id()
         message: dict[str, Any] = {"role": "assistant", "content": answer.content}
@@ -331,11 +334,16 @@ class _Handler(BaseHTTPRequestHandler):
             "id": ident, "object": "chat.completion", "created": int(time.time()),
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": answer.finish_reason}],
-            "usage": _usage_json(answer, usage),
+            "usage": reported,
         }
+        self._report(reported)
         if answer.oversize_bytes:
             document["padding"] = "x" * answer.oversize_bytes
         self._send_json(200, document, answer.headers, trickle_delay=answer.trickle_delay)
+
+    def _report(self, usage: dict[str, Any] | None) -> None:
+        with self.server.state.lock:
+            self.server.state.reported.append(usage)
 
     def _stream(self, answer: Answer, model: str, usage: dict[str, Any] | None) -> None:
         # The headers leave with the first chunk (or the drop / the end, if there is none).
@@ -378,6 +386,7 @@ class _Handler(BaseHTTPRequestHandler):
             sent += len(piece)
             if answer.chunk_delay:
                 time.sleep(answer.chunk_delay)
+        self._report(usage)  # every chunk went out: before [DONE], so a client sees it listed
         while answer.oversize_bytes and sent < answer.oversize_bytes:
             filler = b": " + b"x" * 16384 + b"\n"
             self._write_chunk(filler)
@@ -439,6 +448,17 @@ class FakeProvider:
     def chat_requests(self) -> list[RecordedRequest]:
         """The recorded ``POST /v1/chat/completions`` requests."""
         return [r for r in self.requests if r.path == "/v1/chat/completions"]
+
+    @property
+    def reported(self) -> list[dict[str, Any] | None]:
+        """The ``usage`` of every completion sent, oldest first: what the provider reported.
+
+        None for a stream that was not asked for usage; an error, a raw body, a
+        dropped or truncated stream reports nothing and is not listed. A stream is
+        listed once its last chunk was sent, before its ``[DONE]``.
+        """
+        with self._state.lock:
+            return list(self._state.reported)
 
     @property
     def answered(self) -> int:
