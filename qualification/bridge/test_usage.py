@@ -171,7 +171,9 @@ def test_a_transient_turn_is_recorded_as_transient(specimen: Path,
     store = workspace.open_store()
     sessions = JsonlSessionStore(workspace.sessions_dir)
     gateway = AgentGateway(workspace, store)
-    agent = resolve(RawOptions(workspace=str(specimen), **local_agent(provider.base_url)), {}).agent
+    agent = resolve(RawOptions(workspace=str(specimen), agent_mode="local-model",
+                               agent_endpoint=provider.base_url, agent_model="fake-model"),
+                    {}).agent
     llm = LocalProvider(agent)
     engine = ReferenceEngine(sessions, AgentLoop(llm, bridge_surface(gateway), "p"),
                              Scope("test"))
