@@ -21,7 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labfy_ref.server.auth import MAX_SESSIONS_PER_ACCOUNT, cookie_name, token_hash
+from labfy_ref.server.auth import (
+    MAX_SESSIONS_PER_ACCOUNT,
+    MAX_TOKEN_CHARS,
+    bearer_token,
+    cookie_name,
+    token_hash,
+)
 from qualification.conftest import ServerFactory
 from qualification.harness import LAUNCH_CODE, TERMINAL, ApiClient, LiveServer, wait_until
 from qualification.security.conftest import USER_TOKEN, bearer
@@ -39,6 +45,24 @@ def _http(server: LiveServer) -> httpx.Client:
 def _error(response: httpx.Response) -> tuple[int, str]:
     code = response.json()["error"]["code"] if response.status_code >= 400 else ""
     return response.status_code, code
+
+
+@pytest.mark.req("SV-08")
+@pytest.mark.parametrize(("values", "token"), [
+    (["Bearer abc"], "abc"), (["bearer abc"], "abc"),
+    (["BEARER a-b.c_d~e+f/g=="], "a-b.c_d~e+f/g=="),
+    ([f"Bearer {'a' * MAX_TOKEN_CHARS}"], "a" * MAX_TOKEN_CHARS),
+    ([f"Bearer {'a' * (MAX_TOKEN_CHARS + 1)}"], None), ([], None), ([""], None),
+    (["Bearer"], None), (["Bearer "], None), (["Bearer  abc"], None), (["Bearer abc "], None),
+    (["Bearer a b"], None), (["Bearer\tabc"], None), (["Basic abc"], None), (["abc"], None),
+    (["Bearer a=b"], None), (["Bearer =abc"], None), (["Bearer abc,"], None),
+    (["Bearer ab\u00e9"], None), (["Bearer \u00c3\u00a9"], None), (["Bearer ab\x00"], None),
+    (["Bearer abc", "Bearer abc"], None), (["Bearer abc", "Basic x"], None),
+    (["Bearerabc"], None), (["Bearer: abc"], None),
+], ids=repr)
+def test_what_counts_as_a_bearer_header(values: list[str], token: str | None) -> None:
+    """The decision table of ``Authorization`` parsing (RFC 6750 §2.1, RFC 7235 §2.1)."""
+    assert bearer_token(values) == token
 
 
 @pytest.mark.req("SV-08", "API-01")
