@@ -1,5 +1,6 @@
 // labfy-ref engine page (/cordis): the bridge's state, sessions, and a conversation
-// streamed from NDJSON as it arrives, with approvals at their operation (UI-04..UI-06).
+// streamed from NDJSON as it arrives, with approvals at their operation (UI-04..UI-06), and
+// what the provider spent (BR-14: totals per model and per day, the last calls).
 //
 // Text from a model, a tool, a file, the server or a session title goes in as text
 // through labfyText (text.js: textContent, every invisible format character shown as
@@ -12,6 +13,8 @@
 
 (function () {
   const PAGE_SIZE = 20;
+  const USAGE_CALLS = 20;
+  const NOT_REPORTED = "—";
   const STARTING_RETRY_MS = 1000;
   const STARTING_RETRIES = 60;
   const SESSION_ID = /^[A-Za-z0-9_-]{1,80}$/;
@@ -28,6 +31,8 @@
     conversation: $("conversation"), turnStatus: $("turn-status"), composer: $("composer"),
     input: $("message-input"), scope: $("permission-scope"), send: $("message-send"),
     stop: $("stop-turn"), composerError: $("composer-error"),
+    usageStatus: $("usage-status"), usageRefresh: $("usage-refresh"),
+    usageModels: $("usage-models"), usageDays: $("usage-days"), usageCalls: $("usage-calls"),
   };
 
   const state = {
@@ -36,6 +41,7 @@
     turn: null,        // the running turn: {view, sessionId, controller}
     startingTries: 0,
     tools: null,
+    usageReads: 0,     // numbers the usage reads: only the newest one is shown
   };
 
   // -- small helpers ----------------------------------------------------------------------
@@ -89,6 +95,62 @@
     return box;
   }
 
+  // -- provider usage (BR-14) ---------------------------------------------------------------
+
+  /** A token count as reported; a count the provider did not report is never shown as 0. */
+  function tokens(value) {
+    return value === null || value === undefined ? NOT_REPORTED : String(value);
+  }
+
+  /** One table row: its first cell names the row (a row header), the others are data. */
+  function usageRow(testid, cells) {
+    const row = el("tr");
+    row.dataset.testid = testid;
+    cells.forEach((text, index) => {
+      const cell = el(index === 0 ? "th" : "td", index === 0 ? "" : "number", text);
+      if (index === 0) cell.scope = "row";
+      row.append(cell);
+    });
+    return row;
+  }
+
+  function totalsRow(testid, name, total) {
+    return usageRow(testid, [name, String(total.calls), tokens(total.prompt_tokens),
+      tokens(total.completion_tokens), tokens(total.cached_tokens), String(total.errors)]);
+  }
+
+  function renderUsage(body) {
+    const { by_model: models, by_day: days } = body.totals;
+    ui.usageModels.replaceChildren(...models.map((t) => totalsRow("usage-model-row", t.model, t)));
+    ui.usageDays.replaceChildren(...days.map((t) => totalsRow("usage-day-row", t.day, t)));
+    ui.usageCalls.replaceChildren(...body.usage.map((call) => usageRow("usage-call-row", [
+      formatTime(call.at), call.model, tokens(call.prompt_tokens), tokens(call.completion_tokens),
+      tokens(call.cached_tokens), String(call.latency_ms), call.outcome, call.caller])));
+    const calls = models.reduce((sum, total) => sum + total.calls, 0);
+    setText(ui.usageStatus, calls === 0 ? "No model call recorded yet."
+      : `${calls} model call${calls === 1 ? "" : "s"} recorded; the last ${body.usage.length} below.`);
+  }
+
+  /** Totals and the last calls, read again; a refusal is said in the panel, not logged.
+   *  Only the newest read is shown: an older answer arriving late changes nothing. */
+  async function loadUsage() {
+    const read = ++state.usageReads;
+    let body;
+    try {
+      body = await api("GET", `/api/cordis/usage?limit=${USAGE_CALLS}`);
+    } catch (error) {
+      if (read === state.usageReads) setText(ui.usageStatus, `Usage unavailable: ${error.message}`);
+      return;
+    }
+    if (read === state.usageReads) renderUsage(body);
+  }
+
+  function clearUsage() {
+    state.usageReads += 1; // a read still on its way belongs to the session that ended
+    for (const body of [ui.usageModels, ui.usageDays, ui.usageCalls]) body.replaceChildren();
+    ui.usageStatus.textContent = "Loading usage…";
+  }
+
   // -- the bridge -------------------------------------------------------------------------
 
   /** First page of sessions; a 503 names why the bridge cannot serve (CORDIS_*). */
@@ -106,6 +168,7 @@
     ui.workspace.hidden = false;
     renderSessions(page, false);
     loadTools();
+    loadUsage();
     const wanted = location.hash.slice(1);
     if (SESSION_ID.test(wanted)) openSession(wanted);
   }
@@ -562,6 +625,7 @@
       state.turn = null;
       setRunning(false);
       refreshTitles();
+      loadUsage(); // the turn's calls are in the ledger now
     }
   }
 
@@ -607,6 +671,7 @@
     state.tools = null;
     ui.list.replaceChildren();
     ui.contextTools.replaceChildren();
+    clearUsage();
     for (const line of [ui.sessionsError, ui.composerError]) line.textContent = "";
     if (logout) {
       ui.input.value = "";
@@ -621,6 +686,8 @@
   live(ui.stop);
   live(ui.newSession);
   live(ui.more);
+  live(ui.usageRefresh);
+  ui.usageRefresh.addEventListener("click", loadUsage);
   ui.newSession.addEventListener("click", newSession);
   ui.more.addEventListener("click", loadMore);
   ui.scope.addEventListener("change", changeScope);
