@@ -1,0 +1,472 @@
+"""BR-13: the engine in any chat client — the official ``openai`` client against the engine.
+
+Every test runs the real server with the bridge on, a scripted fake provider
+behind it, and talks to ``/api/cordis/v1`` as a chat client does: the ``openai``
+SDK with the login code as its API key (a bearer, SV-08), or plain HTTP where
+the SDK cannot say what is tested (a disconnect, raw bytes). What the engine
+told the model is read from what the fake provider received.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fake_provider import Answer, FakeProvider, Scenario
+from labfy_ref.bridge import ReferenceEngine
+from labfy_ref.protocol import canonical
+from labfy_ref.server.auth import token_hash
+from labfy_ref.workspace import init_workspace
+from qualification.conftest import ProviderFactory, ServerFactory, local_agent
+from qualification.harness import LAUNCH_CODE, LiveServer, wait_until
+
+MODEL = "engine:local:fake-model"
+FINAL_TEXT = "Lavender drew 62 visits — the busiest garden. « ünïcödé » 𝄞 \u2028 end."
+
+
+def _final(text: str) -> str:
+    return json.dumps({"type": "final", "text": text})
+
+
+def _call(tool_id: str, **arguments: Any) -> str:
+    return json.dumps({"type": "tool_call", "tool_id": tool_id, "arguments": arguments})
+
+
+FaceFactory = Callable[..., tuple[LiveServer, FakeProvider, openai.OpenAI]]
+
+
+def official_client(server: LiveServer, key: str = LAUNCH_CODE) -> openai.OpenAI:
+    """The official client pointed at the engine, ``key`` its API key (a bearer, SV-08)."""
+    return openai.OpenAI(base_url=f"{server.url}/api/cordis/v1", api_key=key, max_retries=0,
+                         timeout=30)
+
+
+@pytest.fixture
+def face(specimen: Path, provider_factory: ProviderFactory,
+         server_factory: ServerFactory) -> Iterator[FaceFactory]:
+    """Start a server with the bridge on, its fake provider, and an official client."""
+    clients: list[openai.OpenAI] = []
+
+    def start(scenario: Scenario, **options: Any) -> tuple[LiveServer, FakeProvider,
+                                                           openai.OpenAI]:
+        provider = provider_factory(scenario)
+        server = server_factory(specimen, bridge=True, **local_agent(provider.base_url),
+                                **options)
+        clients.append(official_client(server))
+        return server, provider, clients[-1]
+
+    yield start
+    for client in clients:
+        client.close()
+
+
+def _engine(server: LiveServer) -> ReferenceEngine:
+    engine = server.state.bridge.engine()
+    assert isinstance(engine, ReferenceEngine)
+    return engine
+
+
+def _bearer(server: LiveServer) -> httpx.Client:
+    return httpx.Client(base_url=server.url, trust_env=False, timeout=30,
+                        headers={"Authorization": f"Bearer {LAUNCH_CODE}"})
+
+
+def _leftovers(workspace: Path) -> list[str]:
+    """Everything under ``sessions/`` but the summary index (a cache of the listed logs)."""
+    root = workspace / "sessions"
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*")
+                  if not path.name.startswith(".index.sqlite"))
+
+
+def _no_trace(server: LiveServer, workspace: Path) -> None:
+    """No transient session is held, listed, counted or stored once its turn ended."""
+    engine = _engine(server)
+    wait_until(lambda: engine.retained_turns == 0)
+    with _bearer(server) as http:
+        listed = http.get("/api/cordis/sessions")
+    assert listed.status_code == 200, listed.text
+    assert listed.json() == {"sessions": [], "next_cursor": None}
+    assert engine.status()["sessions"] == 0
+    assert engine.list_agents()[0]["running_sessions"] == []
+    assert _leftovers(workspace) == []
+
+
+def _ledger(server: LiveServer) -> list[dict[str, Any]]:
+    """The usage ledger's records, newest first (BR-14: every model call, cancelled too)."""
+    with _bearer(server) as http:
+        records: list[dict[str, Any]] = http.get("/api/cordis/usage").json()["usage"]
+    return records
+
+
+def _sent(provider: FakeProvider, number: int = -1) -> list[dict[str, Any]]:
+    """The messages of one chat request the provider received."""
+    messages: list[dict[str, Any]] = provider.chat_requests()[number].json()["messages"]
+    return messages
+
+
+def _total(reported: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """What the provider reported for a turn's calls, summed as OpenAI's usage reads."""
+    calls = [usage for usage in reported if usage is not None]
+    prompt = sum(usage["prompt_tokens"] for usage in calls)
+    completion = sum(usage["completion_tokens"] for usage in calls)
+    cached = sum(usage["prompt_tokens_details"]["cached_tokens"] for usage in calls)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion, "cached_tokens": cached}
+
+
+def _usage(usage: Any) -> dict[str, Any]:
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+            "cached_tokens": usage.prompt_tokens_details.cached_tokens}
+
+
+@pytest.mark.req("BR-13", "BR-10", "SV-08")
+def test_the_official_client_lists_the_engine_routes_as_models(
+        face: FaceFactory) -> None:
+    _, _, client = face(Scenario(name="models", answers=(), models=("fake-model", "a b/c")))
+    listed = client.models.list()
+    assert [(m.id, m.object, m.owned_by, m.created) for m in listed.data] == [
+        (MODEL, "model", "local", 0), ("engine:local:a%20b%2Fc", "model", "local", 0)]
+
+
+@pytest.mark.req("BR-13", "BR-06", "SV-08")
+def test_the_official_client_streams_a_completion_and_no_trace_is_left(
+        face: FaceFactory, specimen: Path) -> None:
+    server, provider, client = face(Scenario(name="stream", answers=(
+        Answer(content=_final(FINAL_TEXT), reasoning="Counting the visits.", chunk_chars=5),)))
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "How busy was garden 4?"}],
+        stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    deltas = [c.choices[0].delta for c in chunks]
+    assert deltas[0].role == "assistant"
+    text = [d.content for d in deltas if d.content]
+    assert len(text) > 3, "the answer arrives in pieces while the model decodes"
+    assert "".join(text) == FINAL_TEXT
+    reasoning = [(d.model_extra or {}).get("reasoning_content") for d in deltas]
+    assert "".join(r for r in reasoning if r) == "Counting the visits."
+    assert [c.choices[0].finish_reason for c in chunks] == [None] * (len(chunks) - 1) + ["stop"]
+    assert {c.id for c in chunks} == {chunks[0].id} and chunks[0].id.startswith("chatcmpl-tmp_")
+    assert {c.model for c in chunks} == {MODEL}
+    assert chunks[-1].usage is not None
+    assert _usage(chunks[-1].usage) == _total(provider.reported)
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-13", "BR-06", "SV-08")
+def test_the_official_client_gets_a_whole_completion_and_no_trace_is_left(
+        face: FaceFactory, specimen: Path) -> None:
+    server, provider, client = face(Scenario(name="whole", answers=(
+        Answer(content=_call("files.list", path="notes")), Answer(content=_final(FINAL_TEXT)))))
+    completion = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "What is in notes?"}])
+    choice = completion.choices[0]
+    assert (completion.object, choice.finish_reason) == ("chat.completion", "stop")
+    assert choice.message.content == FINAL_TEXT, "the tool call and result stay out of the text"
+    assert choice.message.tool_calls is None
+    assert len(provider.chat_requests()) == 2, "the tool ran inside the engine, one turn"
+    told = _sent(provider)[-1]["content"]
+    assert "field-log.txt" in told and "UNTRUSTED_DATA" in told
+    assert completion.usage is not None
+    assert _usage(completion.usage) == _total(provider.reported), "both calls counted"
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-13")
+def test_system_messages_reach_the_model_as_context_and_never_as_user_turns(
+        face: FaceFactory, specimen: Path) -> None:
+    server, provider, client = face(Scenario.always(_final("Arr.")))
+    client.chat.completions.create(model=MODEL, messages=[
+        {"role": "system", "content": "CONTEXT-ONE: answer as a pirate."},
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": "first answer"},
+        {"role": "developer", "content": [{"type": "text", "text": "CONTEXT-"},
+                                          {"type": "text", "text": "TWO: be brief."}]},
+        {"role": "user", "content": "second question"}])
+    messages = _sent(provider)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    system = messages[0]["content"]
+    assert server.state.bridge.host is not None
+    assert system.startswith(server.state.bridge.host.service("system_prompt")), \
+        "the engine's own prompt comes first"
+    assert system.index("CONTEXT-ONE: answer as a pirate.") < system.index("CONTEXT-TWO: be brief.")
+    assert [m["content"] for m in messages if m["role"] == "user"] == [
+        "first question", "second question"]
+    assert messages[2]["content"] == canonical({"type": "final", "text": "first answer"}), \
+        "an earlier answer reads to the model as its own final answer"
+    assert not any("CONTEXT-" in m["content"] for m in messages[1:])
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-13")
+def test_two_concurrent_requests_never_see_each_others_history(
+        face: FaceFactory, specimen: Path) -> None:
+    server, provider, client = face(
+        Scenario.always(_final("noted"), chunk_chars=2, chunk_delay=0.01, delay=0.2))
+    transcripts: dict[str, Any] = {
+        name: [{"role": "system", "content": f"{name}-context"},
+               {"role": "user", "content": f"{name}-question-1"},
+               {"role": "assistant", "content": f"{name}-answer-1"},
+               {"role": "user", "content": f"{name}-question-2"}]
+        for name in ("ALPHA", "BRAVO")}
+    start = threading.Barrier(2)
+    answers: dict[str, str | None] = {}
+
+    def ask(name: str) -> None:
+        start.wait(timeout=10)
+        stream = client.chat.completions.create(model=MODEL, messages=transcripts[name],
+                                                stream=True)
+        answers[name] = "".join(c.choices[0].delta.content or "" for c in stream)
+
+    threads = [threading.Thread(target=ask, args=(name,)) for name in transcripts]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: len(provider.chat_requests()) == 2, timeout=15)
+    assert _engine(server).retained_turns == 2, "both turns ran at the same time"
+    for thread in threads:
+        thread.join(timeout=30)
+    assert answers == {"ALPHA": "noted", "BRAVO": "noted"}
+    client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "alone"}])
+    seen = [json.dumps(request.json()["messages"]) for request in provider.chat_requests()]
+    assert len(seen) == 3
+    for name, other in (("ALPHA", "BRAVO"), ("BRAVO", "ALPHA")):
+        own = [text for text in seen if name in text]
+        assert len(own) == 1, f"{name}'s transcript reached the model once"
+        assert all(f"{name}-{part}" in own[0]
+                   for part in ("context", "question-1", "answer-1", "question-2"))
+        assert other not in own[0], f"{name} saw {other}'s history"
+    assert "ALPHA" not in seen[2] and "BRAVO" not in seen[2], "a later request starts afresh"
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-13", "BR-05")
+def test_a_client_that_disconnects_mid_stream_cancels_the_turn_and_leaves_no_trace(
+        face: FaceFactory, specimen: Path) -> None:
+    # 20 s to send whole: only a cancel ends the turn sooner than _no_trace's wait.
+    server, provider, client = face(Scenario(name="long", answers=(
+        Answer(content=_final("x" * 400), chunk_chars=2, chunk_delay=0.1),
+        Answer(content=_final("never requested")))))
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "a long answer"}], stream=True)
+    pieces = iter(stream)
+    while not (next(pieces).choices[0].delta.content or ""):
+        pass  # up to the first piece of text: the turn is under way
+    engine = _engine(server)
+    assert engine.retained_turns == 1
+    with _bearer(server) as http:
+        assert http.get("/api/cordis/sessions").json()["sessions"] == [], "never listed"
+    assert _leftovers(specimen) == [], "never stored, even while it runs"
+    stream.close()  # the client goes away mid-stream
+    _no_trace(server, specimen)
+    assert len(provider.chat_requests()) == 1, "no further provider request"
+    wait_until(lambda: len(_ledger(server)) == 1)
+    assert [(r["caller"], r["outcome"]) for r in _ledger(server)] == [
+        ("transient", "CANCELLED")], "the cancel reached the model request"
+
+
+@pytest.mark.req("BR-13", "BR-05")
+def test_a_client_that_leaves_before_a_whole_completion_cancels_the_turn(
+        face: FaceFactory, specimen: Path) -> None:
+    server, provider, _ = face(Scenario(name="slow", answers=(
+            Answer(content=_call("files.list", path="notes"), chunk_chars=1, chunk_delay=0.05),
+            Answer(content=_final("never requested")))))
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "list notes"}]}
+    with _bearer(server) as http, pytest.raises(httpx.ReadTimeout):
+        http.post("/api/cordis/v1/chat/completions", json=body, timeout=httpx.Timeout(
+            30, read=0.5))  # the client gives up while the model still answers
+    _no_trace(server, specimen)
+    # Uncancelled, the call would have run and the model been asked again.
+    assert len(provider.chat_requests()) == 1, "the turn ended with its first model call"
+    wait_until(lambda: len(_ledger(server)) == 1)
+    assert [(r["caller"], r["outcome"]) for r in _ledger(server)] == [
+        ("transient", "CANCELLED")], "the cancel reached the model request"
+
+
+@pytest.mark.req("BR-13", "BR-12")
+def test_a_turn_that_would_need_approval_is_refused_headless(
+        face: FaceFactory, specimen: Path) -> None:
+    server, provider, client = face(Scenario(name="write", answers=(
+            Answer(content=_call("files.write", path="h.txt", content="x")),
+            Answer(content=_final("I could not write the file.")))))
+    completion = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "write h.txt"}], timeout=10)
+    assert completion.choices[0].message.content == "I could not write the file."
+    assert not (specimen / "files" / "h.txt").exists()
+    told = _sent(provider)[-1]["content"]
+    assert "PERMISSION_DENIED" in told, "the model got the refusal as the call's result"
+    assert "approval" not in completion.choices[0].message.content.lower()
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-13", "BR-10")
+@pytest.mark.parametrize("model", ["fake-model", "engine:local:other-model",
+                                   "engine:demo:deterministic-demo", "engine:local",
+                                   "engine:local:fake-model:extra"])
+def test_an_unknown_model_is_an_openai_shaped_404(
+        face: FaceFactory, specimen: Path, model: str) -> None:
+    server, provider, client = face(Scenario.always(_final("never")))
+    with pytest.raises(openai.NotFoundError) as refused:
+        client.chat.completions.create(model=model,
+                                       messages=[{"role": "user", "content": "hi"}])
+    error = refused.value.body
+    assert isinstance(error, dict)
+    assert (error["type"], error["code"]) == ("invalid_request_error", "UNKNOWN_MODEL")
+    assert provider.chat_requests() == []
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-13", "SV-05")
+@pytest.mark.parametrize(("messages", "extra"), [
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "prefill"}], {}),
+    ([{"role": "system", "content": "only context"}], {}),
+    ([{"role": "tool", "content": "42", "tool_call_id": "call_1"},
+      {"role": "user", "content": "hi"}], {}),
+    ([{"role": "user", "content": [{"type": "image_url",
+                                    "image_url": {"url": "data:image/png;base64,AA=="}}]}], {}),
+    ([{"role": "user", "content": "hi"}],
+     {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}),
+    ([{"role": "user", "content": "hi"}], {"n": 2}),
+    ([{"role": "user", "content": ""}], {}),
+    ([], {}),
+])
+def test_a_request_the_engine_cannot_answer_is_refused_whole(
+        face: FaceFactory, specimen: Path, messages: list[dict[str, Any]],
+        extra: dict[str, Any]) -> None:
+    server, provider, _ = face(Scenario.always(_final("never")))
+    with _bearer(server) as http:
+        response = http.post("/api/cordis/v1/chat/completions",
+                             json={"model": MODEL, "messages": messages, **extra})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == (
+        "invalid_request_error", "VALIDATION_FAILED", None)
+    assert "\n" not in error["message"] and len(error["message"]) <= 300
+    assert provider.chat_requests() == []
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-13", "BR-04")
+def test_the_chat_routes_are_the_admins(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory,
+        tmp_path: Path) -> None:
+    accounts = tmp_path / "accounts.toml"
+    accounts.write_text(f'[[account]]\nname = "bob"\ntoken_sha256 = "{token_hash("bob-t")}"\n')
+    provider = provider_factory(Scenario.always(_final("never")))
+    server = server_factory(specimen, bridge=True, accounts=str(accounts),
+                            **local_agent(provider.base_url))
+    for key, error_class, kind in (("bob-t", openai.PermissionDeniedError, "permission_error"),
+                                   ("wrong", openai.AuthenticationError, None)):
+        with official_client(server, key) as client:
+            with pytest.raises(error_class) as refused:
+                client.chat.completions.create(model=MODEL,
+                                               messages=[{"role": "user", "content": "hi"}])
+            with pytest.raises(error_class):
+                client.models.list()
+        assert isinstance(refused.value.body, dict)
+        assert refused.value.body.get("type") == kind
+    assert provider.chat_requests() == []
+
+
+@pytest.mark.req("BR-13", "BR-02")
+def test_a_failed_turn_is_an_error_event_in_a_stream_and_an_error_body_otherwise(
+        face: FaceFactory, specimen: Path) -> None:
+    broken = Answer(content="not an action at all")
+    server, _, client = face(Scenario(name="broken", answers=(broken,),
+                                       when_exhausted="repeat_last"))
+    with pytest.raises(openai.APIStatusError) as whole:
+        client.chat.completions.create(model=MODEL,
+                                       messages=[{"role": "user", "content": "hi"}])
+    assert whole.value.status_code == 502
+    assert isinstance(whole.value.body, dict) and whole.value.body["code"] == "MODEL_PROTOCOL_ERROR"
+    with _bearer(server) as http, http.stream(
+            "POST", "/api/cordis/v1/chat/completions",
+            json={"model": MODEL, "stream": True,
+                  "messages": [{"role": "user", "content": "hi"}]}) as reply:
+        assert reply.status_code == 200
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        assert reply.headers["cache-control"] == "no-store"
+        events = [line for line in reply.iter_lines() if line]
+    assert events[-1] == "data: [DONE]"
+    error = json.loads(events[-2].removeprefix("data: "))["error"]
+    assert (error["type"], error["code"]) == ("server_error", "MODEL_PROTOCOL_ERROR")
+    with pytest.raises(openai.APIError):
+        list(client.chat.completions.create(model=MODEL, stream=True,
+                                            messages=[{"role": "user", "content": "hi"}]))
+    _no_trace(server, specimen)
+
+
+# -- any text, any bytes ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def echo_face(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer,
+                                                                           FakeProvider]]:
+    """One server whose model always answers, for many requests."""
+    root = tmp_path_factory.mktemp("face") / "specimen"
+    init_workspace(root, specimen=True)
+    provider = FakeProvider(Scenario.always(_final("seen"))).start()
+    options: dict[str, Any] = {"bridge": True, **local_agent(provider.base_url)}
+    server = LiveServer(root, **options).start()
+    yield server, provider
+    server.stop()
+    provider.stop()
+
+
+texts = st.text(st.characters(codec=None), max_size=40) | st.text(
+    st.characters(categories=["Cs"]), min_size=1, max_size=3)
+
+
+#: Raw bytes spliced into a JSON string (no quote or backslash: they would end or escape it).
+raw_bytes = st.binary(max_size=24).map(lambda raw: raw.replace(b'"', b"").replace(b"\\", b""))
+
+
+@pytest.mark.req("BR-13", "SV-05")
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(system=texts, user=texts, raw=raw_bytes)
+def test_any_transcript_text_reaches_the_model_as_sent_or_is_refused_whole(
+        echo_face: tuple[LiveServer, FakeProvider], system: str, user: str,
+        raw: bytes) -> None:
+    server, provider = echo_face
+    before = len(provider.chat_requests())
+    body = json.dumps({"model": MODEL, "messages": [{"role": "system", "content": system},
+                                                     {"role": "user", "content": user}]})
+    with _bearer(server) as http:
+        response = http.post("/api/cordis/v1/chat/completions", content=body.encode(
+            "utf-8", "surrogatepass"), headers={"Content-Type": "application/json"})
+        # As the server reads the body: an escaped surrogate pair is one character.
+        system, user = (m["content"] for m in json.loads(body)["messages"])
+        lone = any(0xD800 <= ord(c) <= 0xDFFF for c in system + user)
+        if lone or not user:
+            assert response.status_code == 422, response.text
+            assert response.json()["error"]["code"] == "VALIDATION_FAILED"
+            assert len(provider.chat_requests()) == before
+        else:
+            assert response.status_code == 200, response.text
+            assert response.json()["choices"][0]["message"]["content"] == "seen"
+            messages = _sent(provider)
+            assert messages[-1] == {"role": "user", "content": user}
+            assert messages[0]["content"].endswith("\n\n" + system)
+        spliced = (b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", '
+                   b'"content": "' + raw + b'"}]}')
+        raw_reply = http.post("/api/cordis/v1/chat/completions", content=spliced,
+                              headers={"Content-Type": "application/json"})
+    try:
+        decoded = json.loads(spliced)["messages"][0]["content"]
+    except (UnicodeDecodeError, ValueError):
+        decoded = None
+    if decoded:
+        assert raw_reply.status_code == 200, raw_reply.text
+        assert _sent(provider)[-1] == {"role": "user", "content": decoded}
+    else:
+        assert raw_reply.status_code == 422, raw_reply.text
+    wait_until(lambda: _engine(server).retained_turns == 0)
