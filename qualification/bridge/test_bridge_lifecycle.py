@@ -23,7 +23,8 @@ from qualification.harness import TurnReader, wait_until
 
 CONTRACT = {"status", "model_configuration", "list_sessions", "get_session", "create_session",
             "update_session_settings", "decide_approval", "delete_session", "list_agents",
-            "list_tools", "list_models", "send_message", "cancel"}
+            "list_tools", "list_models", "send_message", "cancel",
+            "run_transient"}  # BR-13: one turn of a transient session
 
 
 @pytest.mark.req("BR-01")
