@@ -21,7 +21,9 @@ What a chat client sees of a turn is its answer, nothing else:
 * sampling fields (``temperature``, ``max_tokens``, ...) are accepted so that
   ordinary clients work, and not applied: the engine's decoding is set by the
   action contract (PR-06), whatever the client asks;
-* ``usage`` rides on the last chunk (or the body) when the provider reported it.
+* ``usage`` is in the body when the provider reported it; a stream carries it on
+  its finish chunk, or — when the client asks with ``stream_options.include_usage``,
+  as OpenAI does — in one more chunk with no choices, just before ``[DONE]``.
 
 Errors are OpenAI-shaped — ``{"error": {"message", "type", "code", "param"}}`` —
 which also keeps the server's own ``code`` and ``message`` fields (SV-05); a
@@ -134,7 +136,7 @@ class ChatMessage(Strict):
 
 
 class StreamOptions(Strict):
-    """``stream_options``: usage is sent on the last chunk whenever the provider reported it."""
+    """``stream_options``: ``include_usage`` asks for OpenAI's usage chunk before ``[DONE]``."""
 
     include_usage: bool = False
 
@@ -204,15 +206,23 @@ class _Reply:
             shaped["prompt_tokens_details"] = {"cached_tokens": usage.cached_tokens}
         return shaped
 
-    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        """One SSE event holding a ``chat.completion.chunk``."""
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, *,
+              usage: bool = False) -> bytes:
+        """One SSE event holding a ``chat.completion.chunk`` (``usage``: with the turn's)."""
+        return event(self._chunk([{"index": 0, "delta": delta, "finish_reason": finish}],
+                                 usage=usage))
+
+    def usage_chunk(self) -> bytes | None:
+        """OpenAI's ``include_usage`` chunk: no choices, the turn's usage (None: unreported)."""
+        return None if self.usage() is None else event(self._chunk([], usage=True))
+
+    def _chunk(self, choices: list[dict[str, Any]], *, usage: bool) -> dict[str, Any]:
         document: dict[str, Any] = {
             "id": self.id, "object": "chat.completion.chunk", "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-        if finish is not None and (usage := self.usage()) is not None:
-            document["usage"] = usage
-        return event(document)
+            "model": self.model, "choices": choices}
+        if usage and (reported := self.usage()) is not None:
+            document["usage"] = reported
+        return document
 
     def completion(self, text: str, reasoning: str) -> dict[str, Any]:
         """The whole ``chat.completion`` body."""
@@ -245,7 +255,7 @@ def _failure(chunk: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-async def _events(reply: _Reply) -> AsyncIterator[bytes]:
+async def _events(reply: _Reply, include_usage: bool) -> AsyncIterator[bytes]:
     """The turn as SSE: a role chunk, content deltas, then the finish chunk (or an error)."""
     yield reply.chunk({"role": "assistant", "content": ""})
     failed = False
@@ -259,7 +269,9 @@ async def _events(reply: _Reply) -> AsyncIterator[bytes]:
             failed = True
             yield event({"error": openai_error(*failure)})
         elif kind == "done" and not failed:
-            yield reply.chunk({}, "stop")
+            yield reply.chunk({}, "stop", usage=not include_usage)
+            if include_usage and (usage := reply.usage_chunk()) is not None:
+                yield usage
     yield DONE
 
 
@@ -286,8 +298,8 @@ async def _disconnected(receive: Receive) -> None:
 class TurnStream(StreamingResponse):
     """The SSE answer; however it ends (done, disconnect, an error), the turn is cancelled."""
 
-    def __init__(self, reply: _Reply) -> None:
-        super().__init__(_events(reply), media_type=SSE, headers=_STREAM_HEADERS)
+    def __init__(self, reply: _Reply, *, include_usage: bool) -> None:
+        super().__init__(_events(reply, include_usage), media_type=SSE, headers=_STREAM_HEADERS)
         self._handle = reply.handle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -329,7 +341,10 @@ async def chat_completions(body: ChatBody, engine: EngineDep) -> Response:
     """One turn of a new transient session: SSE when ``stream``, else one JSON body."""
     handle = await engine.run_transient(transcript_of(body))
     reply = _Reply(handle, body.model)
-    return TurnStream(reply) if body.stream else TurnAnswer(reply)
+    if not body.stream:
+        return TurnAnswer(reply)
+    options = body.stream_options
+    return TurnStream(reply, include_usage=options is not None and options.include_usage)
 
 
 @router.get("/models")

@@ -141,24 +141,34 @@ def test_the_official_client_lists_the_engine_routes_as_models(
 @pytest.mark.req("BR-13", "BR-06", "SV-08")
 def test_the_official_client_streams_a_completion_and_no_trace_is_left(
         face: FaceFactory, specimen: Path) -> None:
-    server, provider, client = face(Scenario(name="stream", answers=(
-        Answer(content=_final(FINAL_TEXT), reasoning="Counting the visits.", chunk_chars=5),)))
+    server, provider, client = face(Scenario(name="stream", when_exhausted="repeat_last",
+                                             answers=(Answer(content=_final(FINAL_TEXT),
+                                                             reasoning="Counting the visits.",
+                                                             chunk_chars=5),)))
     stream = client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "How busy was garden 4?"}],
         stream=True, stream_options={"include_usage": True})
     chunks = list(stream)
-    deltas = [c.choices[0].delta for c in chunks]
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
     assert deltas[0].role == "assistant"
     text = [d.content for d in deltas if d.content]
     assert len(text) > 3, "the answer arrives in pieces while the model decodes"
     assert "".join(text) == FINAL_TEXT
     reasoning = [(d.model_extra or {}).get("reasoning_content") for d in deltas]
     assert "".join(r for r in reasoning if r) == "Counting the visits."
-    assert [c.choices[0].finish_reason for c in chunks] == [None] * (len(chunks) - 1) + ["stop"]
+    assert [c.choices[0].finish_reason for c in chunks[:-1]] == [None] * (len(chunks) - 2) + [
+        "stop"]
     assert {c.id for c in chunks} == {chunks[0].id} and chunks[0].id.startswith("chatcmpl-tmp_")
     assert {c.model for c in chunks} == {MODEL}
-    assert chunks[-1].usage is not None
+    # Asked for with include_usage: one last chunk without choices, as OpenAI sends it.
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert _usage(chunks[-1].usage) == _total(provider.reported)
+    assert all(c.usage is None for c in chunks[:-1])
+    plain = list(client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "again"}], stream=True))
+    assert plain[-1].choices[0].finish_reason == "stop", "no usage chunk unless asked"
+    assert plain[-1].usage is not None, "the finish chunk carries the usage, as llama-server's"
+    assert _usage(plain[-1].usage) == _total(provider.reported[1:])
     _no_trace(server, specimen)
 
 
