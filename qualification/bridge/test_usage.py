@@ -33,7 +33,7 @@ from labfy_ref.gateway import AgentGateway
 from labfy_ref.host.scope import Scope
 from labfy_ref.workspace import init_workspace, open_workspace
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent, scenario
-from qualification.harness import ApiClient, LiveServer, TurnReader
+from qualification.harness import ApiClient, LiveServer, TurnReader, wait_until
 
 MODEL = "engine:local:fake-model"
 FINAL = '{"type":"final","text":"Done."}'
@@ -161,6 +161,29 @@ def test_failed_calls_are_recorded_with_their_error_and_no_invented_tokens(
     body = _usage(client)
     _check_totals(body, records)
     assert body["totals"]["by_model"][0]["errors"] == 2
+
+
+@pytest.mark.req("BR-14", "BR-05")
+def test_a_call_cut_off_by_a_client_that_goes_away_is_recorded_cancelled(
+        specimen: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory) -> None:
+    provider = provider_factory(Scenario("slow", (
+        Answer(content=FINAL, reasoning="thinking " * 200, chunk_chars=2, chunk_delay=0.01),)))
+    client = _serve(specimen, provider, server_factory).client()
+    session_id = client.post("/api/cordis/sessions", {}).json()["session"]["id"]
+    reader = TurnReader(client, session_id, "hi")
+    reader.wait_for("reasoning")
+    reader.disconnect()
+    records: list[dict[str, Any]] = []
+
+    def recorded() -> bool:
+        records[:] = _usage(client)["usage"]
+        return bool(records)
+
+    wait_until(recorded, timeout=15)
+    assert [(r["outcome"], r["caller"], _tokens(r)) for r in records] == [
+        ("CANCELLED", session_id, (None, None, None))]
+    assert provider.reported == [], "the stream never reached its usage chunk"
 
 
 @pytest.mark.req("BR-14", "BR-13")
