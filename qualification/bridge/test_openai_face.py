@@ -10,6 +10,10 @@ told the model is read from what the fake provider received.
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -480,3 +484,25 @@ def test_any_transcript_text_reaches_the_model_as_sent_or_is_refused_whole(
     else:
         assert raw_reply.status_code == 422, raw_reply.text
     wait_until(lambda: _engine(server).retained_turns == 0)
+
+
+# -- the README ---------------------------------------------------------------------------
+
+
+@pytest.mark.req("BR-13", "DOC-01")
+def test_the_readme_openai_flow_runs_as_written(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
+    match = re.search(r"<!-- openai-flow:start -->\n```sh\n(.*?)```\n<!-- openai-flow:end -->",
+                      readme, re.S)
+    assert match, "README block openai-flow is missing"
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"),
+           "READY": str(tmp_path / "ready.json"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", match.group(1)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = done.stdout.strip()
+    assert answer and "\n" not in answer, done.stdout
+    assert "Traceback" not in done.stderr
+    sessions = next((tmp_path / "data").rglob("sessions"))
+    assert [p.name for p in sessions.iterdir() if not p.name.startswith(".index.sqlite")] == []
