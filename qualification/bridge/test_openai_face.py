@@ -225,7 +225,7 @@ def test_system_messages_reach_the_model_as_context_and_never_as_user_turns(
 def test_two_concurrent_requests_never_see_each_others_history(
         face: FaceFactory, specimen: Path) -> None:
     server, provider, client = face(
-        Scenario.always(_final("noted"), chunk_chars=2, chunk_delay=0.01, delay=0.2))
+        Scenario.always(_final("noted"), chunk_chars=2, chunk_delay=0.01, delay=1.0))
     transcripts: dict[str, Any] = {
         name: [{"role": "system", "content": f"{name}-context"},
                {"role": "user", "content": f"{name}-question-1"},
