@@ -120,7 +120,7 @@ class TextPart(Strict):
     text: str
 
 
-class ChatMessage(Strict):
+class MessageBody(Strict):
     """One message of the transcript (``developer`` is OpenAI's newer name for ``system``)."""
 
     role: Literal["system", "developer", "user", "assistant"]
@@ -145,7 +145,7 @@ class ChatBody(Strict):
     """``POST /api/cordis/v1/chat/completions``: OpenAI's request, minus client-side tools."""
 
     model: str = Field(min_length=1, max_length=512)
-    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    messages: list[MessageBody] = Field(min_length=1, max_length=MAX_MESSAGES)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: Literal[1] = 1

@@ -181,13 +181,17 @@ def test_the_official_client_gets_a_whole_completion_and_no_trace_is_left(
         face: FaceFactory, specimen: Path) -> None:
     server, provider, client = face(Scenario(name="whole", answers=(
         Answer(content=_call("files.list", path="notes")), Answer(content=_final(FINAL_TEXT)))))
-    completion = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "What is in notes?"}])
+    completion = client.chat.completions.create(  # sampling fields: accepted, not applied
+        model=MODEL, messages=[{"role": "user", "content": "What is in notes?"}],
+        temperature=1, top_p=0.5, max_tokens=7, seed=3, stop=["x"], user="me")
     choice = completion.choices[0]
     assert (completion.object, choice.finish_reason) == ("chat.completion", "stop")
     assert choice.message.content == FINAL_TEXT, "the tool call and result stay out of the text"
     assert choice.message.tool_calls is None
     assert len(provider.chat_requests()) == 2, "the tool ran inside the engine, one turn"
+    sent = [request.json() for request in provider.chat_requests()]
+    assert all(r.get("max_tokens") != 7 and r.get("seed") != 3 and "user" not in r
+               for r in sent), "the action contract sets the decoding, not the client"
     told = _sent(provider)[-1]["content"]
     assert "field-log.txt" in told and "UNTRUSTED_DATA" in told
     assert completion.usage is not None
