@@ -27,7 +27,7 @@ from qualification.browser.engine_page import (
 )
 from qualification.browser.page import Page
 from qualification.conftest import ProviderFactory, ServerFactory
-from qualification.harness import ApiClient
+from qualification.harness import LAUNCH_CODE, ApiClient
 
 NOT_REPORTED = "—"
 
@@ -69,7 +69,8 @@ def _api(client: ApiClient) -> dict[str, Any]:
 
 def _panel_equals_api(page: Page, client: ApiClient, calls: int) -> dict[str, Any]:
     """Wait until the panel shows ``calls`` calls; then every cell must be the API's."""
-    page.wait(lambda: page.text("usage-status").startswith(f"{calls} model calls recorded"),
+    said = f"{calls} model call{'' if calls == 1 else 's'} recorded"
+    page.wait(lambda: page.text("usage-status").startswith(said),
               what=f"{calls} calls in the usage panel")
     body = _api(client)
     assert sum(t["calls"] for t in body["totals"]["by_model"]) == calls
@@ -116,3 +117,35 @@ def test_the_usage_panel_shows_the_ledgers_totals_and_last_calls(
     page.at_widths("usage-filled")
     # The end state's screenshot shows the panel.
     page.driver.execute_script("arguments[0].scrollIntoView()", page.find("usage-panel"))
+
+
+@pytest.mark.req("BR-13", "BR-14", "UI-04", "UI-07")
+def test_a_chat_client_completion_leaves_no_session_on_the_page_only_its_usage(
+        page: Page, specimen: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory) -> None:
+    """The official ``openai`` client uses the engine; the engine page shows no session of
+    it, before and after a reload — only its provider call, as ``transient``."""
+    import openai  # noqa: PLC0415 - only this scenario is a chat client
+
+    server = open_engine(page, specimen, provider_factory, server_factory,
+                         Answer(content=final_action("Hello from the engine.")))
+    page.wait(lambda: page.text("usage-status") == "No model call recorded yet.",
+              what="an empty ledger said")
+    chat = openai.OpenAI(base_url=f"{server.url}/api/cordis/v1", api_key=LAUNCH_CODE,
+                         max_retries=0, timeout=30)
+    try:
+        model = chat.models.list().data[0].id
+        reply = chat.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Say hello"}])
+    finally:
+        chat.close()
+    assert reply.choices[0].message.content == "Hello from the engine."
+    page.click("usage-refresh")
+    body = _panel_equals_api(page, server.client(), 1)
+    assert [r["caller"] for r in body["usage"]] == ["transient"]
+    assert page.all("session-item") == [], "a chat request is never a listed session"
+    page.reload()
+    page.wait(lambda: page.text("bridge-status") == "Engine bridge ready", what="the bridge ready")
+    _panel_equals_api(page, server.client(), 1)
+    assert page.all("session-item") == []
+    assert server.client().get("/api/cordis/sessions").json()["sessions"] == []
