@@ -19,6 +19,7 @@ from labfy_ref.workspace.usage import USAGE_RETENTION, UsageRecord
 USAGE_PAGE = 50
 MAX_USAGE_PAGE = 500
 _MAX_CURSOR_DIGITS = 19  # an SQLite rowid fits in a signed 64-bit integer
+_MAX_ROW_ID = 2**63 - 1  # 19 digits can still exceed it (9999999999999999999)
 
 
 class UsageService:
@@ -70,6 +71,7 @@ def _cursor(text: str | None) -> int | None:
     """A cursor this service gave out (a record id), or VALIDATION_FAILED."""
     if text is None:
         return None
-    if not (text.isascii() and text.isdigit() and len(text) <= _MAX_CURSOR_DIGITS):
+    if not (text.isascii() and text.isdigit() and len(text) <= _MAX_CURSOR_DIGITS
+            and int(text) <= _MAX_ROW_ID):
         raise RuntimeRefused(ErrorCode.VALIDATION_FAILED, "cursor is not one this API gave")
     return int(text)

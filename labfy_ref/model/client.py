@@ -459,8 +459,14 @@ def _usage(raw: Any) -> Usage:
                  _count(cached))
 
 
+# A provider's token count is untrusted data: one past this (2**40, a thousand times any
+# context) is not a count the provider could mean, and summed over the ledger's bound it
+# would overflow SQLite's 64-bit integers.
+MAX_REPORTED_TOKENS = 2**40
+
+
 def _count(value: Any) -> int | None:
-    return value if type(value) is int and value >= 0 else None
+    return value if type(value) is int and 0 <= value <= MAX_REPORTED_TOKENS else None
 
 
 def _stream_delta(data: str) -> StreamDelta | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -248,7 +249,8 @@ def test_usage_pages_newest_first_and_since_bounds_records_and_totals(
     future = _usage(client, "since=2999-01-01T00:00:00%2B02:00")
     assert (future["usage"], future["totals"]) == ([], {"by_model": [], "by_day": []})
     for query in ("limit=0", "limit=501", "since=yesterday", "since=0001-01-01T00:00:00%2B01:00",
-                  "cursor=-1", "cursor=12a"):
+                  "cursor=-1", "cursor=12a", "cursor=9999999999999999999",
+                  f"cursor={2**63}"):
         response = client.get(f"/api/cordis/usage?{query}")
         assert response.status_code == 422, query
         assert response.json()["error"]["code"] == "VALIDATION_FAILED", query
@@ -258,7 +260,8 @@ def test_usage_pages_newest_first_and_since_bounds_records_and_totals(
 @settings(deadline=None, max_examples=40)
 @given(value=st.one_of(st.binary(max_size=40),
                        st.text(st.characters(codec=None, categories=["Cs", "Nd", "P", "L"]),
-                               max_size=30)))
+                               max_size=30),
+                       st.integers(min_value=-1, max_value=10**21).map(str)))
 def test_any_since_or_cursor_is_a_page_or_one_refusal(usage_client: ApiClient,
                                                       value: bytes | str) -> None:
     raw = value if isinstance(value, bytes) else value.encode("utf-8", "surrogatepass")
@@ -288,3 +291,36 @@ def usage_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiClient
         yield client
     finally:
         server.stop()
+
+
+def _envelope(content: str, usage: dict[str, Any]) -> str:
+    """A whole chat completion whose ``usage`` says what a test wants a provider to say."""
+    return json.dumps({"id": "c", "object": "chat.completion", "model": "fake-model",
+                       "choices": [{"index": 0, "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": content}}],
+                       "usage": usage})
+
+
+@pytest.mark.req("BR-14", "MC-03", "AV-01")
+def test_absurd_token_counts_are_not_said_and_never_break_the_ledger(
+        specimen: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory) -> None:
+    """A provider's counts are untrusted: past 2**40 (or negative, or not integers) a count is
+    not reported (null); summed over the ledger nothing overflows SQLite's 64-bit integers."""
+    huge = {"prompt_tokens": 2**63, "completion_tokens": 2**62,
+            "prompt_tokens_details": {"cached_tokens": -1}}
+    bound = {"prompt_tokens": 2**40, "completion_tokens": 2**40,
+             "prompt_tokens_details": {"cached_tokens": 2**40}}
+    odd = {"prompt_tokens": 1.5, "completion_tokens": "7", "prompt_tokens_details": []}
+    answers = [Answer(raw_body=_envelope(LIST, huge)), Answer(raw_body=_envelope(LIST, bound)),
+               Answer(raw_body=_envelope(LIST, bound)), Answer(raw_body=_envelope(FINAL, odd))]
+    provider = provider_factory(Scenario("absurd", tuple(answers)))
+    client = _serve(specimen, provider, server_factory).client()
+    turn = client.start_turn("What is in the workspace?")
+    assert client.wait_state(turn["id"], {"COMPLETED"})["state"] == "COMPLETED"
+    records = _oldest_first(client)
+    assert [_tokens(r) for r in records] == [
+        (None, None, None), (2**40, 2**40, 2**40), (2**40, 2**40, 2**40), (None, None, None)]
+    assert {r["outcome"] for r in records} == {"ok"}
+    totals = _usage(client)["totals"]["by_model"]
+    assert [(t["calls"], t["prompt_tokens"]) for t in totals] == [(4, 2 * 2**40)]
