@@ -9,21 +9,48 @@ logs one incident line.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from labfy_ref.errors import ErrorCode, LabfyError, bounded
+from labfy_ref.errors import HTTP_STATUS, ErrorCode, LabfyError, bounded
 
 _HTTP_CODES = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED,
                401: ErrorCode.UNAUTHENTICATED, 403: ErrorCode.FORBIDDEN}
 
 
-def error_response(status: int, code: ErrorCode | str, message: str) -> JSONResponse:
-    """A JSON error answer with a bounded one-line message."""
+#: Where refusals take OpenAI's error shape: the API that chat clients use (BR-13).
+OPENAI_PREFIX = "/api/cordis/v1/"
+_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error",
+                 404: "invalid_request_error", 429: "rate_limit_error"}
+
+
+def status_of(code: str) -> int:
+    """The HTTP status of an error code (500 for a code this build does not know)."""
+    try:
+        return HTTP_STATUS[ErrorCode(code)]
+    except ValueError:  # a code of another build: the engine's, not a refusal of ours
+        return 500
+
+
+def openai_error(code: ErrorCode | str, message: str) -> dict[str, Any]:
+    """The ``error`` object of an OpenAI-shaped answer (the server's code kept as ``code``)."""
     value = code.value if isinstance(code, ErrorCode) else code
-    return JSONResponse({"error": {"code": value, "message": bounded(message)}}, status_code=status)
+    status = status_of(value)
+    kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"message": bounded(message), "type": kind, "param": None, "code": value}
+
+
+def error_response(status: int, code: ErrorCode | str, message: str, *,
+                   openai: bool = False) -> JSONResponse:
+    """A JSON error answer with a bounded one-line message (OpenAI-shaped when ``openai``)."""
+    value = code.value if isinstance(code, ErrorCode) else code
+    error = (openai_error(value, message) if openai
+             else {"code": value, "message": bounded(message)})
+    return JSONResponse({"error": error}, status_code=status)
 
 
 def refusal(error: LabfyError) -> JSONResponse:

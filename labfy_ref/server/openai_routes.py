@@ -50,40 +50,24 @@ from starlette.types import Receive, Scope, Send
 from labfy_ref.bridge.contract import PriorMessage, Transcript
 from labfy_ref.bridge.ndjson import encode_line
 from labfy_ref.bridge.stream import StreamHandle
-from labfy_ref.errors import HTTP_STATUS, ErrorCode, LabfyError, RuntimeRefused, bounded
+from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused
 from labfy_ref.server.bridge_routes import EngineDep
+from labfy_ref.server.errors import openai_error, status_of
 from labfy_ref.server.routes import Strict
 
 #: Most messages one transcript may hold (the body's byte bound applies as well).
 MAX_MESSAGES = 1000
 SSE = "text/event-stream"
 _STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
-          429: "rate_limit_error"}
 
 
 # -- errors ------------------------------------------------------------------------------
 
 
-def openai_error(code: ErrorCode | str, message: str) -> dict[str, Any]:
-    """The ``error`` object of an OpenAI-shaped answer (the server's code kept as ``code``)."""
-    value = code.value if isinstance(code, ErrorCode) else code
-    status = _status(value)
-    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"message": bounded(message), "type": kind, "param": None, "code": value}
-
-
-def _status(code: str) -> int:
-    try:
-        return HTTP_STATUS[ErrorCode(code)]
-    except ValueError:  # a code of another build: the engine's, not a refusal of ours
-        return 500
-
-
 def error_answer(code: ErrorCode | str, message: str) -> JSONResponse:
     """A refused request, OpenAI-shaped, with the status its code maps to."""
     error = openai_error(code, message)
-    return JSONResponse({"error": error}, status_code=_status(error["code"]))
+    return JSONResponse({"error": error}, status_code=status_of(error["code"]))
 
 
 class OpenAIRoute(APIRoute):

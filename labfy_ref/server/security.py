@@ -32,7 +32,7 @@ from labfy_ref.errors import HTTP_STATUS, ErrorCode, ProtocolRefused
 from labfy_ref.logs import incident
 from labfy_ref.protocol.strict_json import loads_strict
 from labfy_ref.server.auth import Authenticator, Session, bearer_token
-from labfy_ref.server.errors import error_response
+from labfy_ref.server.errors import OPENAI_PREFIX, error_response
 
 log = logging.getLogger("labfy_ref.server")
 MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -141,13 +141,13 @@ class SecurityMiddleware:
         method, path = scope["method"], scope["path"]
         host = headers.get("host")
         if not host_ok(host, self.hosts):
-            await _refuse(send, ErrorCode.HOST_NOT_ALLOWED, "this Host is not allowed")
+            await _refuse(scope, send, ErrorCode.HOST_NOT_ALLOWED, "this Host is not allowed")
             return
         assert host is not None
         mutation = method in MUTATIONS
         if mutation and not origin_ok(headers.get("origin"), host,
                                       headers.get("sec-fetch-site")):
-            await _refuse(send, ErrorCode.ORIGIN_NOT_ALLOWED, "cross-origin request refused")
+            await _refuse(scope, send, ErrorCode.ORIGIN_NOT_ALLOWED, "cross-origin request refused")
             return
         api = path.startswith("/api/")
         authorization = _all_values(scope, b"authorization")
@@ -159,10 +159,11 @@ class SecurityMiddleware:
             session = self.auth.session(cookie_value(headers.get("cookie"), self.auth.cookie))
             if api and (method, path) not in self.public:
                 if session is None:
-                    await _refuse(send, ErrorCode.UNAUTHENTICATED, "log in first")
+                    await _refuse(scope, send, ErrorCode.UNAUTHENTICATED, "log in first")
                     return
                 if mutation and not csrf_ok(headers.get("x-csrf-token"), session):
-                    await _refuse(send, ErrorCode.CSRF_FAILED, "missing or wrong X-CSRF-Token")
+                    await _refuse(scope, send, ErrorCode.CSRF_FAILED,
+                                  "missing or wrong X-CSRF-Token")
                     return
         scope.setdefault("state", {})["session"] = session
         if mutation:
@@ -181,17 +182,17 @@ class SecurityMiddleware:
         """
         if any(cookie_value(value, self.auth.cookie) is not None
                for value in _all_values(scope, b"cookie")):
-            await _refuse(send, ErrorCode.AUTH_AMBIGUOUS,
+            await _refuse(scope, send, ErrorCode.AUTH_AMBIGUOUS,
                           "send a session cookie or a bearer token, not both")
             return None
         if path == SESSION_PATH:
-            await _refuse(send, ErrorCode.BEARER_NOT_ACCEPTED,
+            await _refuse(scope, send, ErrorCode.BEARER_NOT_ACCEPTED,
                           "a bearer token needs no session: send it with each request instead")
             return None
         token = bearer_token(authorization)
         session = None if token is None else self.auth.bearer(token)
         if session is None:
-            await _refuse(send, ErrorCode.UNAUTHENTICATED, "invalid bearer token",
+            await _refuse(scope, send, ErrorCode.UNAUTHENTICATED, "invalid bearer token",
                           ((b"www-authenticate", b"Bearer"),))
         return session
 
@@ -210,14 +211,14 @@ class SecurityMiddleware:
             incident_id = incident(log, exc, f"{scope['method']} {scope['path']}")
             if started:
                 raise  # the answer is under way: only closing the connection is left
-            await _refuse(send, ErrorCode.INTERNAL_ERROR,
+            await _refuse(scope, send, ErrorCode.INTERNAL_ERROR,
                           f"internal error (incident {incident_id})")
 
     async def _checked_body(self, scope: Scope, headers: dict[str, str], receive: Receive,
                             send: Send) -> Receive | None:
         declared = headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
-            await _refuse(send, ErrorCode.BODY_TOO_LARGE,
+            await _refuse(scope, send, ErrorCode.BODY_TOO_LARGE,
                           f"bodies are limited to {self.max_body} bytes")
             return None
         body = bytearray()
@@ -229,22 +230,23 @@ class SecurityMiddleware:
             body += message.get("body", b"")
             more = message.get("more_body", False)
             if len(body) > self.max_body:
-                await _refuse(send, ErrorCode.BODY_TOO_LARGE,
+                await _refuse(scope, send, ErrorCode.BODY_TOO_LARGE,
                               f"bodies are limited to {self.max_body} bytes")
                 return None
         if body:  # an empty body (resume, cancel, delete) carries nothing to check
             if not json_content_type(headers.get("content-type")):
-                await _refuse(send, ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+                await _refuse(scope, send, ErrorCode.UNSUPPORTED_MEDIA_TYPE,
                               "requests that change state take application/json only")
                 return None
             try:
                 document = loads_strict(body.decode("utf-8"), max_chars=self.max_body)
             except (UnicodeDecodeError, ProtocolRefused) as exc:
                 reason = exc.message if isinstance(exc, ProtocolRefused) else "not UTF-8"
-                await _refuse(send, ErrorCode.VALIDATION_FAILED, f"body: {reason}")
+                await _refuse(scope, send, ErrorCode.VALIDATION_FAILED, f"body: {reason}")
                 return None
             if not isinstance(document, dict):
-                await _refuse(send, ErrorCode.VALIDATION_FAILED, "body must be a JSON object")
+                await _refuse(scope, send, ErrorCode.VALIDATION_FAILED,
+                              "body must be a JSON object")
                 return None
         replayed = False
 
@@ -268,11 +270,13 @@ class SecurityMiddleware:
         return wrapped
 
 
-async def _refuse(send: Send, code: ErrorCode, message: str,
+async def _refuse(scope: Scope, send: Send, code: ErrorCode, message: str,
                   extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    """Answer a refused request ourselves, with the one JSON error shape of the server."""
+    """Answer a refused request ourselves, in the error shape of its API (OpenAI's for the
+    chat-client routes, so a client reads every refusal alike)."""
     status = HTTP_STATUS[code]
-    response = error_response(status, code, message)
+    openai = str(scope.get("path", "")).startswith(OPENAI_PREFIX)
+    response = error_response(status, code, message, openai=openai)
     await send({"type": "http.response.start", "status": status,
                 "headers": [*response.raw_headers, *extra]})
     await send({"type": "http.response.body", "body": response.body})

@@ -382,7 +382,7 @@ def test_the_chat_routes_are_the_admins(
     server = server_factory(specimen, bridge=True, accounts=str(accounts),
                             **local_agent(provider.base_url))
     for key, error_class, kind in (("bob-t", openai.PermissionDeniedError, "permission_error"),
-                                   ("wrong", openai.AuthenticationError, None)):
+                                   ("wrong", openai.AuthenticationError, "authentication_error")):
         with official_client(server, key) as client:
             with pytest.raises(error_class) as refused:
                 client.chat.completions.create(model=MODEL,
@@ -510,3 +510,40 @@ def test_the_readme_openai_flow_runs_as_written(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     sessions = next((tmp_path / "data").rglob("sessions"))
     assert [p.name for p in sessions.iterdir() if not p.name.startswith(".index.sqlite")] == []
+
+
+@pytest.mark.req("BR-13", "SV-05", "SV-08")
+def test_the_security_checks_refuse_a_chat_client_in_its_own_error_shape(
+        echo_face: tuple[LiveServer, FakeProvider]) -> None:
+    """Refusals the security middleware answers before any route (a foreign Origin, a form
+    body, an oversized or duplicate-key body, a wrong key) are OpenAI-shaped on the chat
+    API too, with the server's code kept, so a client reads every refusal alike."""
+    server, provider = echo_face
+    before = len(provider.chat_requests())
+    route = "/api/cordis/v1/chat/completions"
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+    cases = [
+        ({"Origin": "http://evil.example"}, body, "application/json", 403,
+         "ORIGIN_NOT_ALLOWED", "permission_error"),
+        ({}, "model=x", "application/x-www-form-urlencoded", 415,
+         "UNSUPPORTED_MEDIA_TYPE", "invalid_request_error"),
+        ({}, '{"model": "a", "model": "b", "messages": []}', "application/json", 422,
+         "VALIDATION_FAILED", "invalid_request_error"),
+        ({}, "x" * (65 * 1024), "application/json", 413,
+         "BODY_TOO_LARGE", "invalid_request_error"),
+        ({"Authorization": "Bearer wrong"}, body, "application/json", 401,
+         "UNAUTHENTICATED", "authentication_error"),
+    ]
+    with _bearer(server) as http:
+        for headers, content, media, status, code, kind in cases:
+            response = http.post(route, content=content,
+                                 headers={"Content-Type": media, **headers})
+            assert response.status_code == status, (code, response.text)
+            error = response.json()["error"]
+            assert set(error) == {"message", "type", "param", "code"}, error
+            assert (error["code"], error["type"], error["param"]) == (code, kind, None)
+            assert "\n" not in error["message"]
+        native = http.post("/api/cordis/sessions", content="model=x",
+                           headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert set(native.json()["error"]) == {"code", "message"}, "other APIs keep theirs"
+    assert len(provider.chat_requests()) == before, "no refused request reached the model"
