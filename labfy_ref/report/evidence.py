@@ -22,6 +22,9 @@ from labfy_ref.report.validate import check, load_json
 SMOKE_RECORD = "smoke-record.json"
 BENCH_RECORD = "bench.json"
 MUTATION_RECORD = "mutation.json"
+#: The committed record of the mutation run (qualification/mutation), read under the
+#: current directory (a checkout) when the report directory holds no mutation.json.
+COMMITTED_MUTATION_RECORD = Path("qualification/mutation/record.json")
 CONFORMANCE_RECORD = "conformance.json"
 SCREENS_DIRNAME = "screens"
 
@@ -210,8 +213,10 @@ def read_bench(results_dir: Path, current_sources: str | None) -> BenchRecord | 
 
 
 def read_mutation(results_dir: Path, current_sources: str | None) -> MutationRecord | None:
-    """mutation.json (the mutation run of QR-04), if present."""
+    """mutation.json (the mutation run of QR-04), else the committed record, if present."""
     path = results_dir / MUTATION_RECORD
+    if not path.is_file():
+        path = COMMITTED_MUTATION_RECORD
     if not path.is_file():
         return None
     document = load_json(path, "mutation record")

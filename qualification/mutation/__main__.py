@@ -1,0 +1,64 @@
+"""``python -m qualification.mutation [--module PATH ...] [--jobs N] [--fresh]`` (tox -e mutation).
+
+Runs the listed modules (default: every module of the scope) two at a time,
+then writes the record from every complete session on disk, so a later run of
+other modules adds to it rather than replacing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import time
+
+from qualification.mutation import record
+from qualification.mutation.run import run_module, session_path
+from qualification.mutation.scope import MODULES, ModuleScope, by_path
+from qualification.mutation.sessions import Mutant, mutants
+
+
+def _complete_sessions() -> dict[str, list[Mutant]]:
+    found: dict[str, list[Mutant]] = {}
+    for scope in MODULES:
+        session = session_path(scope)
+        if session.is_file():
+            items = mutants(session)
+            if all(m.skipped or m.outcome is not None for m in items):
+                found[scope.path] = items
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, then write qualification/mutation/record.json; print the scores and wall time."""
+    parser = argparse.ArgumentParser(prog="python -m qualification.mutation")
+    parser.add_argument("--module", action="append", default=[],
+                        help="a module path of the scope (repeatable; default: all)")
+    parser.add_argument("--jobs", type=int, default=2, help="modules mutated at once")
+    parser.add_argument("--fresh", action="store_true", help="discard the sessions and start over")
+    parser.add_argument("--record-only", action="store_true",
+                        help="write the record from the sessions on disk; run nothing")
+    args = parser.parse_args(argv)
+    scopes: list[ModuleScope] = [by_path(path) for path in args.module] or list(MODULES)
+    started = time.monotonic()
+    if not args.record_only:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for done in [pool.submit(run_module, scope, fresh=args.fresh) for scope in scopes]:
+                done.result()
+    sessions = _complete_sessions()
+    # "at" is when the newest result was written, not when this record was: --record-only
+    # rewrites the record without measuring anything.
+    newest = max((session_path(by_path(path)).stat().st_mtime for path in sessions), default=None)
+    at = None if newest is None else datetime.datetime.fromtimestamp(
+        newest, datetime.UTC).replace(microsecond=0).isoformat()
+    document = record.build(sessions, at=at)
+    record.write(document)
+    for score in document["modules"]:
+        print(f"{score['name']}: {score['killed']}/{score['total']} killed")
+    print(f"{len(document['survivors'])} surviving; record: {record.RECORD_PATH}; "
+          f"wall time {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

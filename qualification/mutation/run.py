@@ -1,0 +1,120 @@
+"""Drive cosmic-ray over one module in a private copy of the tree, resumably (QR-04).
+
+cosmic-ray writes each mutant into the module's file on disk, so it never runs in
+the working tree (other people's tests would import the mutant): each module
+gets ``.mutation/<name>/tree``, a fresh copy made at every start (a run killed
+mid-mutant leaves no mutant behind), with ``PYTHONPATH`` pointing at it so even
+a test's subprocess imports the copy. The session database beside it survives:
+a later run executes only the mutants still pending, and starts afresh only when
+the module's source, its tests list or its function scope changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from qualification.mutation.scope import REPO, ModuleScope, function_lines
+from qualification.mutation.sessions import Mutant, mutants, skip_outside
+
+WORK = REPO / ".mutation"
+#: What the tests need from the tree (the product, the suite, its fixtures, the pytest config).
+COPIED = ("labfy_ref", "qualification", "fake_provider", "fixtures", "pyproject.toml")
+#: Per mutant: a hung test is a killed mutant after this long.
+TIMEOUT_S = 120.0
+
+
+def slug(scope: ModuleScope) -> str:
+    """The folder name of a module's session: its dotted path."""
+    return scope.path.removesuffix(".py").replace("/", ".")
+
+
+def test_command(scope: ModuleScope) -> list[str]:
+    """Only the covering tests, stopping at the first failure (one kill is enough)."""
+    return [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p",
+            "no:cacheprovider", "--run-name", "mutation", *scope.tests]
+
+
+def _environment(tree: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(tree)  # before site-packages: the copy, not the editable install
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # a cached .pyc of one mutant must not serve the next
+    return env
+
+
+def _fresh_tree(tree: Path) -> None:
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "qualification-report")
+    for name in COPIED:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, tree / name, ignore=ignore)
+        elif source.is_file():
+            shutil.copy2(source, tree / name)
+
+
+def _session_key(scope: ModuleScope) -> str:
+    digest = hashlib.sha256((REPO / scope.path).read_bytes())
+    digest.update(json.dumps([scope.tests, scope.functions, test_command(scope)[1:]]).encode())
+    return digest.hexdigest()
+
+
+def _config(scope: ModuleScope) -> str:
+    return "\n".join([
+        "[cosmic-ray]",
+        f"module-path = {json.dumps(scope.path)}",
+        f"timeout = {TIMEOUT_S}",
+        "excluded-modules = []",
+        f"test-command = {json.dumps(shlex.join(test_command(scope)))}",
+        "",
+        "[cosmic-ray.distributor]",
+        'name = "local"',
+        ""])
+
+
+def _cosmic_ray() -> str:
+    found = shutil.which("cosmic-ray", path=str(Path(sys.executable).parent))
+    if found is None:
+        raise SystemExit("cosmic-ray is not installed here: run `tox -e mutation`")
+    return found
+
+
+def session_path(scope: ModuleScope) -> Path:
+    """The module's cosmic-ray session database."""
+    return WORK / slug(scope) / "session.sqlite"
+
+
+def run_module(scope: ModuleScope, *, fresh: bool = False) -> list[Mutant]:
+    """Mutate ``scope``'s module until no mutant is pending; return the session's mutants."""
+    WORK.mkdir(exist_ok=True)
+    (WORK / ".gitignore").write_text("*\n")  # sessions and copies are never committed
+    folder = WORK / slug(scope)
+    tree, session, key_file = folder / "tree", session_path(scope), folder / "key"
+    _fresh_tree(tree)
+    env = _environment(tree)
+    config = folder / "config.toml"
+    config.write_text(_config(scope))
+    baseline = subprocess.run(test_command(scope), cwd=tree, env=env, check=False,
+                              capture_output=True, text=True)
+    if baseline.returncode != 0:  # every mutant would read as killed
+        raise SystemExit(f"{scope.path}: the covering tests fail unmutated:\n"
+                         f"{baseline.stdout[-3000:]}")
+    key = _session_key(scope)
+    if fresh or not session.is_file() or not key_file.is_file() or key_file.read_text() != key:
+        session.unlink(missing_ok=True)
+        subprocess.run([_cosmic_ray(), "init", str(config), str(session)], cwd=tree, env=env,
+                       check=True)
+        if scope.functions:
+            skip_outside(session, function_lines(REPO / scope.path, scope.functions),
+                         f"outside {', '.join(scope.functions)}")
+        key_file.write_text(key)
+    subprocess.run([_cosmic_ray(), "exec", str(config), str(session)], cwd=tree, env=env,
+                   check=True)
+    return mutants(session)

@@ -1,0 +1,97 @@
+"""Which modules are mutated, and which tests are run against each mutant (QR-04).
+
+Each entry names the test files that cover the module: only those run per
+mutant, which keeps one run of a module to minutes on 2 cores. The requirement
+IDs a module's mutants count toward are the IDs those test files name in their
+``@pytest.mark.req`` marks, read from the files themselves so they cannot drift.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+#: The repository root (this file is qualification/mutation/scope.py).
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModuleScope:
+    """One module to mutate, the tests that cover it, and optionally which functions."""
+
+    path: str  # relative to the repository root, POSIX
+    tests: tuple[str, ...]
+    #: Only mutants inside these functions or methods are run (empty: the whole module).
+    functions: tuple[str, ...] = ()
+
+    def reqs(self, root: Path = REPO) -> tuple[str, ...]:
+        """The requirement IDs named by this module's test files, sorted."""
+        found: set[str] = set()
+        for test in self.tests:
+            found.update(req_ids(root / test))
+        return tuple(sorted(found))
+
+
+#: The ten security-critical modules of issue 13 item 4, cheapest first.
+MODULES: tuple[ModuleScope, ...] = (
+    ModuleScope("labfy_ref/protocol/strict_json.py", (
+        "qualification/unit/test_action_protocol.py",
+        "qualification/unit/test_client_unit.py",
+        "qualification/security/test_model_protocol_attacks.py")),
+    ModuleScope("labfy_ref/bridge/ndjson.py", (
+        "qualification/bridge/test_stream.py",
+        "qualification/bridge/test_stream_hot_paths.py")),
+    ModuleScope("labfy_ref/protocol/action.py", (
+        "qualification/unit/test_action_protocol.py",
+        "qualification/security/test_model_protocol_attacks.py")),
+    ModuleScope("labfy_ref/model/endpoint.py", (
+        "qualification/unit/test_endpoint.py",
+        "qualification/security/test_endpoint_forms.py")),
+    ModuleScope("labfy_ref/model/client.py", (
+        "qualification/unit/test_client_unit.py",
+        "qualification/integration/test_model_client.py")),
+    ModuleScope("labfy_ref/gateway/files.py", (
+        "qualification/gateway/test_gateway.py",
+        "qualification/security/test_file_boundary.py")),
+    ModuleScope("labfy_ref/gateway/policy.py", (
+        "qualification/gateway/test_gateway.py",)),
+    ModuleScope("labfy_ref/server/security.py", (
+        "qualification/security/test_server_host.py",
+        "qualification/security/test_server_origin_csrf.py")),
+    ModuleScope("labfy_ref/server/auth.py", (
+        "qualification/security/test_server_sessions.py",
+        "qualification/security/test_bearer.py")),
+    ModuleScope("labfy_ref/workspace/store.py", (
+        "qualification/gateway/test_gateway.py",
+        "qualification/workspace/test_store_indexes.py"),
+        functions=("add_grant", "grants_for", "get_grant", "revoke_grant")),
+)
+
+
+def by_path(path: str) -> ModuleScope:
+    """The scope entry of ``path`` (as written in :data:`MODULES`); KeyError if none."""
+    for scope in MODULES:
+        if scope.path == path:
+            return scope
+    raise KeyError(path)
+
+
+def req_ids(test_file: Path) -> set[str]:
+    """Every string argument of a ``pytest.mark.req(...)`` call in ``test_file``."""
+    tree = ast.parse(test_file.read_text(encoding="utf-8"), filename=str(test_file))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "req" and isinstance(node.func.value, ast.Attribute)
+                and node.func.value.attr == "mark"):
+            found.update(arg.value for arg in node.args
+                         if isinstance(arg, ast.Constant) and isinstance(arg.value, str))
+    return found
+
+
+def function_lines(module: Path, names: tuple[str, ...]) -> list[tuple[int, int]]:
+    """The (first, last) line ranges of the functions or methods called ``names``."""
+    tree = ast.parse(module.read_text(encoding="utf-8"), filename=str(module))
+    return [(node.lineno, node.end_lineno or node.lineno) for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names]
