@@ -21,6 +21,7 @@ from typing import Any, Self
 import httpx
 import uvicorn
 
+from labfy_ref.bridge import ReferenceEngine
 from labfy_ref.bridge.ndjson import NdjsonDecoder
 from labfy_ref.config import RawOptions, resolve
 from labfy_ref.runtime import RuntimeLimits
@@ -91,6 +92,26 @@ class LiveServer:
         if login:
             client.login(token)
         return client
+
+
+def reference_engine(server: LiveServer) -> ReferenceEngine:
+    """The engine a bridge server runs (the reference engine, to read its counts)."""
+    engine = server.state.bridge.engine()
+    assert isinstance(engine, ReferenceEngine)
+    return engine
+
+
+def bearer_client(server: LiveServer, token: str = LAUNCH_CODE) -> httpx.Client:
+    """An API client that authenticates with ``Authorization: Bearer`` only (SV-08)."""
+    return httpx.Client(base_url=server.url, trust_env=False, timeout=30,
+                        headers={"Authorization": f"Bearer {token}"})
+
+
+def session_files(workspace: Path) -> list[str]:
+    """Everything under ``sessions/`` but the summary index (a cache of the listed logs)."""
+    root = workspace / "sessions"
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*")
+                  if not path.name.startswith(".index.sqlite"))
 
 
 class ApiClient:

@@ -26,12 +26,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fake_provider import Answer, FakeProvider, Scenario
-from labfy_ref.bridge import ReferenceEngine
 from labfy_ref.protocol import canonical
 from labfy_ref.server.auth import token_hash
 from labfy_ref.workspace import init_workspace
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
-from qualification.harness import LAUNCH_CODE, LiveServer, wait_until
+from qualification.harness import (
+    LAUNCH_CODE,
+    LiveServer,
+    bearer_client,
+    reference_engine,
+    session_files,
+    wait_until,
+)
 
 MODEL = "engine:local:fake-model"
 FINAL_TEXT = "Lavender drew 62 visits — the busiest garden. « ünïcödé » 𝄞 \u2028 end."
@@ -73,40 +79,22 @@ def face(specimen: Path, provider_factory: ProviderFactory,
         client.close()
 
 
-def _engine(server: LiveServer) -> ReferenceEngine:
-    engine = server.state.bridge.engine()
-    assert isinstance(engine, ReferenceEngine)
-    return engine
-
-
-def _bearer(server: LiveServer) -> httpx.Client:
-    return httpx.Client(base_url=server.url, trust_env=False, timeout=30,
-                        headers={"Authorization": f"Bearer {LAUNCH_CODE}"})
-
-
-def _leftovers(workspace: Path) -> list[str]:
-    """Everything under ``sessions/`` but the summary index (a cache of the listed logs)."""
-    root = workspace / "sessions"
-    return sorted(str(path.relative_to(root)) for path in root.rglob("*")
-                  if not path.name.startswith(".index.sqlite"))
-
-
 def _no_trace(server: LiveServer, workspace: Path) -> None:
     """No transient session is held, listed, counted or stored once its turn ended."""
-    engine = _engine(server)
+    engine = reference_engine(server)
     wait_until(lambda: engine.retained_turns == 0)
-    with _bearer(server) as http:
+    with bearer_client(server) as http:
         listed = http.get("/api/cordis/sessions")
     assert listed.status_code == 200, listed.text
     assert listed.json() == {"sessions": [], "next_cursor": None}
     assert engine.status()["sessions"] == 0
     assert engine.list_agents()[0]["running_sessions"] == []
-    assert _leftovers(workspace) == []
+    assert session_files(workspace) == []
 
 
 def _ledger(server: LiveServer) -> list[dict[str, Any]]:
     """The usage ledger's records, newest first (BR-14: every model call, cancelled too)."""
-    with _bearer(server) as http:
+    with bearer_client(server) as http:
         records: list[dict[str, Any]] = http.get("/api/cordis/usage").json()["usage"]
     return records
 
@@ -249,7 +237,7 @@ def test_two_concurrent_requests_never_see_each_others_history(
     for thread in threads:
         thread.start()
     wait_until(lambda: len(provider.chat_requests()) == 2, timeout=15)
-    assert _engine(server).retained_turns == 2, "both turns ran at the same time"
+    assert reference_engine(server).retained_turns == 2, "both turns ran at the same time"
     for thread in threads:
         thread.join(timeout=30)
     assert answers == {"ALPHA": "noted", "BRAVO": "noted"}
@@ -278,11 +266,11 @@ def test_a_client_that_disconnects_mid_stream_cancels_the_turn_and_leaves_no_tra
     pieces = iter(stream)
     while not (next(pieces).choices[0].delta.content or ""):
         pass  # up to the first piece of text: the turn is under way
-    engine = _engine(server)
+    engine = reference_engine(server)
     assert engine.retained_turns == 1
-    with _bearer(server) as http:
+    with bearer_client(server) as http:
         assert http.get("/api/cordis/sessions").json()["sessions"] == [], "never listed"
-    assert _leftovers(specimen) == [], "never stored, even while it runs"
+    assert session_files(specimen) == [], "never stored, even while it runs"
     stream.close()  # the client goes away mid-stream
     _no_trace(server, specimen)
     assert len(provider.chat_requests()) == 1, "no further provider request"
@@ -298,7 +286,7 @@ def test_a_client_that_leaves_before_a_whole_completion_cancels_the_turn(
             Answer(content=_call("files.list", path="notes"), chunk_chars=1, chunk_delay=0.05),
             Answer(content=_final("never requested")))))
     body = {"model": MODEL, "messages": [{"role": "user", "content": "list notes"}]}
-    with _bearer(server) as http, pytest.raises(httpx.ReadTimeout):
+    with bearer_client(server) as http, pytest.raises(httpx.ReadTimeout):
         http.post("/api/cordis/v1/chat/completions", json=body, timeout=httpx.Timeout(
             30, read=0.5))  # the client gives up while the model still answers
     _no_trace(server, specimen)
@@ -360,7 +348,7 @@ def test_a_request_the_engine_cannot_answer_is_refused_whole(
         face: FaceFactory, specimen: Path, messages: list[dict[str, Any]],
         extra: dict[str, Any]) -> None:
     server, provider, _ = face(Scenario.always(_final("never")))
-    with _bearer(server) as http:
+    with bearer_client(server) as http:
         response = http.post("/api/cordis/v1/chat/completions",
                              json={"model": MODEL, "messages": messages, **extra})
     assert response.status_code == 422, response.text
@@ -405,7 +393,7 @@ def test_a_failed_turn_is_an_error_event_in_a_stream_and_an_error_body_otherwise
                                        messages=[{"role": "user", "content": "hi"}])
     assert whole.value.status_code == 502
     assert isinstance(whole.value.body, dict) and whole.value.body["code"] == "MODEL_PROTOCOL_ERROR"
-    with _bearer(server) as http, http.stream(
+    with bearer_client(server) as http, http.stream(
             "POST", "/api/cordis/v1/chat/completions",
             json={"model": MODEL, "stream": True,
                   "messages": [{"role": "user", "content": "hi"}]}) as reply:
@@ -458,7 +446,7 @@ def test_any_transcript_text_reaches_the_model_as_sent_or_is_refused_whole(
     before = len(provider.chat_requests())
     body = json.dumps({"model": MODEL, "messages": [{"role": "system", "content": system},
                                                      {"role": "user", "content": user}]})
-    with _bearer(server) as http:
+    with bearer_client(server) as http:
         response = http.post("/api/cordis/v1/chat/completions", content=body.encode(
             "utf-8", "surrogatepass"), headers={"Content-Type": "application/json"})
         # As the server reads the body: an escaped surrogate pair is one character.
@@ -487,7 +475,7 @@ def test_any_transcript_text_reaches_the_model_as_sent_or_is_refused_whole(
         assert _sent(provider)[-1] == {"role": "user", "content": decoded}
     else:
         assert raw_reply.status_code == 422, raw_reply.text
-    wait_until(lambda: _engine(server).retained_turns == 0)
+    wait_until(lambda: reference_engine(server).retained_turns == 0)
 
 
 # -- the README ---------------------------------------------------------------------------
@@ -534,7 +522,7 @@ def test_the_security_checks_refuse_a_chat_client_in_its_own_error_shape(
         ({"Authorization": "Bearer wrong"}, body, "application/json", 401,
          "UNAUTHENTICATED", "authentication_error"),
     ]
-    with _bearer(server) as http:
+    with bearer_client(server) as http:
         for headers, content, media, status, code, kind in cases:
             response = http.post(route, content=content,
                                  headers={"Content-Type": media, **headers})

@@ -13,34 +13,21 @@ import json
 import socket
 from pathlib import Path
 
-import httpx
 import pytest
 
 from fake_provider import Answer, Scenario
-from labfy_ref.bridge import ReferenceEngine
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
-from qualification.harness import LAUNCH_CODE, LiveServer, wait_until
+from qualification.harness import (
+    LAUNCH_CODE,
+    bearer_client,
+    reference_engine,
+    session_files,
+    wait_until,
+)
 
 MODEL = "engine:local:fake-model"
 SLOW = Answer(content=json.dumps({"type": "final", "text": "x" * 200}), chunk_chars=2,
               chunk_delay=0.05)  # about five seconds of text: the turn is surely running
-
-
-def _engine(server: LiveServer) -> ReferenceEngine:
-    engine = server.state.bridge.engine()
-    assert isinstance(engine, ReferenceEngine)
-    return engine
-
-
-def _bearer(server: LiveServer) -> httpx.Client:
-    return httpx.Client(base_url=server.url, trust_env=False, timeout=30,
-                        headers={"Authorization": f"Bearer {LAUNCH_CODE}"})
-
-
-def _stored(workspace: Path) -> list[str]:
-    root = workspace / "sessions"
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                  if not p.name.startswith(".index.sqlite"))
 
 
 @pytest.mark.req("BR-13", "SV-08")
@@ -52,12 +39,12 @@ def test_a_transient_id_names_nothing_on_the_session_routes_while_its_turn_runs(
                                          when_exhausted="repeat_last"))
     server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
     body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "q"}]}
-    with _bearer(server) as http, \
+    with bearer_client(server) as http, \
             http.stream("POST", "/api/cordis/v1/chat/completions", json=body) as stream:
         lines = stream.iter_lines()
         session_id = json.loads(next(lines).removeprefix("data: "))["id"].removeprefix(
             "chatcmpl-")
-        assert session_id.startswith("tmp_") and _engine(server).retained_turns == 1
+        assert session_id.startswith("tmp_") and reference_engine(server).retained_turns == 1
         base = f"/api/cordis/sessions/{session_id}"
         attempts = [("GET", base, None), ("DELETE", base, None),
                     ("POST", f"{base}/cancel", None),
@@ -72,8 +59,8 @@ def test_a_transient_id_names_nothing_on_the_session_routes_while_its_turn_runs(
     assert "data: [DONE]" in rest and not any('"error"' in line for line in rest), rest
     assert "".join(json.loads(line.removeprefix("data: "))["choices"][0]["delta"].get(
         "content", "") for line in rest if line.startswith("data: {")) == "x" * 200
-    wait_until(lambda: _engine(server).retained_turns == 0)
-    assert _stored(specimen) == []
+    wait_until(lambda: reference_engine(server).retained_turns == 0)
+    assert session_files(specimen) == []
 
 
 def _head(port: int, length: int) -> bytes:
@@ -91,7 +78,7 @@ def test_a_client_gone_at_the_rawest_moments_leaves_no_turn_file_or_phantom_reco
     provider = provider_factory(Scenario(name="slow", answers=(SLOW,),
                                          when_exhausted="repeat_last"))
     server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
-    engine = _engine(server)
+    engine = reference_engine(server)
     body = json.dumps({"model": MODEL, "stream": stream,
                        "messages": [{"role": "user", "content": "q"}]}).encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as half:
@@ -100,10 +87,10 @@ def test_a_client_gone_at_the_rawest_moments_leaves_no_turn_file_or_phantom_reco
         whole.sendall(_head(server.port, len(body)) + body)
         wait_until(lambda: len(provider.chat_requests()) == 1)  # then gone during the call
     wait_until(lambda: engine.retained_turns == 0)
-    with _bearer(server) as http:
+    with bearer_client(server) as http:
         wait_until(lambda: len(http.get("/api/cordis/usage").json()["usage"]) >= 1)
         records = http.get("/api/cordis/usage").json()["usage"]
     assert len(provider.chat_requests()) == 1, "the half-sent body reached no model"
     assert [(r["outcome"], r["caller"], r["prompt_tokens"]) for r in records] == [
         ("CANCELLED", "transient", None)], records
-    assert engine.retained_turns == 0 and _stored(specimen) == []
+    assert engine.retained_turns == 0 and session_files(specimen) == []
