@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -91,7 +90,6 @@ class Page:
         self.browser = browser
         self.base_url = base_url
         self.screens = screens
-        self.axe_states: list[str] = []
 
     # -- navigation and lookup ------------------------------------------------------------
 
@@ -197,7 +195,6 @@ class Page:
             self.driver.execute_script(AXE.read_text("utf-8"))
         violations = self.driver.execute_async_script(_AXE_RUN)
         severe = [v for v in violations if v["impact"] in SEVERE]
-        self.axe_states.append(state)
         assert severe == [], f"{self.browser}: axe on {state!r}: {severe}"
 
     def set_width(self, width: int) -> None:
@@ -228,15 +225,6 @@ class Page:
             spill = self.overflow()
             assert spill <= 0, f"{self.browser}: {state} spills {spill} px past {width} px"
             self.axe(f"{state} @ {width}px")
-
-    @contextmanager
-    def width(self, width: int) -> Iterator[None]:
-        """Run a block at ``width`` px, then come back to 1280 px."""
-        self.set_width(width)
-        try:
-            yield
-        finally:
-            self.set_width(WIDTHS[-1])
 
     def screenshot(self, scenario: str) -> Path:
         """Save the viewport to ``<screens>/<browser>/<scenario>.png``."""
