@@ -36,10 +36,12 @@ class ModuleScope:
 #: The ten security-critical modules of issue 13 item 4, cheapest first.
 MODULES: tuple[ModuleScope, ...] = (
     ModuleScope("labfy_ref/protocol/strict_json.py", (
+        "qualification/unit/test_strict_json_bounds.py",
         "qualification/unit/test_action_protocol.py",
         "qualification/unit/test_client_unit.py",
         "qualification/security/test_model_protocol_attacks.py")),
     ModuleScope("labfy_ref/bridge/ndjson.py", (
+        "qualification/bridge/test_ndjson_bounds.py",
         "qualification/bridge/test_stream.py",
         "qualification/bridge/test_stream_hot_paths.py")),
     ModuleScope("labfy_ref/protocol/action.py", (
