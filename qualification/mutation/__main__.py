@@ -1,4 +1,4 @@
-"""``python -m qualification.mutation [--module PATH ...] [--jobs N] [--fresh]`` (tox -e mutation).
+"""``python -m qualification.mutation [--module PATH ...] [--jobs N] [--fresh|--survivors]``.
 
 Runs the listed modules (default: every module of the scope) two at a time,
 then writes the record from every complete session on disk, so a later run of
@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a module path of the scope (repeatable; default: all)")
     parser.add_argument("--jobs", type=int, default=2, help="modules mutated at once")
     parser.add_argument("--fresh", action="store_true", help="discard the sessions and start over")
+    parser.add_argument("--survivors", action="store_true",
+                        help="run the survivors of the sessions again (after adding tests)")
     parser.add_argument("--record-only", action="store_true",
                         help="write the record from the sessions on disk; run nothing")
     args = parser.parse_args(argv)
@@ -43,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     if not args.record_only:
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for done in [pool.submit(run_module, scope, fresh=args.fresh) for scope in scopes]:
+            for done in [pool.submit(run_module, scope, fresh=args.fresh,
+                                                 survivors=args.survivors) for scope in scopes]:
                 done.result()
     sessions = _complete_sessions()
     # "at" is when the newest result was written, not when this record was: --record-only

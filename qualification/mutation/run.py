@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from qualification.mutation.scope import REPO, ModuleScope, function_lines
-from qualification.mutation.sessions import Mutant, mutants, skip_outside
+from qualification.mutation.sessions import Mutant, forget_survivors, mutants, skip_outside
 
 WORK = REPO / ".mutation"
 #: What the tests need from the tree (the product, the suite, its fixtures, the pytest config).
@@ -91,8 +91,12 @@ def session_path(scope: ModuleScope) -> Path:
     return WORK / slug(scope) / "session.sqlite"
 
 
-def run_module(scope: ModuleScope, *, fresh: bool = False) -> list[Mutant]:
-    """Mutate ``scope``'s module until no mutant is pending; return the session's mutants."""
+def run_module(scope: ModuleScope, *, fresh: bool = False,
+               survivors: bool = False) -> list[Mutant]:
+    """Mutate ``scope``'s module until no mutant is pending; return the session's mutants.
+
+    ``survivors``: run the session's survivors again first (new tests were added).
+    """
     WORK.mkdir(exist_ok=True)
     (WORK / ".gitignore").write_text("*\n")  # sessions and copies are never committed
     folder = WORK / slug(scope)
@@ -115,6 +119,8 @@ def run_module(scope: ModuleScope, *, fresh: bool = False) -> list[Mutant]:
             skip_outside(session, function_lines(REPO / scope.path, scope.functions),
                          f"outside {', '.join(scope.functions)}")
         key_file.write_text(key)
+    elif survivors:
+        forget_survivors(session)
     subprocess.run([_cosmic_ray(), "exec", str(config), str(session)], cwd=tree, env=env,
                    check=True)
     return mutants(session)

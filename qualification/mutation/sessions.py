@@ -78,3 +78,16 @@ def skip_outside(session: Path, ranges: list[tuple[int, int]], why: str) -> int:
                 skipped += 1
         connection.commit()
     return skipped
+
+
+def forget_survivors(session: Path) -> int:
+    """Make every survivor of ``session`` pending again (after new tests); return how many.
+
+    A killed mutant stays killed: tests are only ever added to kill survivors, and
+    a changed tests list or module source starts the session afresh anyway.
+    """
+    with _open(session) as connection:
+        forgotten = connection.execute(
+            "DELETE FROM work_results WHERE test_outcome = 'SURVIVED'").rowcount
+        connection.commit()
+    return forgotten

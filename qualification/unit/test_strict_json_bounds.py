@@ -80,7 +80,8 @@ def test_whitespace_between_openers_is_not_a_string() -> None:
 
 
 @pytest.mark.req("PR-02")
-@pytest.mark.parametrize("string", ['"a"', '"\\n"', '"\\""', '"\\\\"', '"a\\"b"', '"]]]"'])
+@pytest.mark.parametrize(
+    "string", ['"a"', '"a b!"', '"\\n"', '"\\""', '"\\\\"', '"a\\"b"', '"]]]"'])
 def test_a_string_before_deep_nesting_ends_where_json_says(string: str) -> None:
     # The scan must leave the string at its real closing quote, or the deep tail is missed.
     assert _refused(f"[{string}," + _nested(33) + "]").defect == Defect.TOO_DEEP
