@@ -4,7 +4,7 @@ A scenario is a JSON document (see ``fixtures/scenarios/``)::
 
     {"name": "...", "models": ["m"], "loading_health_checks": 0,
      "when_exhausted": "error" | "repeat_last",
-     "answers": [ANSWER, ...]}
+     "answers": [ANSWER, ...], "keyed": {"KEY": [ANSWER, ...], ...}}
 
 Each chat completion request consumes the next ANSWER, an object with any of:
 ``content`` (the assistant text), ``reasoning`` (exposed as
@@ -29,12 +29,22 @@ JSON-encoded, as OpenAI does) or a string (sent verbatim, malformed or not);
 each call's ``id`` and ``name`` in one delta, then its arguments
 ``chunk_chars`` at a time, as ``delta.tool_calls[].function.arguments``
 pieces. ``finish_reason`` defaults to ``"tool_calls"`` for such an answer.
+
+``keyed`` scripts serve many conversations at once, in any order (the
+conformance kit's provider, QR-03): a request whose messages carry the marker
+``[[kit:KEY:NONCE]]`` (the last marker in them counts) is answered from script
+KEY with that conversation's own cursor — one per (KEY, NONCE), so a
+conversation's history (what an implementation replays of it) does not
+matter, only how many times it asked — and ``{nonce}`` in the answer's content
+replaced by NONCE (letters and digits: a test names its own files so). A
+request without a marker takes the next of ``answers``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,7 +56,9 @@ _ANSWER_FIELDS = {
 }
 _TOOL_CALL_FIELDS = {"name", "arguments", "id"}
 _SCENARIO_FIELDS = {"name", "description", "models", "loading_health_checks", "when_exhausted",
-                    "answers"}
+                    "answers", "keyed"}
+#: ``[[kit:KEY:NONCE]]`` in a message selects the keyed script KEY for conversation NONCE.
+KEY_MARKER = re.compile(r"\[\[kit:([a-z0-9-]{1,64}):([A-Za-z0-9]{1,32})\]\]")
 
 
 #: How many bytes of a body each ``trickle_delay`` pause lets through.
@@ -134,6 +146,7 @@ class Scenario:
     models: tuple[str, ...] = ("fake-model",)
     loading_health_checks: int = 0
     when_exhausted: str = "error"
+    keyed: Mapping[str, tuple[Answer, ...]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Scenario:
@@ -142,6 +155,11 @@ class Scenario:
         if unknown:
             raise ScenarioError(f"unknown scenario fields: {sorted(unknown)}")
         when = data.get("when_exhausted", "error")
+        keyed = data.get("keyed", {})
+        if not isinstance(keyed, dict) or not all(
+                isinstance(k, str) and KEY_MARKER.fullmatch(f"[[kit:{k}:n]]") is not None
+                and isinstance(v, list) for k, v in keyed.items()):
+            raise ScenarioError("keyed maps names of [a-z0-9-] to lists of answers")
         if when not in ("error", "repeat_last"):
             raise ScenarioError("when_exhausted must be 'error' or 'repeat_last'")
         return cls(
@@ -150,7 +168,28 @@ class Scenario:
             models=tuple(data.get("models", ["fake-model"])),
             loading_health_checks=int(data.get("loading_health_checks", 0)),
             when_exhausted=when,
+            keyed={k: tuple(Answer.from_json(a) for a in v) for k, v in keyed.items()},
         )
+
+    def conversation(self, messages: Any) -> tuple[str, str] | None:
+        """``(KEY, NONCE)`` of the last known marker in a request's ``messages``, or None."""
+        if not self.keyed or not isinstance(messages, list):
+            return None
+        found = None
+        for message in messages:
+            if isinstance(message, dict):
+                for key, nonce in KEY_MARKER.findall(str(message.get("content") or "")):
+                    if key in self.keyed:
+                        found = (key, nonce)
+        return found
+
+    def keyed_answer(self, key: str, nonce: str, index: int) -> Answer | None:
+        """Answer ``index`` of script ``key`` with ``{nonce}`` filled in; None past its end."""
+        script = self.keyed[key]
+        if index >= len(script):
+            return None
+        answer = script[index]
+        return dataclasses.replace(answer, content=answer.content.replace("{nonce}", nonce))
 
     @classmethod
     def load(cls, path: str | Path) -> Scenario:

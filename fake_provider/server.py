@@ -83,6 +83,8 @@ class _State:
         self.scenario = scenario
         self.api_key = api_key
         self.cursor = 0
+        #: Per keyed conversation (KEY, NONCE): how many of its requests were answered.
+        self.keyed_cursors: dict[tuple[str, str], int] = {}
         self.health_checks = 0
         self.requests: list[RecordedRequest] = []
         #: Chat answers fully written (or abandoned by the client): tests wait on this.
@@ -112,7 +114,13 @@ class _State:
             self.cached_prompt = tokens
         return len(tokens), min(shared, max(len(tokens) - 1, 0))
 
-    def next_answer(self) -> Answer | None:
+    def next_answer(self, request: Mapping[str, Any]) -> Answer | None:
+        conversation = self.scenario.conversation(request.get("messages"))
+        if conversation is not None:
+            with self.lock:
+                index = self.keyed_cursors.get(conversation, 0)
+                self.keyed_cursors[conversation] = index + 1
+            return self.scenario.keyed_answer(*conversation, index)
         with self.lock:
             answers = self.scenario.answers
             if self.cursor < len(answers):
@@ -295,7 +303,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, AttributeError):
             self._send_json(400, {"error": {"code": 400, "message": "invalid JSON body"}})
             return
-        answer = state.next_answer()
+        answer = state.next_answer(request)
         if answer is None:
             self._send_json(500, {"error": {"code": 500, "message": "scenario exhausted"}})
             return

@@ -1,4 +1,4 @@
-"""Fixtures shared by every suite: a scrubbed environment and fake providers."""
+"""Fixtures shared by every suite: a scrubbed environment, fake providers and servers."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from fake_provider import FakeProvider, Scenario
 from labfy_ref.host import default_composition
 from labfy_ref.model import ClientLimits, LocalModelClient, parse_endpoint
 from labfy_ref.workspace import init_workspace
+from qualification.conformance.plugin import remote_target
 from qualification.harness import ApiClient, LiveServer
+from qualification.target import Served
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -102,8 +104,13 @@ def server_factory() -> Iterator[ServerFactory]:
 
 
 @pytest.fixture(scope="module")
-def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One demo-agent server on a fresh SPECIMEN workspace, shared by a module's tests."""
+def demo_server(request: pytest.FixtureRequest,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One demo-agent server on a fresh SPECIMEN workspace, shared by a module's tests
+    (the conformance target with ``--target-url``)."""
+    if remote_target(request.config) is not None:
+        yield request.getfixturevalue("target")
+        return
     path = tmp_path_factory.mktemp("shared") / "specimen"
     init_workspace(path, specimen=True)
     server = LiveServer(path).start()
@@ -112,6 +119,8 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
 
 
 @pytest.fixture(scope="module")
-def demo_client(demo_server: LiveServer) -> ApiClient:
-    """An admin client of :func:`demo_server` (logged in once per module)."""
-    return demo_server.client()
+def demo_client(demo_server: Served) -> Iterator[ApiClient]:
+    """An admin client of :func:`demo_server` (logged in once per module, out after it)."""
+    client = demo_server.client()
+    yield client
+    client.close()

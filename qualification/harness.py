@@ -7,12 +7,14 @@ wait is bounded in iterations and time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from http.cookies import SimpleCookie
 from pathlib import Path
@@ -64,6 +66,11 @@ class LiveServer:
         self._thread = threading.Thread(target=lambda: asyncio.run(
             self.server.serve(sockets=[self.sock])), daemon=True)
         self._clients: list[ApiClient] = []
+        #: The codes the suite logs in with (a conformance target's are given on the command line).
+        self.admin_token = LAUNCH_CODE
+        self.user_token: str | None = None
+        #: The conformance kit's provider, when this server's agent answers with it.
+        self.provider_url: str | None = None
 
     @property
     def url(self) -> str:
@@ -85,12 +92,12 @@ class LiveServer:
             self._thread.join(timeout=10)
         self.sock.close()
 
-    def client(self, *, login: bool = True, token: str = LAUNCH_CODE) -> ApiClient:
+    def client(self, *, login: bool = True, token: str | None = None) -> ApiClient:
         """An API client, logged in as admin by default."""
         client = ApiClient(self.url)
         self._clients.append(client)
         if login:
-            client.login(token)
+            client.login(token or self.admin_token)
         return client
 
 
@@ -115,17 +122,28 @@ def session_files(workspace: Path) -> list[str]:
 
 
 class ApiClient:
-    """A small client of the workspace API that does what a browser does: cookie, CSRF, Origin."""
+    """A small client of the workspace API that does what a browser does: cookie, CSRF, Origin.
 
-    def __init__(self, base_url: str) -> None:
+    The cookie's name is read from the login answer's ``Set-Cookie`` (a conformance
+    target may name it otherwise); until then it is ours (:func:`cookie_name`).
+    A client made with ``logout_on_close`` ends its session when closed, so a shared
+    target's session caps are never filled by the suite (AV-03).
+    """
+
+    def __init__(self, base_url: str, *, logout_on_close: bool = False) -> None:
         self.base_url = base_url
-        self.cookie_name = cookie_name(int(base_url.rsplit(":", 1)[1]))
+        port = urllib.parse.urlsplit(base_url).port
+        self.cookie_name = cookie_name(port if port is not None else 80)
         self.http = httpx.Client(base_url=base_url, trust_env=False, timeout=10)
         self.cookie: str | None = None
         self.csrf: str | None = None
+        self.logout_on_close = logout_on_close
 
     def close(self) -> None:
-        """Close the connection pool."""
+        """End the session when asked to, then close the connection pool."""
+        if self.logout_on_close and self.cookie is not None and not self.http.is_closed:
+            with contextlib.suppress(httpx.HTTPError):
+                self.delete("/api/v1/session")
         self.http.close()
 
     def login(self, token: str) -> httpx.Response:
@@ -134,6 +152,7 @@ class ApiClient:
         if response.status_code == 200:
             jar: SimpleCookie = SimpleCookie()
             jar.load(response.headers["set-cookie"])
+            self.cookie_name = next(iter(jar))
             self.cookie = jar[self.cookie_name].value
             self.csrf = response.json()["csrf_token"]
         return response

@@ -232,9 +232,19 @@ def _runs(report: StatusReport) -> str:
                      f"{plural(len(run.tests), 'test')})" for run in report.runs)
 
 
+def _target(report: StatusReport) -> list[tuple[str, str]]:
+    """A conformance report names its target and the IDs proven against it (QR-03)."""
+    if report.conformance is None:
+        return []
+    proven = report.proven()
+    return [("Target", f"<code>{esc(report.conformance.target_url)}</code>"),
+            ("Proven against it", f"{len(proven)}: {esc(', '.join(proven)) or 'none'}")]
+
+
 def _header(report: StatusReport) -> str:
     return ('<header class="top"><h1>labfy-ref qualification status</h1>'
             + panels.facts([("Build", _build(report)),
+                            *_target(report),
                             ("Generated", esc(report.generated_at)),
                             ("Runs", _runs(report) or "no recorded run")])
             + "</header>")

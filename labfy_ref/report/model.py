@@ -5,7 +5,9 @@ test naming it passed; ``TARGET`` when none names it; ``FAIL`` when one
 failed; ``NOT_RUN`` when none failed but some were skipped (with the reasons).
 An ID backed by a bench or mutation record measured on other sources than the
 tests ran on (a *stale* record, :mod:`labfy_ref.report.evidence`) is not
-``CURRENT`` either: it is ``NOT_RUN`` naming the record.
+``CURRENT`` either: it is ``NOT_RUN`` naming the record. In a conformance
+report (QR-03) a test skipped because it needs a local build does not count:
+an ID is proven against the target by the tests that could run there.
 """
 
 from __future__ import annotations
@@ -264,6 +266,10 @@ class StatusReport:
     conformance: Conformance | None = None
     changes: Changes | None = None  # only with --compare
 
+    def proven(self) -> tuple[str, ...]:
+        """The IDs this report's runs prove (CURRENT): against the target, in a conformance run."""
+        return tuple(line.name for line in self.requirements if line.status is Status.CURRENT)
+
     def summary(self) -> dict[str, int]:
         """Count of requirements per status."""
         counts: dict[str, int] = {}
@@ -320,10 +326,19 @@ def _smoke_model(record: Mapping[str, Any]) -> str:
     return ", ".join(part for part in parts if part)
 
 
-def _absent(test: TestResult, required: frozenset[str]) -> bool:
-    """A skipped test on an optional variant: its browser is absent, which the stage says."""
-    return (test.variant is not None and test.variant not in required
-            and test.outcome is Outcome.SKIPPED)
+#: How a conformance run's skip reason starts for a test that needs our own build (QR-03).
+LOCAL_BUILD = "needs a local build"
+
+
+def _absent(test: TestResult, required: frozenset[str], against_target: bool) -> bool:
+    """A skipped test on an optional variant (its browser is absent, which the stage says), or,
+    against a conformance target, one that needs a local build: it could not have run there,
+    so an ID is proven against the target by the tests that could, and NOT_RUN if none could."""
+    if test.outcome is not Outcome.SKIPPED:
+        return False
+    if against_target and (test.reason or "").startswith(LOCAL_BUILD):
+        return True
+    return test.variant is not None and test.variant not in required
 
 
 def _variant_stage(stage: Stage, members: list[TestResult]) -> Line:
@@ -377,7 +392,7 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: Mapping[str
     stale = stale_backing(bench, mutation)
     req_lines = []
     for req, named in by_req.items():
-        present = [t for t in named if not _absent(t, required)]
+        present = [t for t in named if not _absent(t, required, conformance is not None)]
         status, reason = (_fold(present, Status.CURRENT, Status.TARGET, "no test names it yet")
                           if present or not named else (Status.NOT_RUN, _reasons(named)))
         if status is Status.CURRENT and req in stale:

@@ -33,6 +33,9 @@ from labfy_ref.report import (
 )
 from labfy_ref.report.model import short_message
 
+#: Where a ``--target-url`` run writes its report (the target's, not ours).
+CONFORMANCE_REPORT_DIR = Path("conformance-report")
+
 _REQ = "req"
 _VARIANT = "variant"
 
@@ -40,12 +43,33 @@ _VARIANT = "variant"
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Options of the qualification report."""
     group = parser.getgroup("qualification", "labfy-ref qualification report")
-    group.addoption("--report-dir", default=str(DEFAULT_REPORT_DIR),
-                    help="where STATUS.md, status.json, junit.xml and results/ go")
+    group.addoption("--report-dir", default=None,
+                    help="where STATUS.md, status.json, junit.xml and results/ go (default: "
+                         f"{DEFAULT_REPORT_DIR}, or {CONFORMANCE_REPORT_DIR} with --target-url)")
     group.addoption("--requirements", default=None,
                     help="requirements.toml (default: <rootdir>/qualification/requirements.toml)")
-    group.addoption("--run-name", default="qualify",
-                    help="name of this run's results file under results/")
+    group.addoption("--run-name", default=None,
+                    help="name of this run's results file under results/ (default: qualify, or "
+                         "conformance with --target-url)")
+
+
+def _against_target(config: pytest.Config) -> bool:
+    """Is this a conformance run (``--target-url``, QR-03)? Its report is the target's own."""
+    return config.getoption("--target-url", default=None) is not None
+
+
+def report_dir_of(config: pytest.Config) -> Path:
+    """The run's report directory: a conformance run never writes over our own report."""
+    chosen = config.getoption("--report-dir")
+    default = CONFORMANCE_REPORT_DIR if _against_target(config) else DEFAULT_REPORT_DIR
+    return config.rootpath / str(chosen if chosen is not None else default)
+
+
+def run_name_of(config: pytest.Config) -> str:
+    """The run's results file name under ``results/``."""
+    chosen = config.getoption("--run-name")
+    return str(chosen) if chosen is not None else \
+        ("conformance" if _against_target(config) else "qualify")
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -66,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
         requirements = Requirements.load(path)
     except ReportInvalid as exc:
         raise pytest.UsageError(str(exc)) from exc
-    report_dir = config.rootpath / str(config.getoption("--report-dir"))
+    report_dir = report_dir_of(config)
     if not _is_worker(config) and not config.option.xmlpath:
         config.option.xmlpath = str(report_dir / "junit.xml")
     config.pluginmanager.register(_Recorder(config, requirements, path, report_dir),
@@ -156,7 +180,7 @@ class _Recorder:
         """
         if _is_worker(self.config) or not self.results:
             return
-        name = str(self.config.getoption("--run-name"))
+        name = run_name_of(self.config)
         Run(name, now_iso(), tuple(self.results.values()), build_info(),
             sources_sha256()).write(self.report_dir)
         keep_requirements(self.requirements_path, self.report_dir)

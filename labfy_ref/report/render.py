@@ -68,8 +68,14 @@ def _md_build(report: StatusReport) -> list[str]:
     where = {"run": "tested by " + ", ".join(f"`{name}`" for name in build.runs),
              "target": "the conformance target's GET /api/version",
              "report": "no run recorded its build: this is the code that wrote the report"}
-    return [f"Build: {build.name} {build.version}, commit {build.commit or 'unknown'}, "
-            f"SPEC {build.spec or 'unknown'} ({where[build.source]}).", ""]
+    out = [f"Build: {build.name} {build.version}, commit {build.commit or 'unknown'}, "
+           f"SPEC {build.spec or 'unknown'} ({where[build.source]}).", ""]
+    if report.conformance is not None:
+        proven = report.proven()
+        out += [f"Conformance target: {_md_cell(report.conformance.target_url)}. Proven against "
+                f"it ({len(proven)}): {', '.join(proven) or 'none'}. Every other ID needs a "
+                "local build, a user login or the kit's provider (NOT_RUN) or has no test.", ""]
+    return out
 
 
 def _md_changes(report: StatusReport) -> list[str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from labfy_ref.report.pytest_plugin import report_dir_of
 from qualification.browser.browsers import BROWSERS, RESOLVERS, BrowserAbsent, start
 from qualification.browser.page import WATCH, WIDTHS, Page
 
@@ -56,8 +57,7 @@ def browser(request: pytest.FixtureRequest,
         setup = RESOLVERS[name](os.environ)
     except BrowserAbsent as absent:
         pytest.skip(f"{name} not run: {absent}")
-    screens = (request.config.rootpath / str(request.config.getoption("--report-dir"))
-               / "screens" / name)
+    screens = report_dir_of(request.config) / "screens" / name
     _drop_stale_screens(screens)
     driver = start(setup, tmp_path_factory.mktemp(f"{name}-profile"))
     driver.name_for_report = name  # type: ignore[attr-defined]
@@ -72,7 +72,7 @@ def browser(request: pytest.FixtureRequest,
 def page(browser: WebDriver, request: pytest.FixtureRequest) -> Iterator[Page]:
     """A clean tab at 1280 px; at the end, the screenshot and the cleanliness check."""
     name: str = browser.name_for_report  # type: ignore[attr-defined]
-    screens = request.config.rootpath / str(request.config.getoption("--report-dir")) / "screens"
+    screens = report_dir_of(request.config) / "screens"
     browser.get("about:blank")
     browser.delete_all_cookies()
     current = Page(browser, name, "", screens)

@@ -25,7 +25,8 @@ from qualification.mutation.sessions import Mutant, forget_survivors, mutants, s
 
 WORK = REPO / ".mutation"
 #: What the tests need from the tree (the product, the suite, its fixtures, the pytest config).
-COPIED = ("labfy_ref", "qualification", "fake_provider", "fixtures", "pyproject.toml")
+COPIED = ("labfy_ref", "qualification", "fake_provider", "fixtures", "pyproject.toml",
+          "conftest.py")
 #: Per mutant: a hung test is a killed mutant after this long.
 TIMEOUT_S = 120.0
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from qualification.harness import LAUNCH_CODE, ApiClient, LiveServer
+from qualification.harness import ApiClient
 from qualification.security.conftest import bearer
 from qualification.security.server_routes import BEARER, MUTATIONS, SERVED, Route, params
+from qualification.target import Served
+
+pytestmark = pytest.mark.conformance
 
 PROTECTED_MUTATIONS = tuple(route for route in MUTATIONS if route.role != "public")
 BEARER_MUTATIONS = tuple(route for route in BEARER if route.mutation)
@@ -28,7 +31,7 @@ BAD_ORIGINS = ["https://evil.example", "http://127.0.0.1:{p}.evil.example", "htt
 @pytest.mark.parametrize("origin", BAD_ORIGINS)
 @pytest.mark.parametrize("route", params(MUTATIONS))
 def test_a_foreign_origin_is_refused_on_every_mutation(
-        route_server: LiveServer, admin_client: ApiClient, origin: str, route: Route) -> None:
+        route_server: Served, admin_client: ApiClient, origin: str, route: Route) -> None:
     headers = admin_client.headers(True) | {"Origin": origin.format(p=route_server.port)}
     response = admin_client.http.request(route.method, route.url, json=route.body,
                                          headers=headers)
@@ -40,8 +43,8 @@ def test_a_foreign_origin_is_refused_on_every_mutation(
 @pytest.mark.parametrize("origin", BAD_ORIGINS)
 @pytest.mark.parametrize("route", params(BEARER_MUTATIONS))
 def test_a_foreign_origin_is_refused_on_every_bearer_mutation(
-        route_server: LiveServer, bearer_http: httpx.Client, origin: str, route: Route) -> None:
-    headers = bearer(LAUNCH_CODE) | {"Origin": origin.format(p=route_server.port)}
+        route_server: Served, bearer_http: httpx.Client, origin: str, route: Route) -> None:
+    headers = bearer(route_server.admin_token) | {"Origin": origin.format(p=route_server.port)}
     response = bearer_http.request(route.method, route.url, json=route.body, headers=headers)
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "ORIGIN_NOT_ALLOWED"
@@ -51,8 +54,8 @@ def test_a_foreign_origin_is_refused_on_every_bearer_mutation(
 @pytest.mark.parametrize("site", ["cross-site", "same-site"])
 @pytest.mark.parametrize("route", params(BEARER_MUTATIONS))
 def test_cross_site_fetch_metadata_is_refused_with_a_bearer(
-        bearer_http: httpx.Client, site: str, route: Route) -> None:
-    headers = bearer(LAUNCH_CODE) | {"Sec-Fetch-Site": site}
+        route_server: Served, bearer_http: httpx.Client, site: str, route: Route) -> None:
+    headers = bearer(route_server.admin_token) | {"Sec-Fetch-Site": site}
     response = bearer_http.request(route.method, route.url, json=route.body, headers=headers)
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "ORIGIN_NOT_ALLOWED"
@@ -63,10 +66,11 @@ def test_cross_site_fetch_metadata_is_refused_with_a_bearer(
                                    {"X-CSRF-Token": "x" * 43}], ids=["bare", "own-origin",
                                                                     "same-origin", "junk-csrf"])
 @pytest.mark.parametrize("route", params(BEARER_MUTATIONS))
-def test_a_bearer_mutation_needs_no_csrf_token(route_server: LiveServer,
+def test_a_bearer_mutation_needs_no_csrf_token(route_server: Served,
                                               bearer_http: httpx.Client,
                                               extra: dict[str, str], route: Route) -> None:
-    headers = bearer(LAUNCH_CODE) | {k: v.format(own=route_server.url) for k, v in extra.items()}
+    headers = bearer(route_server.admin_token) | {k: v.format(own=route_server.url)
+                                                  for k, v in extra.items()}
     response = bearer_http.request(route.method, route.url, json=route.body, headers=headers)
     assert response.status_code not in (401, 403), response.text
 
@@ -139,7 +143,7 @@ def test_cors_is_never_enabled(admin_client: ApiClient, route: Route) -> None:
 
 @pytest.mark.req("SV-08", "SV-04", "API-01")
 @pytest.mark.parametrize("route", params(BEARER))
-def test_cors_is_never_enabled_for_bearer_clients(route_server: LiveServer,
+def test_cors_is_never_enabled_for_bearer_clients(route_server: Served,
                                                   bearer_http: httpx.Client,
                                                   route: Route) -> None:
     """A page can send ``Authorization`` cross-site only after a preflight: none is granted."""
@@ -149,5 +153,5 @@ def test_cors_is_never_enabled_for_bearer_clients(route_server: LiveServer,
     assert not any(h.lower().startswith("access-control-") for h in preflight.headers)
     assert preflight.status_code in (401, 403, 405), "a preflight is answered as before"
     simple = bearer_http.request(route.method, route.url, json=route.body, headers=bearer(
-        LAUNCH_CODE) | {"Origin": "https://evil.example"})
+        route_server.admin_token) | {"Origin": "https://evil.example"})
     assert not any(h.lower().startswith("access-control-") for h in simple.headers)

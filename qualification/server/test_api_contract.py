@@ -11,6 +11,7 @@ from labfy_ref.server.app import create_app
 from labfy_ref.server.security import PUBLIC_API
 from qualification.harness import ApiClient, LiveServer
 from qualification.security.server_routes import ALL, SERVED, Route, params
+from qualification.target import Served
 
 NOT_FOUND = Route("GET", "/api/v1/nope", "user", None, "", "/api/v1/nope", None)
 
@@ -24,6 +25,7 @@ def _error(response: Any) -> dict[str, str]:
     return error
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-05")
 @pytest.mark.parametrize(("body", "code"), [
     ({"message": "hi", "extra": 1}, "VALIDATION_FAILED"),
@@ -40,6 +42,7 @@ def test_exact_field_sets_or_422(demo_client: ApiClient, body: Any, code: str) -
     assert _error(response)["code"] == code
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-05")
 @pytest.mark.parametrize("raw", [b'{"message":"a","message":"b"}', b'{"message":NaN}',
                                  b'{"message":"a"} x', b"\xff\xfe", b"[" * 5000])
@@ -51,6 +54,7 @@ def test_non_json_or_ambiguous_json_is_422(demo_client: ApiClient, raw: bytes) -
     assert _error(response)["code"] == "VALIDATION_FAILED"
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-05")
 def test_bodies_are_bounded_413(demo_client: ApiClient) -> None:
     big = {"message": "x" * 70_000}
@@ -68,6 +72,7 @@ def test_bodies_are_bounded_413(demo_client: ApiClient) -> None:
     assert streamed.status_code == 413
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-05")
 @pytest.mark.parametrize(("method", "path", "status", "code"), [
     ("GET", "/api/v1/nope", 404, "NOT_FOUND"),
@@ -110,6 +115,7 @@ def test_the_public_rows_of_the_table_are_the_public_api() -> None:
     assert public == PUBLIC_API
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-06", "API-01")
 def test_every_api_route_of_the_table_is_in_the_openapi_document(demo_client: ApiClient) -> None:
     document = demo_client.get("/api/openapi.json").json()
@@ -120,6 +126,7 @@ def test_every_api_route_of_the_table_is_in_the_openapi_document(demo_client: Ap
     assert published == wanted
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-06", "WS-02")
 def test_objects_route_wire_shape(demo_client: ApiClient) -> None:
     objects = demo_client.get("/api/v1/objects").json()["objects"]
@@ -140,9 +147,10 @@ def test_turn_wire_shape(demo_client: ApiClient) -> None:
     assert {"id", "campaign_id", "workspace", "active", "created_at"} <= set(grant)
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-07", "API-01")
 @pytest.mark.parametrize("route", [*params(SERVED), NOT_FOUND.param()])
-def test_security_headers_on_every_response(demo_server: LiveServer, demo_client: ApiClient,
+def test_security_headers_on_every_response(demo_server: Served, demo_client: ApiClient,
                                             route: Route) -> None:
     logout = route.key == ("DELETE", "/api/v1/session")
     client = demo_server.client() if logout else demo_client  # a logout ends its own session

@@ -1,0 +1,119 @@
+"""``python -m qualification.conformance provider|run`` — the kit's two commands (QR-03).
+
+``provider`` starts the kit's provider and prints the ``labfy-ref serve`` flags a
+target must be launched with; it serves until Ctrl-C. ``run [PYTEST ARGS]``
+runs the kit: against ``--target-url`` when the arguments name one, else
+against our own ``labfy-ref serve --bridge`` started here as a separate process
+on a fresh SPECIMEN workspace (the self-test), logged in with the code it prints.
+Its report is ``conformance-report/`` (STATUS.md, status.html, status.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from labfy_ref.netutil import RESERVED_PORTS
+from labfy_ref.server.auth import token_hash
+from qualification.conformance.kit import agent_flags, kit_provider
+from qualification.conformance.launch import SERVE, LaunchError, ServeLaunch
+
+#: How the kit's pytest runs by default: in parallel, the browser tests on one worker.
+PYTEST = (sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-q", "-rfE")
+
+
+def _provider(host: str, port: int) -> int:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with kit_provider(host, port) as provider:
+        print("The kit's provider is serving. Launch the implementation under test with:",
+              flush=True)
+        print(f"  {' '.join(agent_flags(provider.base_url))}", flush=True)
+        print("then run the kit with:", flush=True)
+        print(f"  tox -e conformance -- --target-url URL --target-token CODE "
+              f"--target-provider {provider.base_url}", flush=True)
+        stop.wait()
+    return 0
+
+
+def run_against(url: str, code: str, user_token: str | None, provider: str | None,
+                pytest_args: list[str], *, command: tuple[str, ...] = PYTEST) -> int:
+    """Run the kit's pytest against a running target; its exit code."""
+    # NAME=VALUE: a code may begin with "-"
+    args = [*command, f"--target-url={url}", f"--target-token={code}"]
+    if user_token:
+        args.append(f"--target-user-token={user_token}")
+    if provider:
+        args.append(f"--target-provider={provider}")
+    return subprocess.run([*args, *pytest_args], check=False).returncode
+
+
+def launch_own(root: Path, provider_url: str, *, command: tuple[str, ...] = SERVE,
+               env: dict[str, str] | None = None) -> tuple[ServeLaunch, str, str, str]:
+    """Our ``serve --bridge`` on a fresh SPECIMEN workspace under ``root``, with a user account
+    and the kit provider: ``(process, url, admin code, user token)``."""
+    root.mkdir(parents=True, exist_ok=True)
+    workspace = root / "workspace"
+    made = subprocess.run([*SERVE[:-1], "workspace", "init", "--specimen", str(workspace)],
+                          check=False, capture_output=True, text=True)
+    if made.returncode != 0:
+        raise LaunchError(f"workspace init failed: {made.stderr.strip()[:500]}")
+    user_token = secrets.token_hex(24)
+    accounts = root / "accounts.toml"
+    accounts.write_text(f'[[account]]\nname = "kit-user"\n'
+                        f'token_sha256 = "{token_hash(user_token)}"\n', "utf-8")
+    server = ServeLaunch(["--bridge", "--workspace", str(workspace), "--accounts", str(accounts),
+                          *agent_flags(provider_url)], log=root / "serve.log", command=command,
+                         env=env)
+    url, code = server.start()
+    return server, url, code, user_token
+
+
+def self_test(pytest_args: list[str]) -> int:
+    """The kit against our own ``labfy-ref serve --bridge``, a separate process."""
+    with tempfile.TemporaryDirectory(prefix="labfy-conformance-") as tmp, \
+            kit_provider() as provider:
+        try:
+            server, url, code, user_token = launch_own(Path(tmp), provider.base_url)
+        except LaunchError as exc:
+            print(f"conformance: {exc}", file=sys.stderr)
+            return 2
+        print(f"conformance: target {url} = labfy-ref serve --bridge (pid "
+              f"{server.process.pid if server.process else '?'}), agent on the kit provider "
+              f"{provider.base_url}", flush=True)
+        try:
+            return run_against(url, code, user_token, provider.base_url, pytest_args)
+        finally:
+            server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the subcommand; ``run`` passes every other argument to pytest."""
+    parser = argparse.ArgumentParser(prog="python -m qualification.conformance",
+                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    commands = parser.add_subparsers(dest="command", required=True)
+    provider = commands.add_parser("provider", help="serve the kit's provider for a target")
+    provider.add_argument("--host", default="127.0.0.1", choices=["127.0.0.1", "::1"])
+    provider.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    commands.add_parser("run", help="run the kit (pytest arguments follow)", add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "provider":
+        if rest:
+            parser.error(f"unknown arguments: {' '.join(rest)}")
+        if args.port in RESERVED_PORTS or not 0 <= args.port <= 65535:
+            parser.error(f"port {args.port} is not allowed")
+        return _provider(args.host, args.port)
+    if any(arg == "--target-url" or arg.startswith("--target-url=") for arg in rest):
+        return subprocess.run([*PYTEST, *rest], check=False).returncode
+    return self_test(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""What the kit brings of its own: the provider a target's agent must answer with, its model.
+
+Turn flows need a model whose answers the tests know. The kit's provider is the
+fake provider (a real OpenAI-compatible HTTP server) serving the keyed scripts of
+``fixtures/scenarios/conformance.json``: a turn whose message carries
+:func:`marker` is answered from that script, whatever other turns run at once.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from fake_provider import FakeProvider, Scenario
+
+#: The kit provider's scripts.
+SCENARIO = Path(__file__).resolve().parents[2] / "fixtures" / "scenarios" / "conformance.json"
+#: The model id the target's agent must send (its one listed model).
+KIT_MODEL = "kit-model"
+
+
+def kit_provider(host: str = "127.0.0.1", port: int = 0) -> FakeProvider:
+    """The kit's provider, not started."""
+    return FakeProvider(Scenario.load(SCENARIO), host=host, port=port)
+
+
+def agent_flags(provider_url: str) -> list[str]:
+    """The ``labfy-ref serve`` flags that make a target's agent answer with the kit provider."""
+    return ["--agent-mode", "local-model", "--agent-endpoint", provider_url,
+            "--agent-model", KIT_MODEL]
+
+
+def nonce() -> str:
+    """A fresh name part, so a test's files and campaigns are its own on a shared target."""
+    return secrets.token_hex(6)
+
+
+def marker(key: str, tag: str | None = None) -> str:
+    """The text that starts a conversation on script ``key`` (``{nonce}`` in it becomes ``tag``,
+    a fresh nonce by default: each conversation has its own place in its script)."""
+    return f"[[kit:{key}:{tag or nonce()}]]"

@@ -1,0 +1,202 @@
+"""The bridge over HTTP against any target whose engine answers with the kit's provider
+(QR-03): NDJSON framing and chunk shapes (BR-02, BR-04), tool activity (BR-11), approvals
+"Allow once / Deny" (BR-12), disconnect (BR-05), delete (BR-08), the OpenAI face (BR-13).
+
+The stream is read as raw bytes and split on ``\\n`` here: the kit trusts no decoder of
+ours, and a line holding two chunks (or half of one) fails as it would in a browser.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from qualification.conformance.kit import KIT_MODEL, marker, nonce
+from qualification.harness import ApiClient, wait_until
+from qualification.target import Served
+
+pytestmark = pytest.mark.conformance
+
+CHUNK_TYPES = {"text", "reasoning", "tool-call", "tool-result", "approval-request",
+               "approval-decision", "error", "done"}
+
+
+@pytest.fixture
+def client(model_target: Served) -> Iterator[ApiClient]:
+    """An admin client of a target whose engine answers with the kit provider."""
+    client = model_target.client()
+    yield client
+    client.close()
+
+
+def _session(client: ApiClient, **settings: str) -> str:
+    response = client.post("/api/cordis/sessions", settings)
+    assert response.status_code == 201, response.text
+    return str(response.json()["session"]["id"])
+
+
+class RawTurn:
+    """One streamed turn, its response head and every line, read as raw bytes."""
+
+    def __init__(self, client: ApiClient, session_id: str, text: str, *,
+                 headless: bool = False, on_chunk: Any = None) -> None:
+        body: dict[str, Any] = {"text": text}
+        if headless:
+            body["headless"] = True
+        self.lines: list[bytes] = []
+        with client.http.stream("POST", f"/api/cordis/sessions/{session_id}/messages",
+                                json=body, headers=client.headers(True), timeout=30) as reply:
+            self.status = reply.status_code
+            self.headers = reply.headers
+            pending = b""
+            for data in reply.iter_raw():
+                pending += data
+                *complete, pending = pending.split(b"\n")
+                for line in complete:
+                    self.lines.append(line)
+                    if on_chunk is not None:
+                        on_chunk(json.loads(line))
+            self.trailing = pending
+        self.chunks = [json.loads(line) for line in self.lines]
+
+    def types(self) -> list[str]:
+        """The chunk types in order."""
+        return [chunk["type"] for chunk in self.chunks]
+
+
+@pytest.mark.req("BR-02", "BR-04")
+def test_a_turn_streams_one_chunk_per_line_in_sequence_and_ends_with_done(
+        client: ApiClient) -> None:
+    sid = _session(client)
+    tag = nonce()
+    turn = RawTurn(client, sid, f"Say it {marker('final', tag)}")
+    assert turn.status == 200
+    assert turn.headers["content-type"] == "application/x-ndjson"
+    assert turn.headers["cache-control"] == "no-store"
+    assert turn.headers["x-accel-buffering"] == "no"
+    assert turn.trailing == b"", "the last chunk ends with its newline"
+    for line in turn.lines:
+        chunk = json.loads(line)  # one JSON object per line: two on one line do not parse
+        assert isinstance(chunk, dict) and chunk["type"] in CHUNK_TYPES, line
+    chunks = turn.chunks
+    assert [c["seq"] for c in chunks] == list(range(1, len(chunks) + 1))
+    assert all(c["session_id"] == sid and c["agent_id"] for c in chunks)
+    assert turn.types()[-1] == "done" and chunks[-1]["reason"] == "completed"
+    assert turn.types().count("error") == 0
+    text = "".join(c["text"] for c in chunks if c["type"] == "text")
+    assert text == f"KIT final « ünïcödé » 𝄞 {tag}"
+    assert "".join(c["text"] for c in chunks if c["type"] == "reasoning") == "Kit reasoning."
+    messages = client.get(f"/api/cordis/sessions/{sid}").json()["session"]["messages"]
+    assert [(m["role"], m["text"]) for m in messages][-1] == ("assistant", text)
+
+
+@pytest.mark.req("BR-02", "BR-11")
+def test_a_tool_call_and_its_result_stream_and_stay_attached(client: ApiClient) -> None:
+    sid = _session(client)
+    turn = RawTurn(client, sid, f"What is in notes? {marker('files-list')}")
+    types = turn.types()
+    assert [t for i, t in enumerate(types) if i == 0 or t != types[i - 1]] == [
+        "tool-call", "tool-result", "text", "done"]
+    call, result = turn.chunks[0], turn.chunks[1]
+    assert call["call_id"] == result["call_id"] and call["tool_id"] == "files.list"
+    assert result["result"]["trust"] == "UNTRUSTED_DATA"
+    assert result["status"] == "ok"
+    stored = client.get(f"/api/cordis/sessions/{sid}").json()["session"]["messages"]
+    tool = next(m for m in stored if m["role"] == "tool")
+    assert (tool["call_id"], tool["status"]) == (call["call_id"], "ok")
+
+
+@pytest.mark.req("BR-12", "BR-11", "GW-07")
+def test_allow_once_runs_that_one_write_and_deny_refuses_the_next(client: ApiClient) -> None:
+    sid = _session(client)
+    tag = nonce()
+    decided: list[str] = []
+
+    def decide(chunk: dict[str, Any]) -> None:
+        if chunk["type"] != "approval-request":
+            return
+        url = f"/api/cordis/sessions/{sid}/approvals/{chunk['approval_id']}"
+        decision = "allowed-once" if not decided else "rejected"
+        decided.append(decision)
+        answer = client.post(url, {"decision": decision})
+        assert answer.status_code == 200, answer.text
+        again = client.post(url, {"decision": decision})
+        assert (again.status_code, again.json()["error"]["code"]) == (409,
+                                                                      "APPROVAL_NOT_PENDING")
+
+    turn = RawTurn(client, sid, f"write two files {marker('write-two', tag)}", on_chunk=decide)
+    assert decided == ["allowed-once", "rejected"]
+    assert [c["decision"] for c in turn.chunks if c["type"] == "approval-decision"] == decided
+    results = [c for c in turn.chunks if c["type"] == "tool-result"]
+    assert [r["status"] for r in results] == ["ok", "refused"]
+    assert results[1]["result"]["data"]["error"]["code"] == "PERMISSION_DENIED"
+    settings = client.get(f"/api/cordis/sessions/{sid}").json()["session"]["settings"]
+    assert settings["permission_mode"] == "read-only", "allow once changes no mode"
+    read = RawTurn(client, sid, f"read them back {marker('read-two', tag)}")
+    reads = [c for c in read.chunks if c["type"] == "tool-result"]
+    assert reads[0]["status"] == "ok" and reads[0]["result"]["data"]["content"] == "one"
+    assert reads[1]["status"] != "ok", "the denied write wrote nothing"
+
+
+@pytest.mark.req("BR-12")
+def test_a_headless_caller_gets_an_automatic_refusal(client: ApiClient) -> None:
+    sid = _session(client)
+    turn = RawTurn(client, sid, f"write {marker('write-two')}", headless=True)
+    assert "approval-request" not in turn.types()
+    results = [c for c in turn.chunks if c["type"] == "tool-result"]
+    assert results and all(r["result"]["data"]["error"]["code"] == "PERMISSION_DENIED"
+                           for r in results)
+
+
+@pytest.mark.req("BR-05", "BR-08")
+def test_a_disconnect_cancels_the_turn_and_a_deleted_session_is_gone(client: ApiClient) -> None:
+    sid = _session(client)
+    path = f"/api/cordis/sessions/{sid}/messages"
+    with client.http.stream("POST", path, json={"text": f"long {marker('long-final')}"},
+                            headers=client.headers(True), timeout=30) as reply:
+        assert reply.status_code == 200
+        for data in reply.iter_raw():
+            if b'"text"' in data:
+                break  # the client goes away mid-answer
+
+    def idle() -> bool:
+        session = client.get(f"/api/cordis/sessions/{sid}").json()["session"]
+        return not session["active_turn"]
+
+    wait_until(idle, timeout=15)
+    messages = client.get(f"/api/cordis/sessions/{sid}").json()["session"]["messages"]
+    assert [m["role"] for m in messages] == ["user"], "no answer is stored for a cancelled turn"
+    assert client.delete(f"/api/cordis/sessions/{sid}").status_code in (200, 204)
+    gone = client.get(f"/api/cordis/sessions/{sid}")
+    assert gone.status_code == 404
+
+
+@pytest.mark.req("BR-13", "SV-08")
+def test_the_openai_face_answers_a_chat_client_with_a_bearer(model_target: Served) -> None:
+    with httpx.Client(base_url=f"{model_target.url}/api/cordis/v1", trust_env=False, timeout=30,
+                      headers={"Authorization": f"Bearer {model_target.admin_token}"}) as http:
+        models = http.get("/models")
+        assert models.status_code == 200
+        ids = [m["id"] for m in models.json()["data"]]
+        model = next(i for i in ids if i.endswith(f":{KIT_MODEL}"))
+        tag = nonce()
+        body = {"model": model, "messages": [
+            {"role": "user", "content": f"hello {marker('final', tag)}"}]}
+        answer = http.post("/chat/completions", json=body)
+        assert answer.status_code == 200, answer.text
+        choice = answer.json()["choices"][0]
+        assert choice["message"]["content"] == f"KIT final « ünïcödé » 𝄞 {tag}"
+        stream = http.post("/chat/completions", json=body | {"stream": True, "messages": [
+            {"role": "user", "content": f"hello {marker('final', tag + 'b')}"}]})
+        events = [line for line in stream.text.split("\n") if line.startswith("data: ")]
+        assert events[-1] == "data: [DONE]"
+        text = "".join(json.loads(e[6:])["choices"][0]["delta"].get("content") or ""
+                       for e in events[:-1] if json.loads(e[6:])["choices"])
+        assert text == f"KIT final « ünïcödé » 𝄞 {tag}b"
+        unknown = http.post("/chat/completions", json=body | {"model": "engine:x:nope"})
+        assert unknown.status_code == 404
+        assert unknown.json()["error"]["code"] == "UNKNOWN_MODEL"
