@@ -44,15 +44,20 @@ def _provider(host: str, port: int) -> int:
 
 
 def run_against(url: str, code: str, user_token: str | None, provider: str | None,
-                pytest_args: list[str], *, command: tuple[str, ...] = PYTEST) -> int:
-    """Run the kit's pytest against a running target; its exit code."""
+                pytest_args: list[str], *, command: tuple[str, ...] = PYTEST,
+                log: Path | None = None) -> int:
+    """Run the kit's pytest against a running target; its exit code (its output to ``log``)."""
     # NAME=VALUE: a code may begin with "-"
     args = [*command, f"--target-url={url}", f"--target-token={code}"]
     if user_token:
         args.append(f"--target-user-token={user_token}")
     if provider:
         args.append(f"--target-provider={provider}")
-    return subprocess.run([*args, *pytest_args], check=False).returncode
+    if log is None:
+        return subprocess.run([*args, *pytest_args], check=False).returncode
+    with log.open("w", encoding="utf-8") as out:
+        return subprocess.run([*args, *pytest_args], check=False, stdout=out,
+                              stderr=subprocess.STDOUT).returncode
 
 
 def launch_own(root: Path, provider_url: str, *, command: tuple[str, ...] = SERVE,

@@ -25,30 +25,36 @@ from qualification.conftest import ServerFactory
 from qualification.harness import LAUNCH_CODE, ApiClient, LiveServer
 from qualification.security.conftest import USER_TOKEN
 from qualification.security.server_routes import BEARER, PROTECTED, SERVED, Route, params
-
-#: ``Authorization`` headers that must all get the same 401: wrong codes (near the real
-#: ones too), other schemes, an empty, split, padded, non-ASCII or oversized token, and a
-#: valid token repeated or beside another header.
-BAD_AUTHORIZATIONS: list[list[bytes]] = [
-    [b"Bearer wrong-token"], [f"Bearer {LAUNCH_CODE}x".encode()],
-    [f"Bearer {LAUNCH_CODE[:-1]}".encode()], [f"Bearer {LAUNCH_CODE.upper()}".encode()],
-    [f"Bearer {USER_TOKEN}0".encode()], [f"Bearer {token_hash(LAUNCH_CODE)}".encode()],
-    [f"Basic {LAUNCH_CODE}".encode()], [f"Token {LAUNCH_CODE}".encode()],
-    [LAUNCH_CODE.encode()], [b"Bearer"], [b""], [b"Bearer a b"],
-    [f"Bearer  {LAUNCH_CODE}".encode()], [f"Bearer {LAUNCH_CODE} x".encode()],
-    [f"Bearer\t{LAUNCH_CODE}".encode()], [f"Bearer {LAUNCH_CODE},".encode()],
-    [f"Bearer {LAUNCH_CODE}\u00e9".encode()], [b"Bearer \xff\xfe" + LAUNCH_CODE.encode()],
-    [b"Bearer " + b"A" * 257], [b"Bearer " + b"A" * 8000],
-    [f"Bearer {LAUNCH_CODE}".encode(), f"Bearer {LAUNCH_CODE}".encode()],
-    [f"Bearer {LAUNCH_CODE}".encode(), b"Basic x"],
-]
+from qualification.target import Served
 
 
+def bad_authorizations(admin: str, user: str) -> list[list[bytes]]:
+    """``Authorization`` headers that must all get the same 401, made from the server's own
+    codes (a conformance target's too): wrong codes near the real ones, other schemes, an
+    empty, split, padded, non-ASCII or oversized token, a valid token repeated or beside
+    another header."""
+    valid = ([f"Bearer {admin}".encode()], [f"Bearer {user}".encode()])
+    return [values for values in [
+        [b"Bearer wrong-token"], [f"Bearer {admin}x".encode()],
+        [f"Bearer {admin[:-1]}".encode()], [f"Bearer {admin.swapcase()}".encode()],
+        [f"Bearer {user}0".encode()], [f"Bearer {token_hash(admin)}".encode()],
+        [f"Basic {admin}".encode()], [f"Token {admin}".encode()],
+        [admin.encode()], [b"Bearer"], [b""], [b"Bearer a b"],
+        [f"Bearer  {admin}".encode()], [f"Bearer {admin} x".encode()],
+        [f"Bearer\t{admin}".encode()], [f"Bearer {admin},".encode()],
+        [f"Bearer {admin}\u00e9".encode()], [b"Bearer \xff\xfe" + admin.encode()],
+        [b"Bearer " + b"A" * 257], [b"Bearer " + b"A" * 8000],
+        [f"Bearer {admin}".encode(), f"Bearer {admin}".encode()],
+        [f"Bearer {admin}".encode(), b"Basic x"],
+    ] if values not in valid]  # a code with no letters is its own swapcase
+
+
+@pytest.mark.conformance
 @pytest.mark.req("SV-03", "BR-04", "API-01")
 @pytest.mark.parametrize("cookie", [None, "forged", "", f"{'A' * 43}", "a=b; c=d"])
 @pytest.mark.parametrize("route", params(PROTECTED))
 def test_without_a_valid_session_every_protected_route_answers_401(
-        route_server: LiveServer, cookie: str | None, route: Route) -> None:
+        route_server: Served, cookie: str | None, route: Route) -> None:
     client = ApiClient(route_server.url)
     name = cookie_name(route_server.port)
     headers = {} if cookie is None else {"Cookie": f"{name}={cookie}"}
@@ -59,13 +65,16 @@ def test_without_a_valid_session_every_protected_route_answers_401(
     assert response.json()["error"]["code"] == "UNAUTHENTICATED"
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-08", "API-01")
 @pytest.mark.parametrize("route", params(BEARER))
 def test_every_wrong_or_malformed_bearer_is_the_same_401_on_every_api_route(
-        route_server: LiveServer, route: Route) -> None:
+        route_server: Served, route: Route) -> None:
     answers = set()
     with httpx.Client(base_url=route_server.url, trust_env=False, timeout=10) as http:
-        for values in BAD_AUTHORIZATIONS:  # a fixed list: bounded
+        bad = bad_authorizations(route_server.admin_token,
+                                 route_server.user_token or USER_TOKEN)
+        for values in bad:  # a fixed list: bounded
             response = http.request(route.method, route.url, json=route.body,
                                     headers=[(b"Authorization", value) for value in values])
             assert response.status_code == 401, (values, response.text)
@@ -78,21 +87,23 @@ def test_every_wrong_or_malformed_bearer_is_the_same_401_on_every_api_route(
     assert answers == {(body, "Bearer")}, "one answer for every wrong part"
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-03", "API-01")
 @pytest.mark.parametrize("route", params(tuple(
     row for row in SERVED if row.role == "public" and row.method == "GET")))
-def test_the_public_routes_need_no_session(route_server: LiveServer, route: Route) -> None:
+def test_the_public_routes_need_no_session(route_server: Served, route: Route) -> None:
     client = ApiClient(route_server.url)
     response = client.http.get(route.url)
     client.close()
     assert response.status_code == 200
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-03")
 def test_login_sets_a_host_only_strict_httponly_cookie_with_bounded_lifetime(
-        demo_server: LiveServer) -> None:
+        demo_server: Served) -> None:
     client = ApiClient(demo_server.url)
-    response = client.http.post("/api/v1/session", json={"token": LAUNCH_CODE},
+    response = client.http.post("/api/v1/session", json={"token": demo_server.admin_token},
                                 headers={"Origin": demo_server.url})
     client.close()
     assert response.status_code == 200
@@ -107,9 +118,10 @@ def test_login_sets_a_host_only_strict_httponly_cookie_with_bounded_lifetime(
     assert "path=/" in cookie.lower()
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-03")
 @pytest.mark.parametrize("token", ["wrong", "", LAUNCH_CODE + "x", LAUNCH_CODE.upper(), "x" * 300])
-def test_a_wrong_code_gets_no_session(demo_server: LiveServer, token: str) -> None:
+def test_a_wrong_code_gets_no_session(demo_server: Served, token: str) -> None:
     client = ApiClient(demo_server.url)
     response = client.login(token)
     client.close()
@@ -152,8 +164,9 @@ def test_user_accounts_log_in_with_hashed_tokens(specimen: Path, tmp_path: Path,
     assert client.get("/api/v1/agent-runtime/status").status_code == 200
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-03")
-def test_logout_invalidates_the_session(demo_server: LiveServer) -> None:
+def test_logout_invalidates_the_session(demo_server: Served) -> None:
     client = demo_server.client()
     assert client.delete("/api/v1/session").status_code == 200
     assert client.get("/api/v1/session").status_code == 401
@@ -257,12 +270,13 @@ def test_a_full_role_refuses_logins_and_evicts_nobody_else(specimen: Path, tmp_p
             auth.clock = original
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-03", "AV-02")
 @pytest.mark.parametrize("neighbours", [
     'a="b; {ours}', '{ours}; a="b', 'junk; {ours}', '"; {ours}', 'x=\\"; {ours}; y=1',
     '{ours}; =; ;;', 'a=b\x7f; {ours}', 'a={{"json":1}}; {ours}'])
 def test_a_malformed_neighbour_cookie_never_hides_the_session(
-        demo_server: LiveServer, demo_client: ApiClient, neighbours: str) -> None:
+        demo_server: Served, demo_client: ApiClient, neighbours: str) -> None:
     """RFC 6265 §5.4: pairs split on ';' — a stray quote in another cookie hides nothing."""
     ours = f"{demo_client.cookie_name}={demo_client.cookie}"
     response = demo_client.http.get("/api/v1/session",

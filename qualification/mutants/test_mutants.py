@@ -1,0 +1,63 @@
+"""QR-03: the mutants are what they say — one real function each, never in the product —
+and the kit kills them (the whole set runs in ``tox -e mutants``; two run here)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qualification.mutants.__main__ import kit_files
+from qualification.mutants.faults import FAULTS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.req("QR-03")
+def test_there_are_at_least_twenty_mutants_each_replacing_one_existing_function() -> None:
+    assert len(FAULTS) >= 20
+    for mutant in FAULTS.values():
+        owner, attribute, original = mutant.resolve()
+        assert getattr(owner, attribute) is not mutant.replacement, "not applied in this process"
+        assert original is not mutant.replacement
+        lines = inspect.getsource(mutant.replacement).splitlines()
+        assert len(lines) <= 16, f"{mutant.name}: a mutant is a few lines"
+        assert mutant.breaks and "\n" not in mutant.breaks
+
+
+@pytest.mark.req("QR-03")
+def test_each_expected_killer_is_a_test_of_the_kit() -> None:
+    files = kit_files()
+    for mutant in FAULTS.values():
+        assert mutant.killer_file in files, mutant.name
+        tree = ast.parse((REPO / mutant.killer_file).read_text("utf-8"))
+        names = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+        assert mutant.killer.split("::", 1)[1] in names, mutant.name
+
+
+@pytest.mark.req("QR-03")
+def test_the_product_never_imports_the_mutants_or_the_suite() -> None:
+    for path in (REPO / "labfy_ref").rglob("*.py"):
+        tree = ast.parse(path.read_text("utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("qualification"), path
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.startswith("qualification") for a in node.names), path
+
+
+@pytest.mark.req("QR-03")
+def test_the_kit_kills_a_security_mutant_and_a_runtime_mutant(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "qualification.mutants", "host-check-off",
+                           "resume-skips-grant", f"--report-dir={tmp_path}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((tmp_path / "mutants.json").read_text("utf-8"))
+    assert [(m["mutant"], m["status"]) for m in summary["mutants"]] == [
+        ("host-check-off", "killed"), ("resume-skips-grant", "killed")]
+    assert all(m["killed_by"].split("[")[0] == m["expected"] for m in summary["mutants"])
