@@ -59,9 +59,11 @@ MODULES: tuple[ModuleScope, ...] = (
     ModuleScope("labfy_ref/gateway/policy.py", (
         "qualification/gateway/test_gateway.py",)),
     ModuleScope("labfy_ref/server/security.py", (
+        "qualification/security/test_security_middleware_unit.py",
         "qualification/security/test_server_host.py",
         "qualification/security/test_server_origin_csrf.py")),
     ModuleScope("labfy_ref/server/auth.py", (
+        "qualification/security/test_auth_unit.py",
         "qualification/security/test_server_sessions.py",
         "qualification/security/test_bearer.py")),
     ModuleScope("labfy_ref/workspace/store.py", (

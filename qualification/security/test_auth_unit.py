@@ -1,0 +1,217 @@
+"""SV-03, SV-08, AV-03: the Authenticator, the bearer header and the accounts file, in-process.
+
+The server tests prove these through HTTP; here every bound is pinned on both
+sides without a server (the mutation run of QR-04 runs these per mutant): the
+token length, the per-account and per-role caps, the lifetime to the tick of
+its clock, the accounts file's grammar.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import pytest
+
+from labfy_ref.errors import ConfigRefused, ErrorCode, RuntimeRefused
+from labfy_ref.server.auth import (
+    DEFAULT_SESSION_SECONDS,
+    MAX_SESSIONS_PER_ACCOUNT,
+    MAX_SESSIONS_PER_ROLE,
+    MAX_TOKEN_CHARS,
+    Account,
+    Authenticator,
+    Role,
+    bearer_token,
+    cookie_name,
+    load_accounts,
+    token_hash,
+)
+
+LAUNCH = "launch-code-0123456789"
+
+
+class Clock:
+    """A clock the test moves by hand (the Authenticator's ``clock`` is public for this)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _auth(*names: str, lifetime: int | None = None) -> tuple[Authenticator, Clock]:
+    accounts = tuple(Account(name, token_hash(f"token-{name}")) for name in names)
+    kwargs = {} if lifetime is None else {"lifetime_seconds": lifetime}
+    auth = Authenticator(LAUNCH, accounts, cookie="labfy_session_43117", **kwargs)
+    clock = Clock()
+    auth.clock = clock
+    return auth, clock
+
+
+@pytest.mark.req("SV-03", "AV-03", "SV-08")
+def test_the_bounds_are_the_documented_numbers() -> None:
+    assert (DEFAULT_SESSION_SECONDS, MAX_SESSIONS_PER_ACCOUNT, MAX_SESSIONS_PER_ROLE,
+            MAX_TOKEN_CHARS) == (3600, 16, 1024, 256)
+    assert cookie_name(43117) == "labfy_session_43117"
+    assert token_hash("é") == hashlib.sha256("é".encode()).hexdigest()
+
+
+@pytest.mark.req("SV-03")
+def test_the_launch_code_is_admin_an_account_token_is_that_user() -> None:
+    auth, clock = _auth("ada", "bob")
+    admin = auth.login(LAUNCH)
+    assert admin is not None and (admin.role, admin.name, admin.bearer) == (Role.ADMIN, "admin",
+                                                                          False)
+    assert admin.expires_at == clock.now + 3600
+    bob = auth.login("token-bob")
+    assert bob is not None and (bob.role, bob.name) == (Role.USER, "bob")
+    assert len({admin.session_id, admin.csrf_token, bob.session_id, bob.csrf_token}) == 4
+    assert auth.session(admin.session_id) == admin and auth.session(bob.session_id) == bob
+    for wrong in ("", "token-eve", LAUNCH + "x", LAUNCH[:-1], token_hash(LAUNCH)):
+        assert auth.login(wrong) is None and auth.bearer(wrong) is None
+
+
+@pytest.mark.req("SV-03", "SV-08")
+def test_a_code_of_256_characters_is_read_and_of_257_never_compared() -> None:
+    for length, readable in ((MAX_TOKEN_CHARS, True), (MAX_TOKEN_CHARS + 1, False)):
+        auth = Authenticator("k" * length, cookie="c")
+        assert (auth.login("k" * length) is not None) is readable
+        assert (auth.bearer("k" * length) is not None) is readable
+
+
+@pytest.mark.req("SV-03")
+def test_a_session_lives_exactly_its_lifetime_and_is_then_gone_for_good() -> None:
+    auth, clock = _auth(lifetime=60)
+    session = auth.login(LAUNCH)
+    assert session is not None and session.expires_at == clock.now + 60
+    clock.now += 59.5
+    assert auth.session(session.session_id) == session
+    clock.now = session.expires_at
+    assert auth.session(session.session_id) is None
+    clock.now -= 30  # the clock going back brings nothing back: it was dropped
+    assert auth.session(session.session_id) is None
+    for cookie in (None, "", "unknown"):
+        assert auth.session(cookie) is None
+
+
+@pytest.mark.req("SV-03")
+def test_logout_ends_that_session_only() -> None:
+    auth, _ = _auth("ada")
+    first, second = auth.login(LAUNCH), auth.login("token-ada")
+    assert first is not None and second is not None
+    auth.logout(first.session_id)
+    auth.logout("never-issued")
+    assert auth.session(first.session_id) is None
+    assert auth.session(second.session_id) == second
+
+
+@pytest.mark.req("SV-08", "AV-03")
+def test_a_bearer_session_is_request_scoped_and_never_stored() -> None:
+    auth, _ = _auth("ada")
+    session = auth.bearer("token-ada")
+    assert session is not None
+    assert (session.session_id, session.role, session.name, session.csrf_token,
+            session.expires_at, session.bearer) == ("", Role.USER, "ada", "", math.inf, True)
+    assert auth.session("") is None
+    admin = auth.bearer(LAUNCH)
+    assert admin is not None and (admin.role, admin.name) == (Role.ADMIN, "admin")
+
+
+@pytest.mark.req("AV-03", "SV-03")
+def test_an_account_keeps_its_16_newest_sessions() -> None:
+    auth, _ = _auth("admin")  # a user *named* admin is not the administrator
+    administrator = auth.login(LAUNCH)
+    sessions = [auth.login("token-admin") for _ in range(MAX_SESSIONS_PER_ACCOUNT)]
+    assert all(s is not None and auth.session(s.session_id) == s for s in sessions)
+    for evicted in range(3):
+        newest = auth.login("token-admin")
+        assert newest is not None and auth.session(newest.session_id) == newest
+        gone = sessions[evicted]
+        assert gone is not None and auth.session(gone.session_id) is None
+        kept = sessions[evicted + 1]
+        assert kept is not None and auth.session(kept.session_id) == kept
+    assert administrator is not None and auth.session(administrator.session_id) == administrator
+
+
+@pytest.mark.req("AV-03", "SV-03")
+def test_a_role_holds_1024_sessions_then_refuses_and_evicts_nobody() -> None:
+    names = [f"u{i}" for i in range(MAX_SESSIONS_PER_ROLE // MAX_SESSIONS_PER_ACCOUNT + 1)]
+    auth, clock = _auth(*names, lifetime=100)
+    first = auth.login("token-u0")
+    assert first is not None
+    clock.now += 50
+    for name in names[:-1]:
+        for _ in range(MAX_SESSIONS_PER_ACCOUNT - (name == "u0")):
+            assert auth.login(f"token-{name}") is not None
+    with pytest.raises(RuntimeRefused) as refused:
+        auth.login(f"token-{names[-1]}")
+    assert refused.value.code is ErrorCode.TOO_MANY_SESSIONS
+    assert auth.session(first.session_id) == first, "a refused login evicts nobody"
+    admin = auth.login(LAUNCH)  # the other role has room of its own
+    assert admin is not None
+    clock.now = first.expires_at  # exactly expired: its place is free again
+    late = auth.login(f"token-{names[-1]}")
+    assert late is not None and auth.session(first.session_id) is None
+
+
+@pytest.mark.req("SV-08")
+@pytest.mark.parametrize(("values", "token"), [
+    (["Bearer abc"], "abc"), (["bearer a.b-c_d~e+f/g=="], "a.b-c_d~e+f/g=="),
+    (["BEARER x"], "x"), ([], None), (["Bearer abc", "Bearer abc"], None),
+    (["Basic abc"], None), (["Bearer"], None), (["Bearer "], None), (["Bearer a b"], None),
+    (["Bearer  abc"], None), (["Bearer =abc"], None), (["Bearer é"], None),
+    (["Bearerabc"], None), (["Bearer\tabc"], None),
+    (["Bearer " + "t" * MAX_TOKEN_CHARS], "t" * MAX_TOKEN_CHARS),
+    (["Bearer " + "t" * (MAX_TOKEN_CHARS + 1)], None),
+])
+def test_what_a_bearer_header_must_look_like(values: list[str], token: str | None) -> None:
+    assert bearer_token(values) == token
+
+
+def _accounts(tmp_path: Path, text: str | bytes) -> tuple[Account, ...]:
+    path = tmp_path / "accounts.toml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return load_accounts(path)
+
+
+@pytest.mark.req("SV-03")
+def test_an_accounts_file_holds_names_and_token_hashes(tmp_path: Path) -> None:
+    digest = token_hash("t")
+    name = "A-z_0.9" + "n" * 57
+    assert _accounts(tmp_path, f'[[account]]\nname = "{name}"\ntoken_sha256 = "{digest}"\n'
+                               f'[[account]]\nname = "b"\ntoken_sha256 = "{digest}"\n') == (
+        Account(name, digest), Account("b", digest))
+    assert _accounts(tmp_path, "") == ()
+
+
+@pytest.mark.req("SV-03")
+@pytest.mark.parametrize("entry", [
+    'name = "a"', f'token_sha256 = "{"0" * 64}"',
+    f'name = "a"\ntoken_sha256 = "{"0" * 64}"\nrole = "admin"',
+    f'name = "{"n" * 65}"\ntoken_sha256 = "{"0" * 64}"',
+    f'name = "a b"\ntoken_sha256 = "{"0" * 64}"', f'name = ""\ntoken_sha256 = "{"0" * 64}"',
+    f'name = "a"\ntoken_sha256 = "{"A" * 64}"', f'name = "a"\ntoken_sha256 = "{"0" * 63}"',
+    f'name = "a"\ntoken_sha256 = "{"0" * 65}"', 'name = "a"\ntoken_sha256 = 5',
+])
+def test_an_account_entry_is_exactly_a_name_and_a_hash(tmp_path: Path, entry: str) -> None:
+    with pytest.raises(ConfigRefused, match="each \\[\\[account\\]\\] needs exactly"):
+        _accounts(tmp_path, f"[[account]]\n{entry}\n")
+
+
+@pytest.mark.req("SV-03")
+def test_an_accounts_file_refuses_anything_else(tmp_path: Path) -> None:
+    with pytest.raises(ConfigRefused, match="only \\[\\[account\\]\\] tables"):
+        _accounts(tmp_path, 'admin = "x"\n')
+    with pytest.raises(ConfigRefused, match="each \\[\\[account\\]\\] needs exactly"):
+        _accounts(tmp_path, 'account = ["x"]\n')
+    for unreadable in (b"[[account]\n", b"name = '\xff'\n"):
+        with pytest.raises(ConfigRefused, match="unreadable"):
+            _accounts(tmp_path, unreadable)
+    with pytest.raises(ConfigRefused, match=r"unreadable \(FileNotFoundError\)"):
+        load_accounts(tmp_path / "missing.toml")
