@@ -57,7 +57,8 @@ MODULES: tuple[ModuleScope, ...] = (
         "qualification/gateway/test_gateway.py",
         "qualification/security/test_file_boundary.py")),
     ModuleScope("labfy_ref/gateway/policy.py", (
-        "qualification/gateway/test_gateway.py",)),
+        "qualification/gateway/test_policy_unit.py",
+        "qualification/gateway/test_gateway.py")),
     ModuleScope("labfy_ref/server/security.py", (
         "qualification/security/test_security_middleware_unit.py",
         "qualification/security/test_server_host.py",
@@ -67,9 +68,10 @@ MODULES: tuple[ModuleScope, ...] = (
         "qualification/security/test_server_sessions.py",
         "qualification/security/test_bearer.py")),
     ModuleScope("labfy_ref/workspace/store.py", (
+        "qualification/gateway/test_policy_unit.py",
         "qualification/gateway/test_gateway.py",
         "qualification/workspace/test_store_indexes.py"),
-        functions=("add_grant", "grants_for", "get_grant", "revoke_grant")),
+        functions=("active_for", "add_grant", "grants_for", "get_grant", "revoke_grant")),
 )
 
 
