@@ -45,6 +45,7 @@ MODULES: tuple[ModuleScope, ...] = (
         "qualification/bridge/test_stream.py",
         "qualification/bridge/test_stream_hot_paths.py")),
     ModuleScope("labfy_ref/protocol/action.py", (
+        "qualification/unit/test_action_bounds.py",
         "qualification/unit/test_action_protocol.py",
         "qualification/security/test_model_protocol_attacks.py")),
     ModuleScope("labfy_ref/model/endpoint.py", (
