@@ -55,8 +55,9 @@ MODULES: tuple[ModuleScope, ...] = (
         "qualification/unit/test_client_unit.py",
         "qualification/integration/test_model_client.py")),
     ModuleScope("labfy_ref/gateway/files.py", (
-        "qualification/gateway/test_gateway.py",
-        "qualification/security/test_file_boundary.py")),
+        "qualification/gateway/test_files_unit.py",
+        "qualification/security/test_file_boundary.py",
+        "qualification/gateway/test_gateway.py")),
     ModuleScope("labfy_ref/gateway/policy.py", (
         "qualification/gateway/test_policy_unit.py",
         "qualification/gateway/test_gateway.py")),

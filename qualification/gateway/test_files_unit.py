@@ -1,0 +1,231 @@
+"""GW-06, GW-08, AV-02: the confined file access, called directly on a real directory.
+
+The boundary tests prove the confinement through the gateway; here
+:class:`ConfinedFiles` and its helpers are called directly so every bound is
+pinned on both sides (path length, entries, read and write sizes, a UTF-8
+sequence cut by the read bound), every refusal by its code and text, and the
+modes of what is created — in milliseconds, as the mutation run of QR-04 needs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from labfy_ref.errors import ErrorCode, ToolError
+from labfy_ref.gateway.files import MAX_PATH_CHARS, ConfinedFiles, _invisible, _os_error, split_path
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """An empty ``files/`` with an outside neighbour holding a secret."""
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("secret")
+    files = tmp_path / "files"
+    files.mkdir()
+    return files
+
+
+@pytest.fixture
+def umask() -> int:
+    """The process umask (read without changing it for longer than a call)."""
+    value = os.umask(0)
+    os.umask(value)
+    return value
+
+
+def _code(call: object, *args: object) -> tuple[ErrorCode, str]:
+    assert callable(call)
+    with pytest.raises(ToolError) as caught:
+        call(*args)
+    return caught.value.code, caught.value.message
+
+
+@pytest.mark.req("GW-06")
+def test_split_path_takes_relative_clean_paths_of_at_most_1024_characters() -> None:
+    assert MAX_PATH_CHARS == 1024
+    assert split_path("") == [] and split_path(".") == []
+    assert split_path("a/b.txt") == ["a", "b.txt"] and split_path("a/b/") == ["a", "b"]
+    assert split_path("x" * 1024) == ["x" * 1024]
+    assert split_path("a/" * 512) == ["a"] * 512
+    for path, message in [
+        ("x" * 1025, "path is longer than 1024 characters"),
+        ("a\x00b", "path contains a NUL byte"),
+        ("/etc/passwd", "absolute paths are refused; paths are relative to files/"),
+        ("..", "'..' is refused"), ("a/../b", "'..' is refused"), ("a/..", "'..' is refused"),
+        ("a//b", "empty or '.' path components are refused"),
+        ("./a", "empty or '.' path components are refused"),
+        ("a/./b", "empty or '.' path components are refused"),
+        ("a//", "empty or '.' path components are refused"),
+    ]:
+        assert _code(split_path, path) == (ErrorCode.PATH_OUTSIDE_WORKSPACE, message), path
+
+
+@pytest.mark.req("GW-06", "GW-08")
+@pytest.mark.parametrize(("name", "found"), [
+    ("plain.txt", None), ("naïve 漢字 😀.md", None), ("run\u202etxt.sh", "U+202E"),
+    ("zero\u200bwidth", "U+200B"), ("bell\x07", "U+0007"), ("\x7f", "U+007F"),
+    ("a\u2066b\u2069", "U+2066"), ("soft\u00adhyphen", "U+00AD"),
+])
+def test_invisible_finds_the_first_control_or_format_character(name: str,
+                                                               found: str | None) -> None:
+    assert _invisible(name) == found
+
+
+@pytest.mark.req("GW-06")
+@pytest.mark.parametrize(("number", "code", "message"), [
+    (errno.ELOOP, ErrorCode.PATH_OUTSIDE_WORKSPACE, "p: symlinks are never followed"),
+    (errno.EMLINK, ErrorCode.PATH_OUTSIDE_WORKSPACE, "p: symlinks are never followed"),
+    (errno.ENOENT, ErrorCode.FILE_NOT_FOUND, "p: no such file or directory"),
+    (errno.ENOTDIR, ErrorCode.NOT_A_DIRECTORY, "p: not a directory"),
+    (errno.EISDIR, ErrorCode.NOT_A_FILE, "p: is a directory"),
+    (errno.EACCES, ErrorCode.TOOL_UNAVAILABLE, "p: EACCES"),
+    (errno.ENAMETOOLONG, ErrorCode.TOOL_UNAVAILABLE, "p: ENAMETOOLONG"),
+    (None, ErrorCode.TOOL_UNAVAILABLE, "p: error"),
+])
+def test_os_errors_become_tool_errors_by_errno(number: int | None, code: ErrorCode,
+                                               message: str) -> None:
+    error = _os_error(OSError(number, "text") if number is not None else OSError(), "p")
+    assert (error.code, error.message) == (code, message)
+
+
+@pytest.mark.req("GW-06")
+def test_defaults_are_the_documented_bounds(root: Path) -> None:
+    files = ConfinedFiles(root)
+    assert (files.max_read_bytes, files.max_write_bytes, files.max_entries) == (
+        256 * 1024, 256 * 1024, 1000)
+
+
+@pytest.mark.req("GW-06", "AV-02")
+def test_list_shows_files_and_directories_sorted_bounded_and_skips_the_rest(root: Path) -> None:
+    (root / "b.txt").write_text("hello")
+    (root / "a").mkdir()
+    (root / "c.txt").write_text("")
+    (root / "link").symlink_to(root.parent / "outside")
+    os.mkfifo(root / "fifo")
+    os.close(os.open(os.fsencode(root) + b"/bad\xffname", os.O_CREAT | os.O_WRONLY))
+    listing = ConfinedFiles(root).list("")
+    assert listing == {"path": "", "skipped": 1, "entries": [
+        {"name": "a", "type": "directory"}, {"name": "b.txt", "type": "file", "size": 5},
+        {"name": "c.txt", "type": "file", "size": 0}]}
+    assert ConfinedFiles(root, max_entries=2).list(".")["entries"] == listing["entries"][:2]
+    assert ConfinedFiles(root, max_entries=3).list(".")["entries"] == listing["entries"]
+    (root / "a" / "inner.txt").write_text("x")
+    assert ConfinedFiles(root).list("a/") == {"path": "a", "skipped": 0, "entries": [
+        {"name": "inner.txt", "type": "file", "size": 1}]}
+
+
+@pytest.mark.req("GW-06")
+def test_reading_stops_at_the_bound_and_says_so(root: Path) -> None:
+    files = ConfinedFiles(root, max_read_bytes=10)
+    (root / "ten.txt").write_bytes(b"0123456789")
+    assert files.read("ten.txt") == {"path": "ten.txt", "content": "0123456789",
+                                     "truncated": False}
+    (root / "eleven.txt").write_bytes(b"0123456789A")
+    assert files.read("eleven.txt") == {"path": "eleven.txt", "content": "0123456789",
+                                        "truncated": True}
+    # A character cut by the bound is left out, not an error...
+    (root / "cut.txt").write_bytes(b"012345678\xc3\xa9")
+    assert files.read("cut.txt")["content"] == "012345678"
+    # ...but a file that ends inside a character is not UTF-8.
+    (root / "torn.txt").write_bytes(b"01\xc3")
+    assert _code(files.read, "torn.txt") == (ErrorCode.NOT_UTF8, "torn.txt: not UTF-8 text")
+    (root / "latin.txt").write_bytes(b"caf\xe9")
+    assert _code(files.read, "latin.txt")[0] is ErrorCode.NOT_UTF8
+
+
+@pytest.mark.req("GW-06")
+def test_reading_refuses_what_is_not_a_regular_file_inside(root: Path) -> None:
+    files = ConfinedFiles(root)
+    (root / "d").mkdir()
+    (root / "f.txt").write_text("x")
+    os.mkfifo(root / "fifo")
+    (root / "link.txt").symlink_to(root.parent / "outside" / "secret.txt")
+    (root / "dlink").symlink_to(root.parent / "outside")
+    assert _code(files.read, "") == (ErrorCode.NOT_A_FILE, "files.read needs a file path")
+    assert _code(files.read, "d") == (
+        ErrorCode.PATH_OUTSIDE_WORKSPACE, "d: not a regular file (devices and FIFOs are refused)")
+    assert _code(files.read, "fifo")[0] is ErrorCode.PATH_OUTSIDE_WORKSPACE
+    assert _code(files.read, "link.txt") == (ErrorCode.PATH_OUTSIDE_WORKSPACE,
+                                             "link.txt: symlinks are never followed")
+    assert _code(files.read, "dlink/secret.txt") == (
+        ErrorCode.PATH_OUTSIDE_WORKSPACE, "dlink: symlinks are never followed")
+    assert _code(files.read, "missing.txt") == (ErrorCode.FILE_NOT_FOUND,
+                                                "missing.txt: no such file or directory")
+    assert _code(files.read, "nodir/x.txt") == (ErrorCode.FILE_NOT_FOUND,
+                                                "nodir: no such file or directory")
+    assert _code(files.read, "f.txt/x") == (ErrorCode.NOT_A_DIRECTORY, "f.txt: not a directory")
+    assert _code(files.read, "d/" + "n" * 300)[0] is ErrorCode.TOOL_UNAVAILABLE
+
+
+@pytest.mark.req("GW-06")
+def test_the_root_must_be_a_real_directory(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "file").write_text("x")
+    assert _code(ConfinedFiles(tmp_path / "link").list, "") == (
+        ErrorCode.PATH_OUTSIDE_WORKSPACE, "files/ is a symlink; it is never followed")
+    assert _code(ConfinedFiles(tmp_path / "file").list, "") == (
+        ErrorCode.NOT_A_DIRECTORY, "files/: not a directory")
+    assert _code(ConfinedFiles(tmp_path / "none").list, "") == (
+        ErrorCode.FILE_NOT_FOUND, "files/: no such file or directory")
+
+
+@pytest.mark.req("GW-06")
+def test_a_write_is_bounded_atomic_and_creates_its_directories(root: Path, umask: int) -> None:
+    files = ConfinedFiles(root, max_write_bytes=4)
+    assert files.write("new/deep/é.txt", "ééé"[:2]) == {"path": "new/deep/é.txt",
+                                                        "bytes_written": 4}
+    assert (root / "new" / "deep" / "é.txt").read_text() == "éé"
+    assert stat.S_IMODE((root / "new").stat().st_mode) == 0o755 & ~umask
+    assert stat.S_IMODE((root / "new" / "deep" / "é.txt").stat().st_mode) == 0o644 & ~umask
+    assert _code(files.write, "x.txt", "ééa") == (ErrorCode.FILE_TOO_LARGE,
+                                                  "content exceeds 4 bytes")
+    assert files.write("new/deep/é.txt", "abcd")["bytes_written"] == 4
+    assert files.write("new/empty.txt", "") == {"path": "new/empty.txt", "bytes_written": 0}
+    assert sorted(p.name for p in (root / "new" / "deep").iterdir()) == ["é.txt"], "no temp left"
+    assert not (root / "x.txt").exists()
+
+
+@pytest.mark.req("GW-06")
+def test_a_write_never_goes_through_a_link_or_onto_a_special_file(root: Path) -> None:
+    files = ConfinedFiles(root)
+    secret = root.parent / "outside" / "secret.txt"
+    (root / "link.txt").symlink_to(secret)
+    (root / "dlink").symlink_to(root.parent / "outside")
+    os.link(secret, root / "hard.txt")
+    (root / "d").mkdir()
+    os.mkfifo(root / "fifo")
+    (root / "f.txt").write_text("x")
+    assert _code(files.write, "link.txt", "x") == (
+        ErrorCode.PATH_OUTSIDE_WORKSPACE, "link.txt: is a symlink; symlinks are never written "
+                                          "through")
+    assert _code(files.write, "hard.txt", "x") == (
+        ErrorCode.PATH_OUTSIDE_WORKSPACE, "hard.txt: has other hard links; it is not written")
+    assert _code(files.write, "d", "x") == (ErrorCode.PATH_OUTSIDE_WORKSPACE,
+                                            "d: not a regular file")
+    assert _code(files.write, "fifo", "x") == (ErrorCode.PATH_OUTSIDE_WORKSPACE,
+                                               "fifo: not a regular file")
+    assert _code(files.write, "dlink/secret.txt", "x") == (
+        ErrorCode.PATH_OUTSIDE_WORKSPACE, "dlink: symlinks are never followed")
+    assert _code(files.write, "f.txt/x", "x") == (ErrorCode.NOT_A_DIRECTORY,
+                                                  "f.txt: not a directory")
+    assert _code(files.write, "", "x") == (ErrorCode.NOT_A_FILE, "files.write needs a file path")
+    assert _code(files.write, "d/" + "n" * 300, "x")[0] is ErrorCode.TOOL_UNAVAILABLE
+    assert secret.read_text() == "secret" and (root / "f.txt").read_text() == "x"
+    assert sorted(p.name for p in root.iterdir()) == ["d", "dlink", "f.txt", "fifo", "hard.txt",
+                                                      "link.txt"]
+
+
+@pytest.mark.req("GW-06", "GW-08")
+def test_a_written_name_holds_no_invisible_character(root: Path) -> None:
+    files = ConfinedFiles(root)
+    assert _code(files.write, "a\u202e/b.txt", "x") == (
+        ErrorCode.INVALID_ARGUMENTS, "files.write: a name holds the invisible or "
+        "direction-control character U+202E; it would read as another name")
+    assert _code(files.write, "ok/b\u200b.txt", "x")[0] is ErrorCode.INVALID_ARGUMENTS
+    assert list(root.iterdir()) == []
