@@ -1,11 +1,12 @@
-"""``python -m qualification.conformance provider|run`` — the kit's two commands (QR-03).
+"""``python -m qualification.conformance [provider|run] ...``: the kit's two commands (QR-03).
 
 ``provider`` starts the kit's provider and prints the ``labfy-ref serve`` flags a
-target must be launched with; it serves until Ctrl-C. ``run [PYTEST ARGS]``
-runs the kit: against ``--target-url`` when the arguments name one, else
-against our own ``labfy-ref serve --bridge`` started here as a separate process
-on a fresh SPECIMEN workspace (the self-test), logged in with the code it prints.
-Its report is ``conformance-report/`` (STATUS.md, status.html, status.json).
+target must be launched with; it serves until Ctrl-C. ``run [PYTEST ARGS]`` (the
+default: any other first argument is pytest's) runs the kit: against
+``--target-url`` when the arguments name one, else against our own
+``labfy-ref serve --bridge`` started here as a separate process on a fresh
+SPECIMEN workspace (the self-test), logged in with the code it prints. Its
+report is ``conformance-report/`` (STATUS.md, status.html, status.json).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def _provider(host: str, port: int) -> int:
         print(f"  {' '.join(agent_flags(provider.base_url))}", flush=True)
         print("then run the kit with:", flush=True)
         print(f"  tox -e conformance -- --target-url URL --target-token CODE "
-              f"--target-provider {provider.base_url}", flush=True)
+              f"[--target-user-token USER_CODE] --target-provider {provider.base_url}",
+              flush=True)
         stop.wait()
     return 0
 
@@ -108,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     provider.add_argument("--host", default="127.0.0.1", choices=["127.0.0.1", "::1"])
     provider.add_argument("--port", type=int, default=0, help="0 picks a free port")
     commands.add_parser("run", help="run the kit (pytest arguments follow)", add_help=False)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("provider", "run", "-h", "--help"):
+        argv.insert(0, "run")  # `tox -e conformance -- --target-url ...`
     args, rest = parser.parse_known_args(argv)
     if args.command == "provider":
         if rest:

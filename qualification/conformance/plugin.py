@@ -31,7 +31,7 @@ MARK = "conformance"
 #: Why a test is not run against another implementation.
 LOCAL_ONLY = (f"{LOCAL_BUILD}: it reads our store files, starts its own servers or "
               "processes, or calls our objects in-process")
-NO_PROVIDER = ("needs the kit's provider: start `python -m qualification.conformance provider`, "
+NO_PROVIDER = ("needs the kit's provider: start `tox -e conformance -- provider`, "
                "launch the target with the flags it prints, and pass --target-provider URL")
 NO_USER = "needs a user-role login: pass --target-user-token"
 #: The ``user`` account of the in-process target (the self-test makes its own).

@@ -145,3 +145,25 @@ def test_the_kit_passes_against_our_serve_process_and_its_report_names_the_targe
     assert bare["RT-08"]["status"] == "NOT_RUN" and "kit's provider" in bare["RT-08"]["reason"]
     assert bare["SV-03"]["status"] == "NOT_RUN"
     assert "user-role login" in bare["SV-03"]["reason"]
+
+
+@pytest.mark.req("QR-03")
+def test_the_provider_command_prints_the_flags_a_target_is_launched_with(tmp_path: Path) -> None:
+    """README step 1: ``tox -e conformance -- provider`` (its command, as tox runs it)."""
+    process = subprocess.Popen([sys.executable, "-m", "qualification.conformance", "provider"],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(4)]  # bounded: its four lines
+        flags = lines[1].split()
+        assert flags[:2] == ["--agent-mode", "local-model"] and flags[4:] == [
+            "--agent-model", "kit-model"]
+        endpoint = flags[3]
+        assert f"--target-provider {endpoint}" in lines[3]
+        assert "workspace.list_objects" in _chat(endpoint, marker("list-final"))
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=10)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
