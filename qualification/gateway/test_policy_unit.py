@@ -9,6 +9,7 @@ grant counts (its workspace, unrevoked, unexpired to the millisecond).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from pathlib import Path
 
@@ -65,6 +66,17 @@ def test_a_call_is_not_approved_unless_said_so() -> None:
     assert not decide(_spec(Effect.WRITE), CallContext(READ_ONLY)).allowed
 
 
+@pytest.mark.req("GW-07")
+def test_a_decision_and_a_context_cannot_be_changed_after_the_fact() -> None:
+    # ALLOW is one shared value: were it mutable, one caller could refuse (or allow) for all.
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ALLOW.allowed = False  # type: ignore[misc]
+    context = CallContext(READ_ONLY)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        context.approved_once = True  # type: ignore[misc]
+    assert ALLOW.allowed and not context.approved_once
+
+
 def _grant(workspace: str = "ws_a", expires: datetime.datetime | None = None,
            revoked: bool = False) -> Grant:
     return Grant("grant_1", "camp_1", workspace, iso(NOW - datetime.timedelta(days=1)),
@@ -77,10 +89,11 @@ def test_only_an_active_grant_of_this_workspace_lets_research_run() -> None:
     active = [_grant(), _grant(expires=NOW + millisecond)]
     inactive = [_grant("ws_b"), _grant(revoked=True), _grant(expires=NOW),
                 _grant(expires=NOW - millisecond), _grant(expires=NOW + millisecond, revoked=True)]
+    here = "".join(["ws", "_a"])  # equal to the grant's, not the same object: == not `is`
     for grant in active:
-        assert grant.active_for("ws_a", NOW), grant
-        assert research_allowed([grant], "ws_a", NOW) == ALLOW
-        assert research_allowed([*inactive, grant], "ws_a", NOW).allowed
+        assert grant.active_for(here, NOW), grant
+        assert research_allowed([grant], here, NOW) == ALLOW
+        assert research_allowed([*inactive, grant], here, NOW).allowed
     for grant in inactive:
         assert not grant.active_for("ws_a", NOW), grant
     refused = research_allowed(inactive, "ws_a", NOW)

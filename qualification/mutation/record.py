@@ -1,6 +1,10 @@
 """The mutation record the report reads (``mutation.schema.json``), from the sessions.
 
-Per module: mutants killed out of those run. Per requirement ID: the sum over the
+Per module: mutants killed out of those run that can be killed — the mutation
+score of the literature, killed / (mutants - equivalent mutants): a survivor
+triaged ``equivalent`` (no test could tell it from the original, its reason
+says why) is still listed among the survivors with that reason, but counts in
+neither number. Per requirement ID: the sum over the
 modules whose covering tests name that ID (a mutant counts toward every ID of
 its module's tests: cosmic-ray tells whether the test command failed, not which
 test). Each survivor carries the triage of ``triage.toml``: an ``equivalent``
@@ -85,12 +89,14 @@ def build(results: Mapping[str, Sequence[Mutant]], *, at: str | None = None,
             continue
         done = [m for m in results[scope.path] if m.done]
         killed = sum(m.killed for m in done)
-        modules.append({"name": scope.path, "killed": killed, "total": len(done)})
+        equivalent = sum(not m.killed and triage.get(key(m), ("",))[0] == EQUIVALENT
+                         for m in done)
+        modules.append({"name": scope.path, "killed": killed, "total": len(done) - equivalent})
         reqs = scope.reqs()
         for req in reqs:
             tally = per_req.setdefault(req, [0, 0])
             tally[0] += killed
-            tally[1] += len(done)
+            tally[1] += len(done) - equivalent
         for mutant in done:
             if mutant.killed:
                 continue

@@ -18,17 +18,33 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from qualification.mutation.scope import REPO, ModuleScope, function_lines
-from qualification.mutation.sessions import Mutant, forget_survivors, mutants, skip_outside
+from qualification.mutation.scope import (
+    REPO,
+    ModuleScope,
+    annotation_spans,
+    function_lines,
+    sampled,
+)
+from qualification.mutation.sessions import (
+    Mutant,
+    forget_survivors,
+    mutants,
+    skip_outside,
+    skip_unsampled,
+    skip_within,
+)
 
 WORK = REPO / ".mutation"
 #: What the tests need from the tree (the product, the suite, its fixtures, the pytest config).
 COPIED = ("labfy_ref", "qualification", "fake_provider", "fixtures", "pyproject.toml",
           "conftest.py")
-#: Per mutant: a hung test is a killed mutant after this long.
-TIMEOUT_S = 120.0
+#: Per mutant: a hung test is a killed mutant after this many times the unmutated run...
+TIMEOUT_FACTOR = 4.0
+#: ...but never sooner than this (a loaded machine must not turn a slow pass into a kill).
+MIN_TIMEOUT_S = 30.0
 
 
 def slug(scope: ModuleScope) -> str:
@@ -63,15 +79,18 @@ def _fresh_tree(tree: Path) -> None:
 
 def _session_key(scope: ModuleScope) -> str:
     digest = hashlib.sha256((REPO / scope.path).read_bytes())
-    digest.update(json.dumps([scope.tests, scope.functions, test_command(scope)[1:]]).encode())
+    # The sample joins the key only when there is one: sessions from before it stay valid.
+    sample = [scope.sample] if scope.sample > 1 else []
+    digest.update(json.dumps([scope.tests, scope.functions, *sample,
+                              test_command(scope)[1:]]).encode())
     return digest.hexdigest()
 
 
-def _config(scope: ModuleScope) -> str:
+def _config(scope: ModuleScope, timeout: float) -> str:
     return "\n".join([
         "[cosmic-ray]",
         f"module-path = {json.dumps(scope.path)}",
-        f"timeout = {TIMEOUT_S}",
+        f"timeout = {timeout:.0f}",
         "excluded-modules = []",
         f"test-command = {json.dumps(shlex.join(test_command(scope)))}",
         "",
@@ -105,12 +124,16 @@ def run_module(scope: ModuleScope, *, fresh: bool = False,
     _fresh_tree(tree)
     env = _environment(tree)
     config = folder / "config.toml"
-    config.write_text(_config(scope))
+    started = time.monotonic()
     baseline = subprocess.run(test_command(scope), cwd=tree, env=env, check=False,
                               capture_output=True, text=True)
     if baseline.returncode != 0:  # every mutant would read as killed
         raise SystemExit(f"{scope.path}: the covering tests fail unmutated:\n"
                          f"{baseline.stdout[-3000:]}")
+    # A mutant that loops forever (``end + 1`` -> ``end - 1``) costs the whole timeout:
+    # scaled to the module's own tests, not one figure sized for the slowest module.
+    config.write_text(_config(scope, max(MIN_TIMEOUT_S,
+                                         TIMEOUT_FACTOR * (time.monotonic() - started))))
     key = _session_key(scope)
     if fresh or not session.is_file() or not key_file.is_file() or key_file.read_text() != key:
         session.unlink(missing_ok=True)
@@ -119,9 +142,15 @@ def run_module(scope: ModuleScope, *, fresh: bool = False,
         if scope.functions:
             skip_outside(session, function_lines(REPO / scope.path, scope.functions),
                          f"outside {', '.join(scope.functions)}")
+        if scope.sample > 1:
+            skip_unsampled(
+                session, lambda op, line, col, nth: sampled(op, line, col, nth, scope.sample),
+                f"not in the fixed sample of 1 in {scope.sample}")
         key_file.write_text(key)
     elif survivors:
         forget_survivors(session)
+    skip_within(session, annotation_spans(REPO / scope.path),
+                "inside an annotation (never evaluated: from __future__ import annotations)")
     subprocess.run([_cosmic_ray(), "exec", str(config), str(session)], cwd=tree, env=env,
                    check=True)
     return mutants(session)

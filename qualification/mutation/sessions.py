@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -91,3 +91,43 @@ def forget_survivors(session: Path) -> int:
             "DELETE FROM work_results WHERE test_outcome = 'SURVIVED'").rowcount
         connection.commit()
     return forgotten
+
+
+def skip_within(session: Path, spans: list[tuple[tuple[int, int], tuple[int, int]]],
+                why: str) -> int:
+    """Mark every mutant lying wholly inside one of ``spans`` as skipped, run or not.
+
+    Unlike :func:`skip_outside` this also replaces an outcome already recorded, so a
+    session begun before a span was known to be inert is corrected, not restarted.
+    """
+    skipped = 0
+    with _open(session) as connection:
+        rows = connection.execute("SELECT job_id, start_pos_row, start_pos_col, end_pos_row, "
+                                  "end_pos_col FROM mutation_specs").fetchall()
+        for job, row, col, end_row, end_col in rows:
+            if any(first <= (row, col) and (end_row, end_col) <= last for first, last in spans):
+                connection.execute("DELETE FROM work_results WHERE job_id = ?", (job,))
+                connection.execute(
+                    "INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id)"
+                    " VALUES ('SKIPPED', ?, NULL, NULL, ?)", (why, job))
+                skipped += 1
+        connection.commit()
+    return skipped
+
+
+def skip_unsampled(session: Path, keep: Callable[[str, int, int, int], bool], why: str) -> int:
+    """Mark every pending mutant that ``keep(operator, line, column, occurrence)`` leaves out."""
+    skipped = 0
+    with _open(session) as connection:
+        pending = connection.execute(
+            "SELECT s.job_id, s.operator_name, s.start_pos_row, s.start_pos_col, s.occurrence "
+            "FROM mutation_specs s WHERE s.job_id NOT IN (SELECT job_id FROM work_results)"
+        ).fetchall()
+        for job, operator, line, column, occurrence in pending:
+            if not keep(operator, int(line), int(column), int(occurrence)):
+                connection.execute(
+                    "INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id)"
+                    " VALUES ('SKIPPED', ?, NULL, NULL, ?)", (why, job))
+                skipped += 1
+        connection.commit()
+    return skipped
