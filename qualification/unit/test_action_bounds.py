@@ -9,6 +9,7 @@ These are the cases the mutation run (QR-04) needs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -147,3 +148,16 @@ def test_the_bound_schema_has_one_branch_per_tool_and_the_final() -> None:
     assert json.dumps(action_schema(), sort_keys=True) == before
     assert "x" not in next(iter(CATALOG.values())).input_schema
     Draft202012Validator.check_schema(bound)
+
+
+@pytest.mark.req("PR-01")
+def test_a_parsed_action_cannot_be_altered_after_validation() -> None:
+    # What was validated is what runs: neither action can be changed on its way to the gateway.
+    final = PARSER.parse('{"type":"final","text":"t"}')
+    call = PARSER.parse('{"type":"tool_call","tool_id":"files.list","arguments":{"path":""}}')
+    assert isinstance(final, Final) and isinstance(call, ToolCall)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        final.text = "other"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        call.tool_id = "files.write"  # type: ignore[misc]
+    assert final == Final("t") and call == ToolCall("files.list", {"path": ""})
