@@ -61,6 +61,7 @@ MODULES: tuple[ModuleScope, ...] = (
         "qualification/unit/test_action_protocol.py",
         "qualification/security/test_model_protocol_attacks.py")),
     ModuleScope("labfy_ref/model/endpoint.py", (
+        "qualification/unit/test_endpoint_grammar.py",
         "qualification/unit/test_endpoint.py",
         "qualification/security/test_endpoint_forms.py")),
     # client.py is the largest module (~600 mutants): only its bounds and its reading of
