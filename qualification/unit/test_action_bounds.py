@@ -91,6 +91,8 @@ def test_the_shortcut_accepts_only_what_the_schema_accepts(document: dict[str, A
                                "d, e"),
     ({"type": "final", "text": "t", "b\u202ed" * 40: 1},
      "final takes exactly type, text; extra " + "b?d" * 21 + "b"),
+    ({"type": "final", "text": "t", "clé٣_./-": 1},
+     "final takes exactly type, text; extra cl??_./-"),
     ({"type": "other"}, "'type' must be \"tool_call\" or \"final\""),
     ({"text": "t"}, "'type' must be \"tool_call\" or \"final\""),
     ({"type": "tool_call", "text": "t"},
