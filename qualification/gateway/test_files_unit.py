@@ -10,9 +10,12 @@ modes of what is created — in milliseconds, as the mutation run of QR-04 needs
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import secrets
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -229,3 +232,51 @@ def test_a_written_name_holds_no_invisible_character(root: Path) -> None:
         "direction-control character U+202E; it would read as another name")
     assert _code(files.write, "ok/b\u200b.txt", "x")[0] is ErrorCode.INVALID_ARGUMENTS
     assert list(root.iterdir()) == []
+
+
+def _close_on_exec(fd: int) -> bool:
+    return bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC)
+
+
+@pytest.mark.req("GW-06")
+def test_every_descriptor_is_close_on_exec(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The server starts subprocesses (llama-server): a descriptor of the workspace must never
+    # be inherited. Each is looked at where the module first uses it, then used as before.
+    seen: dict[str, list[bool]] = {"directory": [], "read": [], "write": []}
+    scandir, fstat, fdopen = os.scandir, os.fstat, os.fdopen
+
+    def scanning(fd: Any) -> Any:
+        seen["directory"].append(_close_on_exec(fd))
+        return scandir(fd)
+
+    def stating(fd: int) -> os.stat_result:
+        seen["read"].append(_close_on_exec(fd) and bool(fcntl.fcntl(fd, fcntl.F_GETFL)
+                                                          & os.O_NONBLOCK))
+        return fstat(fd)
+
+    def opening(fd: int, *args: Any, **kwargs: Any) -> Any:
+        seen["write"].append(_close_on_exec(fd))
+        return fdopen(fd, *args, **kwargs)
+
+    monkeypatch.setattr(os, "scandir", scanning)
+    monkeypatch.setattr(os, "fstat", stating)
+    monkeypatch.setattr(os, "fdopen", opening)
+    files = ConfinedFiles(root)
+    files.write("d/a.txt", "x")
+    files.read("d/a.txt")
+    files.list("d")
+    assert seen == {"directory": [True], "read": [True], "write": [True]}
+
+
+@pytest.mark.req("GW-06")
+def test_a_guessed_temporary_name_planted_as_a_link_is_never_written_through(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The temporary name is random; were it guessed, the link planted there must not be
+    # followed (O_EXCL | O_NOFOLLOW): the write fails and the outside file is untouched.
+    monkeypatch.setattr(secrets, "token_hex", lambda _n: "000000000000")
+    secret = root.parent / "outside" / "secret.txt"
+    (root / ".a.txt.000000000000.tmp").symlink_to(secret)
+    files = ConfinedFiles(root)
+    with pytest.raises(ToolError):
+        files.write("a.txt", "overwritten")
+    assert secret.read_text() == "secret" and not (root / "a.txt").exists()
