@@ -115,6 +115,15 @@ class ErrorCode(enum.StrEnum):
     RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
     SESSION_FULL = "SESSION_FULL"
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
+    # isolated work (WK)
+    WORK_DB_INVALID = "WORK_DB_INVALID"  # a work database URL refused (scheme, form, query)
+    WORK_DB_UNAVAILABLE = "WORK_DB_UNAVAILABLE"  # the work database cannot be reached or read
+    WORK_DB_TOO_NEW = "WORK_DB_TOO_NEW"  # its schema is newer than this labfy-ref
+    TASK_NOT_FOUND = "TASK_NOT_FOUND"
+    TASK_FINISHED = "TASK_FINISHED"  # a finished task cannot be cancelled
+    APPROVAL_NOT_FOUND = "APPROVAL_NOT_FOUND"
+    LEASE_NOT_HELD = "LEASE_NOT_HELD"  # a run written or extended by a worker not holding it
+    EFFECT_NOT_STARTED = "EFFECT_NOT_STARTED"  # completing an effect that is not open
 
 
 #: The HTTP status of each code, decided once (a test checks every code has one).
@@ -155,6 +164,10 @@ HTTP_STATUS: Mapping[ErrorCode, int] = {
     ErrorCode.DELETE_UNSUPPORTED: 501,
     ErrorCode.RECORD_TOO_LARGE: 413, ErrorCode.SESSION_FULL: 409,
     ErrorCode.TOO_MANY_SESSIONS: 429,
+    ErrorCode.WORK_DB_INVALID: 422, ErrorCode.WORK_DB_UNAVAILABLE: 503,
+    ErrorCode.WORK_DB_TOO_NEW: 409, ErrorCode.TASK_NOT_FOUND: 404,
+    ErrorCode.TASK_FINISHED: 409, ErrorCode.APPROVAL_NOT_FOUND: 404,
+    ErrorCode.LEASE_NOT_HELD: 409, ErrorCode.EFFECT_NOT_STARTED: 409,
 }
 
 

@@ -1,0 +1,54 @@
+"""Isolated Work (SPEC §13): tasks and runs stored in SQL, shared by any number of workers.
+
+The store (:class:`WorkStore`) keeps tasks, runs, messages, approvals, events,
+provider replies and tool effects in SQLite (``<workspace>/work.sqlite``, the
+default) or PostgreSQL (``postgresql://…``), through one SQLAlchemy Core code path.
+"""
+
+from labfy_ref.work.migrations import MIGRATIONS, SCHEMA_VERSION, Migration
+from labfy_ref.work.model import (
+    Approval,
+    Claim,
+    Decision,
+    Effect,
+    EffectStatus,
+    Event,
+    Message,
+    Reply,
+    Run,
+    State,
+    Submission,
+    Task,
+)
+from labfy_ref.work.store import WorkStore
+from labfy_ref.work.url import (
+    ENV_VAR,
+    DatabaseUrl,
+    parse_database_url,
+    resolve_database_url,
+    sqlite_url,
+)
+
+__all__ = [
+    "ENV_VAR",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Approval",
+    "Claim",
+    "DatabaseUrl",
+    "Decision",
+    "Effect",
+    "EffectStatus",
+    "Event",
+    "Message",
+    "Migration",
+    "Reply",
+    "Run",
+    "State",
+    "Submission",
+    "Task",
+    "WorkStore",
+    "parse_database_url",
+    "resolve_database_url",
+    "sqlite_url",
+]

@@ -1,0 +1,73 @@
+"""Fixtures of the Work suite: every store test runs on SQLite and on a real PostgreSQL.
+
+The PostgreSQL cluster is private to the test session (:mod:`qualification.work.postgres`);
+where PostgreSQL is not installed the ``postgresql`` cases are skipped with the reason,
+so the report shows them ``NOT_RUN``, never passed.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from labfy_ref.clock import utcnow
+from labfy_ref.work import DatabaseUrl, WorkStore, sqlite_url
+from qualification.work.postgres import PrivateCluster, absent_reason
+
+ENGINES = ("sqlite", "postgresql")
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PrivateCluster]:
+    """The session's private PostgreSQL cluster (skips where PostgreSQL is absent)."""
+    reason = absent_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    cluster = PrivateCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=ENGINES)
+def work_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DatabaseUrl]:
+    """A fresh, empty Work database on each engine: a SQLite file, a PostgreSQL database."""
+    if request.param == "sqlite":
+        yield sqlite_url(tmp_path / "work.sqlite")
+        return
+    cluster: PrivateCluster = request.getfixturevalue("pg_cluster")
+    with cluster.database() as url:
+        yield url
+
+
+class Clock:
+    """An injected store clock: lease expiry is tested by moving it, never by sleeping."""
+
+    def __init__(self) -> None:
+        self.now = utcnow()
+
+    def __call__(self) -> datetime.datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` forward."""
+        self.now += datetime.timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """The clock of :func:`store`."""
+    return Clock()
+
+
+@pytest.fixture
+def store(work_url: DatabaseUrl, clock: Clock) -> Iterator[WorkStore]:
+    """An open store on a fresh database of each engine, with an injected clock."""
+    opened = WorkStore.open(work_url, clock=clock)
+    yield opened
+    opened.close()
