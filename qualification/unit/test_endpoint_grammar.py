@@ -8,6 +8,8 @@ admitted spelling — so the mutation run of QR-04 sees every step of the parse.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from labfy_ref.errors import EndpointRefused
@@ -91,3 +93,12 @@ def test_each_refusal_names_its_reason(text: str, reason: str) -> None:
 def test_the_length_bound_is_64_characters() -> None:
     assert MAX_ENDPOINT_CHARS == 64
     assert len("http://127.0.0.1:1/" + "v" * 45) == 64
+
+
+@pytest.mark.req("MC-01")
+def test_a_parsed_endpoint_cannot_be_changed_afterwards() -> None:
+    # The client keeps the endpoint it was given: nothing may point it elsewhere later.
+    endpoint = parse_endpoint("http://127.0.0.1:43117")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        endpoint.port = 43118  # type: ignore[misc]
+    assert endpoint.base_url == "http://127.0.0.1:43117"
