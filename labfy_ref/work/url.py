@@ -112,7 +112,8 @@ def _check_sqlite(url: URL) -> URL:
 
 def _check_postgres(url: URL) -> URL:
     if not url.database:
-        raise _refuse(f"{url.render_as_string(hide_password=True)} names no database")
+        raise _refuse(f"the work database URL {url.render_as_string(hide_password=True)} "
+                      "names no database")
     unknown = sorted(key for key in url.query if key not in _POSTGRES_QUERY)
     if unknown:
         shown = unknown[0] if unknown[0].isascii() and unknown[0].isidentifier() else "?"

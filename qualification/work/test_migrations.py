@@ -1,0 +1,168 @@
+"""WK-06 (and WK-02): the Work database moves by versioned forward migrations, on both engines.
+
+Migration 2 here is a real one, written the way a later release would write it
+(one DDL statement appended to the list), applied to a database migration 1 wrote.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import Connection, create_engine, inspect, select, text
+
+from labfy_ref.errors import ErrorCode, LabfyError
+from labfy_ref.work import MIGRATIONS, SCHEMA_VERSION, DatabaseUrl, Migration, State, WorkStore
+from labfy_ref.work.schema import METADATA
+
+
+def _add_priority(conn: Connection) -> None:
+    conn.execute(text("ALTER TABLE work_tasks ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"))
+
+
+#: What a later release's migration 2 looks like: one step appended to MIGRATIONS.
+ADD_PRIORITY = Migration(2, "add tasks.priority", _add_priority)
+
+
+def versions(url: DatabaseUrl) -> list[tuple[int, str]]:
+    """The version rows of the database, read with a connection of its own."""
+    engine = create_engine(url.url)
+    try:
+        with engine.connect() as conn:
+            return [(row.version, row.summary) for row in conn.execute(
+                text("SELECT version, summary FROM work_schema_version ORDER BY version"))]
+    finally:
+        engine.dispose()
+
+
+def columns(url: DatabaseUrl, table: str) -> list[str]:
+    """The column names of ``table`` as the database reports them."""
+    engine = create_engine(url.url)
+    try:
+        return [column["name"] for column in inspect(engine).get_columns(table)]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.req("WK-06", "WK-02")
+def test_a_database_written_by_migration_1_opens_again_with_its_data(
+        work_url: DatabaseUrl) -> None:
+    store = WorkStore.open(work_url)
+    submitted = store.submit("kept across opens")
+    claim = store.claim("w1", 600)
+    assert claim is not None
+    effect = store.begin_effect(claim, 1, 0, "files.write", {"path": "a"})
+    store.record_reply(claim, 1, {"q": 1}, {"a": 1})
+    store.close()
+    assert versions(work_url) == [(1, MIGRATIONS[0].summary)]
+
+    reopened = WorkStore.open(work_url)
+    try:
+        assert reopened.get_task(submitted.task.id).state is State.RUNNING
+        assert reopened.find_effect(claim.run_id, 1, 0) == effect
+        reply = reopened.get_reply(claim.run_id, 1)
+        assert reply is not None and reply.response == {"a": 1}
+        reopened.heartbeat(claim, 600)  # the claim made before the reopen still holds
+    finally:
+        reopened.close()
+    assert versions(work_url) == [(1, MIGRATIONS[0].summary)]
+
+
+@pytest.mark.req("WK-06")
+def test_the_migrated_schema_is_the_schema_the_store_queries(work_url: DatabaseUrl) -> None:
+    WorkStore.open(work_url).close()
+    engine = create_engine(work_url.url)
+    try:
+        inspector = inspect(engine)
+        assert set(inspector.get_table_names()) == set(METADATA.tables)
+        for name, table in METADATA.tables.items():
+            found = {c["name"]: c["nullable"] for c in inspector.get_columns(name)}
+            assert found == {c.name: c.nullable for c in table.columns}, name
+            key = inspector.get_pk_constraint(name)["constrained_columns"]
+            assert key == [c.name for c in table.primary_key.columns], name
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.req("WK-06")
+def test_a_second_migration_is_applied_once_to_a_version_1_database(
+        work_url: DatabaseUrl) -> None:
+    store = WorkStore.open(work_url)
+    submitted = store.submit("before migration 2")
+    store.close()
+    newer = (*MIGRATIONS, ADD_PRIORITY)
+    for _ in range(2):  # the second open finds nothing to do (a second ALTER would fail)
+        upgraded = WorkStore.open(work_url, migrations=newer)
+        assert upgraded.get_task(submitted.task.id).message == "before migration 2"
+        upgraded.close()
+    assert [version for version, _ in versions(work_url)] == [1, 2]
+    assert "priority" in columns(work_url, "work_tasks")
+
+
+@pytest.mark.req("WK-06")
+def test_a_database_newer_than_the_code_is_refused_and_left_untouched(
+        work_url: DatabaseUrl) -> None:
+    WorkStore.open(work_url, migrations=(*MIGRATIONS, ADD_PRIORITY)).close()
+    with pytest.raises(LabfyError) as refused:
+        WorkStore.open(work_url)
+    assert refused.value.code is ErrorCode.WORK_DB_TOO_NEW
+    assert str(refused.value) == (
+        f"WORK_DB_TOO_NEW: the work database is at schema version 2; this labfy-ref knows "
+        f"up to {SCHEMA_VERSION}: run a newer labfy-ref")
+    assert [version for version, _ in versions(work_url)] == [1, 2]
+    assert "priority" in columns(work_url, "work_tasks")
+
+
+def _half_done(conn: Connection) -> None:
+    conn.execute(text("ALTER TABLE work_tasks ADD COLUMN priority INTEGER"))
+    raise RuntimeError("the step fails after its first statement")
+
+
+@pytest.mark.req("WK-06")
+def test_a_failed_step_leaves_the_database_at_the_last_completed_version(
+        work_url: DatabaseUrl) -> None:
+    WorkStore.open(work_url).close()
+    with pytest.raises(RuntimeError, match="fails after its first statement"):
+        WorkStore.open(work_url, migrations=(*MIGRATIONS, Migration(2, "broken", _half_done)))
+    assert [version for version, _ in versions(work_url)] == [1]
+    assert "priority" not in columns(work_url, "work_tasks")
+    WorkStore.open(work_url).close()
+
+
+@pytest.mark.req("WK-06")
+def test_workers_opening_a_new_database_at_once_migrate_it_once(
+        work_url: DatabaseUrl) -> None:
+    start = threading.Barrier(6, timeout=30)
+    opened: list[WorkStore] = []
+    failures: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            start.wait()
+            opened.append(WorkStore.open(work_url))
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for store in opened:
+        store.close()
+    assert failures == [] and len(opened) == 6
+    assert [version for version, _ in versions(work_url)] == [1]
+
+
+@pytest.mark.req("WK-06")
+def test_migrations_must_be_numbered_from_one_in_order(work_url: DatabaseUrl) -> None:
+    for broken in ((), (ADD_PRIORITY,), (*MIGRATIONS, ADD_PRIORITY, ADD_PRIORITY)):
+        with pytest.raises(ValueError, match="numbered 1, 2"):
+            WorkStore.open(work_url, migrations=broken)
+    engine = create_engine(work_url.url)
+    try:
+        assert inspect(engine).get_table_names() == []  # nothing was created
+        with engine.connect() as conn:
+            assert conn.execute(select(1)).scalar_one() == 1
+    finally:
+        engine.dispose()
