@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, func, select
@@ -91,12 +93,30 @@ def _sqlite_engine(url: DatabaseUrl) -> Engine:
     path = url.sqlite_path
     if path is not None and not path.parent.is_dir():
         raise unavailable(url, f"directory {path.parent} does not exist")
+    if path is not None:
+        _create_private(url, path)
     # hide_parameters: a driver error's text never carries the values of a statement
     engine = create_engine(url.url, connect_args={"timeout": BUSY_TIMEOUT_S},
                            hide_parameters=True)
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine
+
+
+def _create_private(url: DatabaseUrl, path: Path) -> None:
+    """Create the database file owner-only (it holds messages and model replies); SQLite
+    gives its -wal and -shm files the same mode. An existing file is left as it is; a
+    symbolic link is refused."""
+    if path.is_symlink():  # SQLite would follow it, and write where the link points
+        raise unavailable(url, "the database file is a symbolic link")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise unavailable(url, exc.strerror or type(exc).__name__) from None
+    os.close(fd)  # an empty file is an empty SQLite database
 
 
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:

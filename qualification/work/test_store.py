@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import datetime
 import re
+import stat
+import threading
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.ids import id_pattern
-from labfy_ref.work import Decision, EffectStatus, State, WorkStore
+from labfy_ref.work import Approval, Decision, EffectStatus, State, WorkStore, sqlite_url
 from qualification.work.conftest import Clock
 
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -330,3 +334,79 @@ def test_prune_works_in_batches(store: WorkStore, clock: Clock) -> None:
     clock.advance(10)
     assert store.prune(datetime.timedelta(seconds=5), batch=2) == 5
     assert store.list_tasks() == []
+
+
+def run_together(count: int, action: Callable[[int], object]) -> tuple[list[object],
+                                                                       list[BaseException]]:
+    """Run ``action(0..count-1)`` in ``count`` threads released at once; results and errors."""
+    start = threading.Barrier(count, timeout=30)
+    results: list[object] = []
+    errors: list[BaseException] = []
+
+    def body(index: int) -> None:
+        start.wait()
+        try:
+            results.append(action(index))
+        except BaseException as exc:  # collected: the caller asserts on them
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    return results, errors
+
+
+@pytest.mark.req("WK-02")
+def test_concurrent_events_of_one_task_get_consecutive_distinct_seqs(store: WorkStore) -> None:
+    task = store.submit("busy").task
+
+    def append_ten(index: int) -> list[int]:
+        return [store.append_event(task.id, "note", {"thread": index, "n": n}).seq
+                for n in range(10)]
+
+    results, errors = run_together(6, append_ten)
+    assert errors == []
+    seqs = sorted(seq for batch in results if isinstance(batch, list) for seq in batch)
+    assert seqs == list(range(2, 62))
+    assert [e.seq for e in store.list_events(task.id)] == list(range(1, 62))
+
+
+@pytest.mark.req("WK-02")
+def test_an_approval_answered_at_once_by_several_people_takes_one_answer(
+        store: WorkStore) -> None:
+    submitted = store.submit("race the answers")
+    claim = store.claim("w", 30)
+    assert claim is not None
+    approval = store.request_approval(claim, 1, 0, "files.write", "write")
+    decisions = ["allowed-once", "rejected"] * 3
+    results, errors = run_together(6, lambda i: store.answer_approval(approval.id,
+                                                                      decisions[i]))
+    assert len(results) == 1 and len(errors) == 5
+    assert {e.code for e in errors if isinstance(e, LabfyError)} == {
+        ErrorCode.APPROVAL_NOT_PENDING}
+    winner = results[0]
+    assert isinstance(winner, Approval)
+    assert store.get_approval(approval.id).decision is winner.decision
+    events = [e for e in store.list_events(submitted.task.id) if e.type == "approval.answered"]
+    assert len(events) == 1
+    assert store.get_task(submitted.task.id).state is State.QUEUED
+
+
+@pytest.mark.req("WK-02")
+def test_the_sqlite_database_is_created_owner_only(tmp_path: Path) -> None:
+    store = WorkStore.open(sqlite_url(tmp_path / "work.sqlite"))
+    try:
+        store.submit("private")
+    finally:
+        store.close()
+    assert stat.S_IMODE((tmp_path / "work.sqlite").stat().st_mode) == 0o600
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(tmp_path / "elsewhere.sqlite")
+    with pytest.raises(LabfyError) as refused:
+        WorkStore.open(sqlite_url(link))
+    assert refused.value.code is ErrorCode.WORK_DB_UNAVAILABLE
+    assert refused.value.message.endswith(": the database file is a symbolic link")
+    assert not (tmp_path / "elsewhere.sqlite").exists()
