@@ -25,6 +25,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.work.url import DatabaseUrl
@@ -77,6 +78,8 @@ class WorkEngine:
         except DBAPIError as exc:
             first = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else ""
             raise unavailable(self.url, first or type(exc.orig).__name__) from None
+        except PoolTimeout:
+            raise unavailable(self.url, "every pooled connection stayed busy") from None
 
     def lock_for_migration(self, conn: Connection) -> None:
         """Serialise schema migrations across processes for this transaction."""

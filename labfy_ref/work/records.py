@@ -174,10 +174,13 @@ class RecordsMixin(StoreBase):
         """The task's events with ``seq`` above ``after`` (the cursor), oldest first."""
         after = fields.count(after, "after")
         limit = fields.count(limit, "limit", minimum=1)
+        if limit > MAX_EVENTS_PAGE:
+            raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
+                                 f"limit must be 1-{MAX_EVENTS_PAGE}")
         with self._db.transaction(write=False) as conn:
             rows = conn.execute(select(events).where(events.c.task_id == task_id,
                                                      events.c.seq > after)
-                                .order_by(events.c.seq).limit(min(limit, MAX_EVENTS_PAGE))).all()
+                                .order_by(events.c.seq).limit(limit)).all()
         return [Event.of(row) for row in rows]
 
     # -- approvals -----------------------------------------------------------------------------

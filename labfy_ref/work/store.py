@@ -170,7 +170,11 @@ class WorkStore(RecordsMixin):
             return Task.of(row)
 
     def show(self, task_id: str) -> dict[str, Any]:
-        """The pinned Work shape of SPEC §15: task, runs, events, effects, approvals."""
+        """The pinned Work shape of SPEC §15: task, runs, events, effects, approvals.
+
+        Events are the task's first :data:`~labfy_ref.work.records.MAX_EVENTS_PAGE`;
+        ``list_events`` pages through the rest.
+        """
         task = self.get_task(task_id)
         task_runs = self.list_runs(task_id)
         return {"task": task.as_dict(),

@@ -139,6 +139,21 @@ def test_cancelling_a_held_run_fences_its_worker_out(store: WorkStore) -> None:
     assert run is not None and run.state is State.CANCELLED
 
 
+@pytest.mark.req("WK-04", "WK-09")
+def test_a_run_parked_for_an_approval_fences_its_former_holder_out(store: WorkStore) -> None:
+    store.submit("ask first")
+    claim = claimed(store, "w1")
+    approval = store.request_approval(claim, 1, 0, "files.write", "write a")
+    for write in (lambda: store.heartbeat(claim, LEASE),
+                  lambda: store.begin_effect(claim, 1, 0, "files.write", {}),
+                  lambda: store.finish(claim, State.COMPLETED)):
+        assert refused_code(write) is ErrorCode.LEASE_NOT_HELD
+    store.answer_approval(approval.id, "rejected")
+    resumed = claimed(store, "w2")
+    assert (resumed.run_id, resumed.attempt) == (claim.run_id, 2)
+    assert refused_code(lambda: store.heartbeat(claim, LEASE)) is ErrorCode.LEASE_NOT_HELD
+
+
 @pytest.mark.req("WK-04")
 @pytest.mark.parametrize("lease", [0, -1, float("nan"), float("inf"), True, "30", 86400.5])
 def test_a_lease_outside_its_bounds_is_refused(store: WorkStore, lease: Any) -> None:

@@ -6,13 +6,23 @@ Migration 2 here is a real one, written the way a later release would write it
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Connection, create_engine, inspect, select, text
 
 from labfy_ref.errors import ErrorCode, LabfyError
-from labfy_ref.work import MIGRATIONS, SCHEMA_VERSION, DatabaseUrl, Migration, State, WorkStore
+from labfy_ref.work import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    DatabaseUrl,
+    Migration,
+    State,
+    WorkStore,
+    sqlite_url,
+)
 from labfy_ref.work.schema import METADATA
 
 
@@ -166,3 +176,61 @@ def test_migrations_must_be_numbered_from_one_in_order(work_url: DatabaseUrl) ->
             assert conn.execute(select(1)).scalar_one() == 1
     finally:
         engine.dispose()
+
+
+RELEASE_1 = Path(__file__).with_name("release_1.sql")
+FINISHED_IN_1 = "task_01M8PXTGFX39XZENAZTK0W92M6"
+WAITING_IN_1 = "task_01M8PXTGGB3Y1P7FRDQ4J7XN4W"
+APPROVAL_IN_1 = "appr_01M8PXTGGEAB8JYPX9383FHFNY"
+QUEUED_IN_1 = "task_01M8PXTGGGR4JX4HWH1BF5EPDR"
+
+
+def release_1_database(path: Path) -> Path:
+    """A SQLite file as the first release of the Work store left it (release_1.sql is its
+    dump: three tasks, finished, waiting for an approval, queued)."""
+    db = sqlite3.connect(path)
+    try:
+        db.executescript(RELEASE_1.read_text("utf-8"))
+    finally:
+        db.close()
+    return path
+
+
+def sqlite_schema(path: Path) -> list[tuple[str, str, str]]:
+    """Every table and index of a SQLite file, with the SQL that made it."""
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE "
+                          "'sqlite_%' ORDER BY name").fetchall()
+    finally:
+        db.close()
+
+
+@pytest.mark.req("WK-06")
+def test_migration_1_still_creates_exactly_what_release_1_created(tmp_path: Path) -> None:
+    """A released step is never edited: today's migration 1 makes release 1's schema."""
+    WorkStore.open(sqlite_url(tmp_path / "fresh.sqlite")).close()
+    released = release_1_database(tmp_path / "release_1.sqlite")
+    assert sqlite_schema(tmp_path / "fresh.sqlite") == sqlite_schema(released)
+
+
+@pytest.mark.req("WK-06", "WK-02")
+def test_a_database_left_by_release_1_opens_and_its_work_goes_on(tmp_path: Path) -> None:
+    store = WorkStore.open(sqlite_url(release_1_database(tmp_path / "work.sqlite")))
+    try:
+        finished = store.show(FINISHED_IN_1)
+        assert finished["task"]["final_text"] == "done"
+        assert [e["status"] for e in finished["effects"]] == ["completed"]
+        reply = store.get_reply(finished["runs"][0]["id"], 1)
+        assert reply is not None and reply.request["messages"][0]["role"] == "user"
+        assert [t.id for t in store.list_tasks()] == [QUEUED_IN_1, WAITING_IN_1, FINISHED_IN_1]
+
+        store.answer_approval(APPROVAL_IN_1, "allowed-once")
+        for expected in (WAITING_IN_1, QUEUED_IN_1):  # the older run first
+            claim = store.claim("worker-r2", 60)
+            assert claim is not None and claim.task_id == expected
+            store.finish(claim, State.COMPLETED, final_text="finished by this build")
+        assert store.claim("worker-r2", 60) is None
+        assert store.get_task(WAITING_IN_1).final_text == "finished by this build"
+    finally:
+        store.close()

@@ -198,6 +198,10 @@ def test_events_append_in_order_and_page_by_cursor(store: WorkStore) -> None:
     assert [(e.seq, e.data["index"]) for e in page] == [(3, 1), (4, 2)]
     assert page[0].data["text"] == "ü\u0000"
     assert store.list_events(task.id, after=6) == []
+    for bad in ({"limit": 0}, {"limit": 1001}, {"after": -1}, {"after": "2"}):
+        with pytest.raises(LabfyError) as refused:
+            store.list_events(task.id, **bad)
+        assert code_of(refused) is ErrorCode.VALIDATION_FAILED, bad
 
 
 @pytest.mark.req("WK-02")
