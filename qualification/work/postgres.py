@@ -100,7 +100,7 @@ class PrivateCluster:
                    "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions")
         options = (f"-c listen_addresses='' -c unix_socket_directories='{self.socket_dir}' "
                    "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-                   "-c max_connections=200")
+                   "-c shared_buffers=32MB")  # light on a shared test machine
         self._must("pg_ctl", "start", "-D", str(self.data), "-l", str(self.log), "-w",
                    "-t", str(_DEADLINE_S), "-o", options)
         self._started = True
