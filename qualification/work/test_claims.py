@@ -44,7 +44,7 @@ def claimed(store: WorkStore, worker: str, lease: float = LEASE) -> Claim:
     return claim
 
 
-@pytest.mark.req("WK-04")
+@pytest.mark.req("WK-10")
 def test_the_oldest_runnable_run_is_claimed_once_while_its_lease_lives(
         store: WorkStore, clock: Clock) -> None:
     assert store.claim("w1", LEASE) is None
@@ -65,7 +65,7 @@ def test_the_oldest_runnable_run_is_claimed_once_while_its_lease_lives(
     assert store.claim("w3", LEASE) is None
 
 
-@pytest.mark.req("WK-04", "WK-09")
+@pytest.mark.req("WK-10", "WK-09")
 def test_an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out(
         store: WorkStore, clock: Clock) -> None:
     submitted = store.submit("crashy")
@@ -87,7 +87,7 @@ def test_an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out(
     assert store.get_task(submitted.task.id).final_text == "by w2"
 
 
-@pytest.mark.req("WK-04", "WK-09")
+@pytest.mark.req("WK-10", "WK-09")
 def test_a_heartbeat_extends_the_lease_for_the_holder_only(
         store: WorkStore, clock: Clock) -> None:
     store.submit("long")
@@ -111,7 +111,7 @@ def test_a_heartbeat_extends_the_lease_for_the_holder_only(
     assert claimed(store, "w2").attempt == 2
 
 
-@pytest.mark.req("WK-04", "WK-09")
+@pytest.mark.req("WK-10", "WK-09")
 def test_a_released_run_is_queued_again_for_any_worker(store: WorkStore) -> None:
     submitted = store.submit("stop me")
     claim = claimed(store, "w1")
@@ -127,7 +127,7 @@ def test_a_released_run_is_queued_again_for_any_worker(store: WorkStore) -> None
         "task.submitted", "run.claimed", "run.released", "run.claimed"]
 
 
-@pytest.mark.req("WK-04", "WK-09")
+@pytest.mark.req("WK-10", "WK-09")
 def test_cancelling_a_held_run_fences_its_worker_out(store: WorkStore) -> None:
     submitted = store.submit("cancel me")
     claim = claimed(store, "w1")
@@ -139,7 +139,7 @@ def test_cancelling_a_held_run_fences_its_worker_out(store: WorkStore) -> None:
     assert run is not None and run.state is State.CANCELLED
 
 
-@pytest.mark.req("WK-04", "WK-09")
+@pytest.mark.req("WK-10", "WK-09")
 def test_a_run_parked_for_an_approval_fences_its_former_holder_out(store: WorkStore) -> None:
     store.submit("ask first")
     claim = claimed(store, "w1")
@@ -154,7 +154,7 @@ def test_a_run_parked_for_an_approval_fences_its_former_holder_out(store: WorkSt
     assert refused_code(lambda: store.heartbeat(claim, LEASE)) is ErrorCode.LEASE_NOT_HELD
 
 
-@pytest.mark.req("WK-04")
+@pytest.mark.req("WK-10")
 @pytest.mark.parametrize("lease", [0, -1, float("nan"), float("inf"), True, "30", 86400.5])
 def test_a_lease_outside_its_bounds_is_refused(store: WorkStore, lease: Any) -> None:
     store.submit("x")
@@ -163,7 +163,7 @@ def test_a_lease_outside_its_bounds_is_refused(store: WorkStore, lease: Any) -> 
     assert refused_code(lambda: store.heartbeat(claim, lease)) is ErrorCode.VALIDATION_FAILED
 
 
-@pytest.mark.req("WK-04")
+@pytest.mark.req("WK-10")
 @pytest.mark.parametrize("worker", ["", "w\n1", "w\u202e1", "w" * 501, b"w1", None])
 def test_a_worker_name_must_be_short_printable_text(store: WorkStore, worker: Any) -> None:
     store.submit("x")
@@ -171,7 +171,7 @@ def test_a_worker_name_must_be_short_printable_text(store: WorkStore, worker: An
     assert store.claim("w" * 500, LEASE) is not None
 
 
-@pytest.mark.req("WK-04")
+@pytest.mark.req("WK-10")
 def test_many_threads_claim_each_run_exactly_once(store: WorkStore) -> None:
     submitted = {store.submit(f"race {index}").run.id for index in range(40)}
     start = threading.Barrier(8, timeout=30)
@@ -203,7 +203,7 @@ def test_many_threads_claim_each_run_exactly_once(store: WorkStore) -> None:
     assert len({worker for _, worker in taken}) > 1  # the claims really were shared
 
 
-@pytest.mark.req("WK-04")
+@pytest.mark.req("WK-10")
 def test_worker_processes_claim_each_run_exactly_once(store: WorkStore,
                                                       work_url: DatabaseUrl) -> None:
     submitted = {store.submit(f"process race {index}").run.id for index in range(60)}
@@ -235,7 +235,7 @@ def test_worker_processes_claim_each_run_exactly_once(store: WorkStore,
         assert effect.attempt == 1 and effect.status.value == "completed"
 
 
-@pytest.mark.req("WK-04")
+@pytest.mark.req("WK-10")
 def test_postgresql_claims_skip_a_run_locked_by_another_transaction(
         pg_cluster: PrivateCluster) -> None:
     """FOR UPDATE SKIP LOCKED: a claim never waits on a row another worker is claiming."""

@@ -127,7 +127,7 @@ def test_finish_stores_the_final_text_and_failure_reason(store: WorkStore) -> No
     assert code_of(refused) is ErrorCode.VALIDATION_FAILED
 
 
-@pytest.mark.req("WK-02", "WK-04")
+@pytest.mark.req("WK-02", "WK-10")
 def test_provider_replies_are_stored_per_step_and_the_first_answer_wins(
         store: WorkStore) -> None:
     store.submit("ask the model")
