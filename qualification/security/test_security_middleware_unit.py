@@ -275,6 +275,7 @@ def test_the_session_reaches_the_route() -> None:
     ("a=1; sid=v", "v"), ('sid="v"', "v"), ('sid="', '"'), ('sid=""', ""), ('sid="v', '"v'),
     ("a; sid=v", "v"), ('a="; sid=v', "v"), ("sid=first; sid=second", "first"),
     ("xsid=v", None), ("sid", None), ("sid=a=b", "a=b"), ("\tsid\t=\tv\t", "v"),
+    ('sid=!v"', '!v"'), ('sid=v"', 'v"'),
 ])
 def test_cookie_value_reads_rfc_6265_pairs(header: str | None, value: str | None) -> None:
     assert cookie_value(header, "sid") == value
