@@ -275,7 +275,7 @@ def test_the_session_reaches_the_route() -> None:
     ("a=1; sid=v", "v"), ('sid="v"', "v"), ('sid="', '"'), ('sid=""', ""), ('sid="v', '"v'),
     ("a; sid=v", "v"), ('a="; sid=v', "v"), ("sid=first; sid=second", "first"),
     ("xsid=v", None), ("sid", None), ("sid=a=b", "a=b"), ("\tsid\t=\tv\t", "v"),
-    ('sid=!v"', '!v"'), ('sid=v"', 'v"'),
+    ('sid=!v"', '!v"'), ('sid=v"', 'v"'), ("sid=!v!", "!v!"),
 ])
 def test_cookie_value_reads_rfc_6265_pairs(header: str | None, value: str | None) -> None:
     assert cookie_value(header, "sid") == value
@@ -311,6 +311,22 @@ def test_a_body_of_exactly_the_bound_is_read_one_byte_more_is_413() -> None:
     small = Harness(max_body=10)
     assert small.post("/api/x", b'{"a":"12"}').status == 200
     assert small.post("/api/x", b'{"a":"123"}').code == "BODY_TOO_LARGE"
+
+
+@pytest.mark.req("SV-05")
+def test_a_declared_length_over_the_bound_is_refused_before_the_body_is_read() -> None:
+    harness = Harness(max_body=100)
+    answer = harness.post("/api/x", b'{"a":1}', (b"content-length", b"101"))
+    assert (answer.status, answer.code) == (413, "BODY_TOO_LARGE")
+    assert harness.post("/api/x", b'{"a":1}', (b"content-length", b"100")).status == 200
+    assert len(harness.app.calls) == 1
+
+
+@pytest.mark.req("SV-05")
+def test_a_body_message_without_more_body_is_the_last() -> None:
+    harness = Harness()
+    answer = harness.post("/api/x", chunks=[{"type": "http.request", "body": b'{"a":1}'}])
+    assert answer.status == 200 and harness.app.calls[-1]["body"] == b'{"a":1}'
 
 
 @pytest.mark.req("SV-05")
