@@ -7,20 +7,31 @@ it calls the original it wraps. ``killer`` names the test expected to kill it;
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hmac
 import json
 import math
 from typing import Any
 
-from starlette.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import Message, Send
 
 from labfy_ref.bridge import engine, loop, ndjson
+from labfy_ref.bridge.contract import Decision
 from labfy_ref.bridge.llm import ModelRoute
-from labfy_ref.errors import ErrorCode, RuntimeRefused
+from labfy_ref.bridge.stream import StreamHandle
+from labfy_ref.clock import iso, utcnow
+from labfy_ref.errors import ErrorCode, ProtocolRefused, RuntimeRefused
+from labfy_ref.gateway import services
+from labfy_ref.protocol.exchange import Round
+from labfy_ref.protocol.exchange import request_action as _request_action
+from labfy_ref.protocol.prompt import repair_message
 from labfy_ref.runtime.runtime import AgentRuntime
 from labfy_ref.runtime.states import TurnState
-from labfy_ref.server import security
+from labfy_ref.server import errors, openai_routes, security
 from labfy_ref.server.auth import Authenticator, Role, Session
 from labfy_ref.server.security import SecurityMiddleware
 from labfy_ref.workspace.store import Grant
@@ -263,3 +274,281 @@ async def _any_model(self: Any, model: str) -> Any:
         return await _served(self, model)
     except RuntimeRefused:
         return ModelRoute.parse(self.model_configuration()["route"])
+
+
+# -- found by attacking the kit as an outsider (issue 13) --------------------------------------
+# Each of these passed the kit as it was; the test named in ``killer`` was written to kill it.
+
+WIRE = "qualification/conformance/test_wire_contracts.py"
+FLOWS = "qualification/conformance/test_flow_contracts.py"
+BEARER = "qualification/security/test_bearer.py"
+
+_call = SecurityMiddleware.__call__
+_bearer_session = SecurityMiddleware._bearer_session
+_checked_body = SecurityMiddleware._checked_body
+_install_error_handlers = errors.install_error_handlers
+_login = Authenticator.login
+_start_turn = AgentRuntime.start_turn
+_decide_approval = engine.ReferenceEngine.decide_approval
+_delete_session = engine.ReferenceEngine.delete_session
+_send_message = engine.ReferenceEngine.send_message
+_events = openai_routes._events
+_revoke = services.GrantService.revoke
+_emit = StreamHandle.emit
+
+
+@fault("html-404-for-browsers", replaces="labfy_ref.server.app:install_error_handlers",
+       killer=f"{WIRE}::test_an_unknown_path_or_method_is_a_json_error_whatever_is_accepted",
+       breaks="a client that accepts text/html gets an HTML 404/405 page, not the JSON error")
+def _html_errors(app: Any) -> None:
+    _install_error_handlers(app)
+
+    async def page(request: Request, exc: StarletteHTTPException) -> Response:
+        if "text/html" in request.headers.get("accept", ""):
+            return HTMLResponse(f"<h1>{exc.status_code}</h1>", status_code=exc.status_code)
+        return errors.error_response(exc.status_code, ErrorCode.NOT_FOUND if
+                                     exc.status_code == 404 else ErrorCode.METHOD_NOT_ALLOWED,
+                                     str(exc.detail))
+    app.add_exception_handler(StarletteHTTPException, page)
+
+
+@fault("error-message-unbounded", replaces="labfy_ref.server.errors:bounded",
+       killer=f"{WIRE}::test_a_refused_body_is_never_echoed_across_lines_or_at_length",
+       breaks="an error message echoes the client's text whole (a long or multi-line field name)")
+def _whole_message(text: str, limit: int = 0) -> str:
+    return text
+
+
+@fault("host-refusal-bare", replaces="labfy_ref.server.security:SecurityMiddleware.__call__",
+       killer=f"{WIRE}::test_the_checklists_own_refusals_carry_the_security_headers",
+       breaks="the Host refusal is answered before the security headers are attached")
+async def _bare_host_refusal(self: SecurityMiddleware, scope: Any, receive: Any,
+                             send: Send) -> None:
+    host = dict(scope.get("headers", [])).get(b"host", b"").decode("latin-1")
+    if scope["type"] == "http" and not security.host_ok(host, self.hosts):
+        await security._refuse(scope, send, ErrorCode.HOST_NOT_ALLOWED, "Host not allowed")
+        return
+    await _call(self, scope, receive, send)
+
+
+@fault("csp-allows-eval", replaces="labfy_ref.server.security:SecurityMiddleware._with_headers",
+       killer=f"{WIRE}::test_the_csp_admits_only_self_or_none",
+       breaks="the Content-Security-Policy lets scripts eval and connect anywhere")
+def _csp_eval(send: Send) -> Send:
+    async def relaxed(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [(k, v.replace(b"script-src 'self'", b"script-src "
+                                                              b"'self' 'unsafe-eval'").replace(
+                b"connect-src 'self'", b"connect-src *")) for k, v in message["headers"]]}
+        await send(message)
+    return _with_headers(relaxed)
+
+
+@fault("bearer-beats-cookie", replaces="labfy_ref.server.security:"
+       "SecurityMiddleware._bearer_session",
+       killer=f"{BEARER}::test_a_cookie_and_a_bearer_together_are_refused_400_on_every_api_route",
+       breaks="a request with both a session cookie and a bearer is served on the bearer")
+async def _bearer_wins(self: SecurityMiddleware, scope: Any, path: str,
+                       authorization: list[str], send: Send) -> Session | None:
+    scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"cookie"]}
+    session: Session | None = await _bearer_session(self, scope, path, authorization, send)
+    return session
+
+
+@fault("bearer-on-session-route", replaces="labfy_ref.server.security:"
+       "SecurityMiddleware._bearer_session",
+       killer=f"{BEARER}::test_the_cookie_session_routes_refuse_any_bearer",
+       breaks="a bearer is accepted on /api/v1/session (exchanged for, or ending, a cookie)")
+async def _bearer_session_route(self: SecurityMiddleware, scope: Any, path: str,
+                                authorization: list[str], send: Send) -> Session | None:
+    session: Session | None = await _bearer_session(self, scope, "", authorization, send)
+    return session
+
+
+@fault("origin-fixed-to-ipv4", replaces="labfy_ref.server.security:origin_ok",
+       killer=f"{WIRE}::test_each_own_host_accepts_its_own_origin_and_no_other",
+       breaks="Origin is compared with http://127.0.0.1:PORT whatever the Host ([::1], localhost)")
+def _origin_ipv4(origin: str | None, host: str, fetch_site: str | None) -> bool:
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return False
+    return origin is None or origin == f"http://127.0.0.1:{host.rsplit(':', 1)[-1]}"
+
+
+@fault("json-only-on-post", replaces="labfy_ref.server.security:SecurityMiddleware._checked_body",
+       killer=f"{WIRE}::test_every_mutation_with_a_body_refuses_a_non_json_body_415",
+       breaks="PATCH/PUT/DELETE bodies are read whatever their Content-Type (forms only POST)")
+async def _post_only(self: SecurityMiddleware, scope: Any, headers: dict[str, str],
+                     receive: Any, send: Send) -> Any:
+    if scope["method"] != "POST":
+        headers = headers | {"content-type": "application/json"}
+    return await _checked_body(self, scope, headers, receive, send)
+
+
+@fault("cookie-not-httponly", replaces="starlette.responses:Response.set_cookie",
+       killer=f"{SESSIONS}::test_login_sets_a_host_only_strict_httponly_cookie_with_bounded_lifetime",
+       breaks="the session cookie is readable by scripts (no HttpOnly)")
+def _cookie_scriptable(self: Response, key: str, value: str = "", **options: Any) -> None:
+    _set_cookie(self, key, value, **(options | {"httponly": False}))
+
+
+@fault("cookie-ten-years", replaces="starlette.responses:Response.set_cookie",
+       killer=f"{SESSIONS}::test_login_sets_a_host_only_strict_httponly_cookie_with_bounded_lifetime",
+       breaks="the session cookie lives ten years (Max-Age unbounded)")
+def _cookie_forever(self: Response, key: str, value: str = "", **options: Any) -> None:
+    _set_cookie(self, key, value, **(options | {"max_age": 10 * 365 * 24 * 3600}))
+
+
+@fault("csrf-is-session-id", replaces="labfy_ref.server.auth:Authenticator.login",
+       killer=f"{WIRE}::test_each_login_issues_fresh_distinct_secrets",
+       breaks="the CSRF token a script can read is the HttpOnly cookie's session id")
+def _one_secret(self: Authenticator, token: str) -> Session | None:
+    session = _login(self, token)
+    if session is None:
+        return None
+    same = dataclasses.replace(session, csrf_token=session.session_id)
+    self._sessions[session.session_id] = same
+    return same
+
+
+@fault("login-reuses-session", replaces="labfy_ref.server.auth:Authenticator.login",
+       killer=f"{WIRE}::test_each_login_issues_fresh_distinct_secrets",
+       breaks="a login hands back the account's live session (no fresh secrets: fixation)")
+def _reused(self: Authenticator, token: str) -> Session | None:
+    identity = self._identify(token)
+    live = [s for s in self._sessions.values() if identity is not None
+            and (s.role, s.name) == identity and s.expires_at > self.clock()]
+    return live[-1] if live else _login(self, token)
+
+
+@fault("session-role-from-name", replaces="labfy_ref.server.routes:_session_json",
+       killer=f"{WIRE}::test_a_user_login_says_user_and_its_own_name",
+       breaks="the session document says admin for any named account")
+def _role_from_name(session: Session) -> dict[str, str]:
+    return {"role": "admin" if session.name else "user", "name": session.name,
+            "csrf_token": session.csrf_token}
+
+
+# -- turns and grants (RT-04, RT-08, PR-03) --------------------------------------------------
+
+@fault("repeated-start-202", replaces="labfy_ref.runtime.runtime:AgentRuntime.start_turn",
+       killer=f"{FLOWS}::test_a_repeated_start_answers_200_with_the_same_turn",
+       breaks="a repeated client_request_id answers 202 as if it started a new turn")
+def _always_new(self: AgentRuntime, message: str, client_request_id: str | None = None) -> Any:
+    turn, _ = _start_turn(self, message, client_request_id)
+    return turn, True
+
+
+@fault("request-id-ignored", replaces="labfy_ref.runtime.runtime:AgentRuntime.start_turn",
+       killer=f"{RUNTIME}::test_a_repeated_client_request_id_starts_no_second_turn",
+       breaks="client_request_id is ignored: every start is a new turn")
+def _no_idempotency(self: AgentRuntime, message: str, client_request_id: str | None = None) -> Any:
+    return _start_turn(self, message, None)
+
+
+@fault("grant-of-any-campaign", replaces="labfy_ref.workspace.store:WorkspaceStore.grants_for",
+       killer=f"{FLOWS}::test_a_grant_for_another_campaign_does_not_resume_this_one",
+       breaks="a campaign's grants are read without the campaign: any grant counts")
+def _every_grant(self: Any, campaign_id: str) -> list[Grant]:
+    with self._lock:
+        rows = self._db.execute("SELECT * FROM grants ORDER BY created_at, grant_id").fetchall()
+    return [Grant(*row) for row in rows]
+
+
+@fault("grant-expiry-ignored", replaces="labfy_ref.workspace.store:Grant.active_for",
+       killer=f"{FLOWS}::test_an_expired_grant_no_longer_authorizes_a_resume",
+       breaks="an expired grant still counts")
+def _never_expires(self: Grant, workspace_id: str, now: Any) -> bool:
+    return self.workspace_id == workspace_id and self.revoked_at is None
+
+
+@fault("revoke-unknown-200", replaces="labfy_ref.gateway.services:GrantService.revoke",
+       killer=f"{CONTRACT}::test_errors_have_stable_codes",
+       breaks="revoking an unknown grant answers 200 with a made-up grant")
+def _revoke_anything(self: Any, grant_id: str) -> Grant:
+    if self._store.get_grant(grant_id) is None:
+        return Grant(grant_id, "", self.workspace_id, iso(utcnow()), None, iso(utcnow()))
+    revoked: Grant = _revoke(self, grant_id)
+    return revoked
+
+
+@fault("no-repair", replaces="labfy_ref.runtime.driver:request_action",
+       killer=f"{RUNTIME}::test_one_malformed_reply_gets_one_repair_round",
+       breaks="a malformed reply ends the round at once: no repair request")
+async def _no_repair(ask: Any, messages: Any, parser: Any, decoding: Any) -> Any:
+    answer = await ask(messages, decoding)
+    return Round(parser.parse(answer.content), answer, False, answer.usage)
+
+
+@fault("repair-twice", replaces="labfy_ref.runtime.driver:request_action",
+       killer=f"{FLOWS}::test_a_second_malformed_reply_ends_the_turn_model_protocol_error",
+       breaks="a round refused twice is repaired once more (three requests)")
+async def _repair_again(ask: Any, messages: Any, parser: Any, decoding: Any) -> Any:
+    try:
+        return await _request_action(ask, messages, parser, decoding)
+    except ProtocolRefused as exc:
+        if not exc.repairable:
+            raise
+        answer = await ask([*messages, repair_message(exc)], decoding)
+        return Round(parser.parse(answer.content), answer, True, answer.usage)
+
+
+# -- the bridge (BR-02, BR-08, BR-12, BR-13) ---------------------------------------------------
+
+@fault("error-chunk-twice", replaces="labfy_ref.bridge.stream:StreamHandle.emit",
+       killer=f"{FLOWS}::test_a_failed_bridge_turn_streams_one_error_then_done",
+       breaks="a failed bridge turn streams its error chunk twice before done")
+def _error_twice(self: StreamHandle, type_: str, **fields: Any) -> bool:
+    if type_ == "error" and not self.finished and not self._errored:
+        _emit(self, type_, **fields)
+        self._errored = False  # the one-error guard is what this mutant lacks
+    emitted: bool = _emit(self, type_, **fields)
+    return emitted
+
+
+@fault("stale-approval-accepted", replaces="labfy_ref.bridge.engine:"
+       "ReferenceEngine.decide_approval",
+       killer=f"{FLOWS}::test_a_decision_after_the_turn_ended_is_409",
+       breaks="a decision for an approval whose turn has ended is answered 200")
+def _late_decision(self: Any, session_id: str, approval_id: str, decision: Decision) -> Any:
+    if session_id in self._running:
+        return _decide_approval(self, session_id, approval_id, decision)
+    self._state(session_id)
+    return {"approval_id": approval_id, "decision": decision}
+
+
+@fault("headless-asked", replaces="labfy_ref.bridge.engine:ReferenceEngine.send_message",
+       killer=f"{BRIDGE}::test_a_headless_caller_gets_an_automatic_refusal",
+       breaks="the headless flag is dropped: a caller that cannot answer is asked to approve")
+def _asks_everyone(self: Any, session_id: str, text: str, *, headless: bool = False) -> Any:
+    return _send_message(self, session_id, text)
+
+
+@fault("delete-unknown-200", replaces="labfy_ref.bridge.engine:ReferenceEngine.delete_session",
+       killer=f"{FLOWS}::test_deleting_an_unknown_engine_session_is_404",
+       breaks="deleting an engine session that does not exist answers 200")
+async def _delete_anything(self: Any, session_id: str) -> None:
+    with contextlib.suppress(RuntimeRefused):
+        await _delete_session(self, session_id)
+
+
+@fault("delete-leaves-log", replaces="labfy_ref.bridge.sessions:JsonlSessionStore.delete",
+       killer=f"{BRIDGE}::test_a_disconnect_cancels_the_turn_and_a_deleted_session_is_gone",
+       breaks="deleting an engine session forgets it but leaves its log on disk")
+def _delete_nothing(self: Any, session_id: str) -> None:
+    return None
+
+
+@fault("openai-no-usage", replaces="labfy_ref.server.openai_routes:_Reply.usage",
+       killer=f"{FLOWS}::test_the_openai_face_reports_the_providers_usage",
+       breaks="the OpenAI face never says the provider's token usage")
+def _no_usage(self: Any) -> dict[str, Any] | None:
+    return None
+
+
+@fault("openai-stream-without-done", replaces="labfy_ref.server.openai_routes:_events",
+       killer=f"{BRIDGE}::test_the_openai_face_answers_a_chat_client_with_a_bearer",
+       breaks="the SSE stream ends without data: [DONE]")
+async def _no_done(reply: Any, include_usage: bool) -> Any:
+    async for event in _events(reply, include_usage):
+        if event != openai_routes.DONE:
+            yield event

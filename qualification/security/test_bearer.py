@@ -32,12 +32,13 @@ from qualification.conftest import ServerFactory
 from qualification.harness import LAUNCH_CODE, TERMINAL, ApiClient, LiveServer, wait_until
 from qualification.security.conftest import USER_TOKEN, bearer
 from qualification.security.server_routes import BEARER_REFUSED, SERVED, Route, params
+from qualification.target import Served
 
 API = tuple(row for row in SERVED if row.api)
 INVALID_BEARER = b'{"error":{"code":"UNAUTHENTICATED","message":"invalid bearer token"}}'
 
 
-def _http(server: LiveServer) -> httpx.Client:
+def _http(server: Served) -> httpx.Client:
     """A client that never logs in (its jar stays empty: no answer here sets a cookie)."""
     return httpx.Client(base_url=server.url, trust_env=False, timeout=10)
 
@@ -65,20 +66,22 @@ def test_what_counts_as_a_bearer_header(values: list[str], token: str | None) ->
     assert bearer_token(values) == token
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-08", "API-01")
 @pytest.mark.parametrize("route", params(API))
 def test_a_cookie_and_a_bearer_together_are_refused_400_on_every_api_route(
-        route_server: LiveServer, admin_client: ApiClient, user_client: ApiClient,
+        route_server: Served, admin_client: ApiClient, user_client: ApiClient,
         route: Route) -> None:
     """Refused on presence, before either is checked: valid or not, the answer is the same."""
-    ours = admin_client.cookie_name
+    ours, admin = admin_client.cookie_name, route_server.admin_token
+    user = route_server.user_token or USER_TOKEN
     pairs = [  # (Cookie header, Authorization header): a fixed list, bounded
-        (f"{ours}={admin_client.cookie}", f"Bearer {LAUNCH_CODE}"),
-        (f"{ours}={user_client.cookie}", f"Bearer {LAUNCH_CODE}"),
-        (f"{ours}={admin_client.cookie}", f"Bearer {USER_TOKEN}"),
+        (f"{ours}={admin_client.cookie}", f"Bearer {admin}"),
+        (f"{ours}={user_client.cookie}", f"Bearer {admin}"),
+        (f"{ours}={admin_client.cookie}", f"Bearer {user}"),
         (f"{ours}=forged", "Bearer wrong-token"),
         (f"{ours}=", "Basic eA=="),
-        (f"a=b; {ours}={admin_client.cookie}", f"bearer {LAUNCH_CODE}"),
+        (f"a=b; {ours}={admin_client.cookie}", f"bearer {admin}"),
     ]
     with _http(route_server) as http:
         for cookie, authorization in pairs:
@@ -90,18 +93,20 @@ def test_a_cookie_and_a_bearer_together_are_refused_400_on_every_api_route(
         assert not http.cookies
 
 
+@pytest.mark.conformance
 @pytest.mark.req("SV-08", "API-01")
 @pytest.mark.parametrize("route", params(BEARER_REFUSED))
-def test_the_cookie_session_routes_refuse_any_bearer(route_server: LiveServer,
+def test_the_cookie_session_routes_refuse_any_bearer(route_server: Served,
                                                      route: Route) -> None:
     """No bearer is exchanged for a cookie, shown a CSRF secret, or "logged out".
 
     The login is sent a valid code in its body too: with a bearer beside it, it still
     issues no cookie. Right and wrong bearers get the same answer (no oracle here).
     """
-    body = {"token": LAUNCH_CODE} if route.body is not None else None
+    admin = route_server.admin_token
+    body = {"token": admin} if route.body is not None else None
     with _http(route_server) as http:
-        for token in (LAUNCH_CODE, USER_TOKEN, "wrong-token"):
+        for token in (admin, route_server.user_token or USER_TOKEN, "wrong-token"):
             response = http.request(route.method, route.url, json=body, headers=bearer(token))
             assert _error(response) == (400, "BEARER_NOT_ACCEPTED"), token
             assert "set-cookie" not in response.headers
