@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labfy_ref.errors import ConfigRefused, ErrorCode
 from labfy_ref.logs import DEFAULT_LEVEL, LEVELS
@@ -26,6 +26,9 @@ from labfy_ref.model.endpoint import LoopbackHost, ModelEndpoint, parse_endpoint
 from labfy_ref.model.variants import check_variant
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
+
+if TYPE_CHECKING:
+    from labfy_ref.work.url import DatabaseUrl
 
 ENV_AGENT_MODE = "LABFY_AGENT_MODE"
 ENV_AGENT_ENDPOINT = "LABFY_AGENT_MODEL_ENDPOINT"
@@ -97,6 +100,9 @@ class ServeConfig:
     debug: bool
     #: PR-06: after this many tool calls only concluding actions are offered (0 = never).
     conclude_after: int = DEFAULT_CONCLUDE_AFTER
+    #: The Work database (WK-05): ``--work-db`` or ``LABFY_WORK_DB``; None is the workspace's
+    #: own ``work.sqlite``.
+    work_db: DatabaseUrl | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
@@ -112,6 +118,7 @@ class ServeConfig:
                 "bridge": self.bridge,
                 "composition": _path(self.composition),
                 "accounts": _path(self.accounts),
+                "work_db": None if self.work_db is None else self.work_db.redacted(),
             },
             "agent": {
                 "mode": agent.mode.value,
@@ -161,6 +168,7 @@ class RawOptions:
     log_level: str | None = None
     log_file: str | None = None
     debug: bool = False
+    work_db: str | None = None
 
 
 def _pick(flag: str | None, env_name: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
@@ -313,6 +321,16 @@ def _log_level(text: str | None) -> str:
     return text
 
 
+def work_database(flag: str | None, environ: Mapping[str, str]) -> DatabaseUrl | None:
+    """``--work-db``, else ``LABFY_WORK_DB``, validated (``WORK_DB_INVALID``); None when
+    neither is given (the workspace's own ``work.sqlite``)."""
+    # imported here, not at the top: the commands that resolve no serve options never load
+    # SQLAlchemy
+    from labfy_ref.work.url import given_database_url  # noqa: PLC0415
+
+    return given_database_url(flag, environ)
+
+
 def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
     """Resolve every ``serve`` option; raise :class:`ConfigRefused` on the first bad one."""
     try:
@@ -333,4 +351,5 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         log_file=_output_file(raw.log_file, "--log-file"),
         debug=raw.debug,
         conclude_after=conclude_after_option(raw.conclude_after),
+        work_db=work_database(raw.work_db, environ),
     )

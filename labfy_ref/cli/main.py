@@ -24,6 +24,7 @@ from labfy_ref.cli.options import (
     add_supervised_options,
     raw_options,
 )
+from labfy_ref.cli.work import add_work_commands
 from labfy_ref.config import (
     RawOptions,
     ServeConfig,
@@ -300,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=_check_config)
 
     _add_workspace_commands(commands, debug)
+    add_work_commands(commands, debug)
 
     gguf = commands.add_parser(
         "verify-gguf", parents=[debug], help="check a GGUF file's magic and SHA-256",

@@ -1,4 +1,5 @@
-"""The ``serve`` options, declared once and shared by ``serve`` and ``check-config``.
+"""The ``serve`` options, declared once and shared by ``serve`` and ``check-config``; its
+agent options also by ``work worker``.
 
 Every option's value stays ``None`` when the flag is absent (so the environment
 can be told apart from a flag); the effective default is therefore written in
@@ -59,6 +60,26 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     server.add_argument("--accounts", metavar="FILE",
                         help="TOML file of [[account]] name/token_sha256 user logins; "
                              "default: none (only the launch code logs in)")
+    add_work_db_option(server)
+    add_agent_options(parser)
+    log = parser.add_argument_group("server log (--debug also applies)")
+    log.add_argument("--log-level", metavar="|".join(LEVELS),
+                     help=f"least severe event logged; default: {DEFAULT_LEVEL}")
+    log.add_argument("--log-file", metavar="PATH",
+                     help="append the log to this file (its directory must exist); "
+                          "default: stderr")
+
+
+def add_work_db_option(group: argparse._ActionsContainer) -> None:
+    """``--work-db URL`` (WK-05): the Work database, of ``serve`` and every ``work`` command."""
+    group.add_argument("--work-db", metavar="URL",
+                       help="the Work database: sqlite:////abs/path or postgresql://USER@HOST/DB "
+                            "(env LABFY_WORK_DB, which keeps a password off the command line); "
+                            "default: the workspace's work.sqlite")
+
+
+def add_agent_options(parser: argparse.ArgumentParser) -> None:
+    """The agent options of ``serve`` (MC-05, SM-07, PR-06), which ``work worker`` takes too."""
     agent = parser.add_argument_group("agent (flags win over LABFY_AGENT_* variables)")
     agent.add_argument("--agent-mode", metavar="demo|local-model",
                        help=f"which agent answers (env {ENV_AGENT_MODE}); default: demo")
@@ -75,12 +96,6 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     agent.add_argument("--conclude-after", metavar="N",
                        help="after N tool calls a turn is offered only concluding actions "
                             f"(0: never); default: {DEFAULT_CONCLUDE_AFTER}")
-    log = parser.add_argument_group("server log (--debug also applies)")
-    log.add_argument("--log-level", metavar="|".join(LEVELS),
-                     help=f"least severe event logged; default: {DEFAULT_LEVEL}")
-    log.add_argument("--log-file", metavar="PATH",
-                     help="append the log to this file (its directory must exist); "
-                          "default: stderr")
 
 
 def add_supervised_options(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
@@ -111,5 +126,5 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         llama_server=args.llama_server, model_file=args.model_file,
         model_sha256=args.model_sha256, cpu_variant=args.cpu_variant,
         conclude_after=args.conclude_after, log_level=args.log_level, log_file=args.log_file,
-        debug=getattr(args, "debug", False),
+        debug=getattr(args, "debug", False), work_db=args.work_db,
     )

@@ -25,6 +25,7 @@ from labfy_ref.server.openai_routes import router as openai_router
 from labfy_ref.server.routes import router
 from labfy_ref.server.security import SecurityMiddleware
 from labfy_ref.server.state import ServerState
+from labfy_ref.server.work_routes import router as work_router
 
 _MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
@@ -82,6 +83,7 @@ def create_app(state: ServerState,
     app.include_router(router)
     app.include_router(bridge_router)
     app.include_router(openai_router)
+    app.include_router(work_router)
     for path, name in _ui_files().items():
         app.add_api_route(path, _ui_route(name), methods=["GET"],
                           include_in_schema=False)

@@ -40,6 +40,7 @@ from labfy_ref.runtime import DEMO_LABEL, AgentRuntime, DemoAgent, RuntimeLimits
 from labfy_ref.server.app import create_app
 from labfy_ref.server.auth import Authenticator, cookie_name, load_accounts
 from labfy_ref.server.state import ServerState
+from labfy_ref.server.work_access import WorkAccess
 from labfy_ref.workspace import (
     Workspace,
     WorkspaceLock,
@@ -105,9 +106,11 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
                                   "agent_config": config.agent, "model_client": client},
                     enabled=config.bridge)
     auth = Authenticator(launch_code, accounts, cookie=cookie_name(port))
+    # the Work store opens on first use (work_access.py); only its URL is settled here
+    work = WorkAccess.of(workspace.root, config.work_db)
     return ServerState(config=config, workspace=workspace, store=store, gateway=gateway,
                        runtime=runtime, auth=auth, port=port,
-                       bridge=bridge, client=client, supervised=supervised)
+                       bridge=bridge, work=work, client=client, supervised=supervised)
 
 
 def uvicorn_config(app: FastAPI, log_level: str = "warning") -> uvicorn.Config:

@@ -1,4 +1,5 @@
-"""What the workspace server owns: one workspace, its gateway, its runtime, its sessions."""
+"""What the workspace server owns: one workspace, its gateway, its runtime, its sessions,
+and its Work store."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from labfy_ref.model import LocalModelClient
 from labfy_ref.model.supervised import SupervisedLlama
 from labfy_ref.runtime import AgentRuntime
 from labfy_ref.server.auth import Authenticator
+from labfy_ref.server.work_access import WorkAccess
 from labfy_ref.workspace import Workspace, WorkspaceStore
 
 PROBE_INTERVAL_SECONDS = 5.0
@@ -32,6 +34,8 @@ class ServerState:
     auth: Authenticator
     port: int
     bridge: Bridge
+    #: The Work store (WK-05): tasks submitted, shown, cancelled and answered here.
+    work: WorkAccess
     client: LocalModelClient | SupervisedLlama | None = None
     #: Our own llama-server (SM-07), started in the background by :meth:`start`.
     supervised: SupervisedLlama | None = None
@@ -73,9 +77,10 @@ class ServerState:
         await self.bridge.start()
 
     async def close(self) -> None:
-        """Stop the bridge and the runtime, then close the model client and the store."""
+        """Stop the bridge and the runtime, then close the model client and the stores."""
         await self.bridge.stop()
         await self.runtime.close()
+        self.work.close()
         if self.client is not None:
             await self.client.aclose()  # a supervised one stops its child too (terminate, kill)
         if self._model_task is not None:

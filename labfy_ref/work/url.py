@@ -129,12 +129,18 @@ def sqlite_url(path: Path) -> DatabaseUrl:
     return DatabaseUrl(URL.create("sqlite", database=os.path.abspath(path)))
 
 
+def given_database_url(flag: str | None = None,
+                       environ: Mapping[str, str] | None = None) -> DatabaseUrl | None:
+    """The Work database named by ``--work-db``, else by ``LABFY_WORK_DB``, validated; None
+    when neither names one. An empty flag or variable counts as unset."""
+    env = os.environ if environ is None else environ
+    chosen = flag or env.get(ENV_VAR) or None
+    return None if chosen is None else parse_database_url(chosen)
+
+
 def resolve_database_url(workspace: Path, flag: str | None = None,
                          environ: Mapping[str, str] | None = None) -> DatabaseUrl:
     """The Work database a command uses: ``--work-db``, else ``LABFY_WORK_DB``, else the
     workspace's own ``work.sqlite``. An empty flag or variable counts as unset."""
-    env = os.environ if environ is None else environ
-    chosen = flag or env.get(ENV_VAR) or None
-    if chosen is None:
-        return sqlite_url(workspace / DEFAULT_FILE)
-    return parse_database_url(chosen)
+    given = given_database_url(flag, environ)
+    return sqlite_url(workspace / DEFAULT_FILE) if given is None else given

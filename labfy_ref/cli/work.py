@@ -1,0 +1,241 @@
+"""``labfy-ref work``: submit, run, show, approve, list and cancel Work tasks (WK-05, SPEC §14).
+
+Every command finds its database the same way: ``--work-db URL``, else
+``LABFY_WORK_DB``, else the ``work.sqlite`` of ``--workspace DIR`` (which must be a
+workspace). Output is one JSON document on stdout; a refusal is one line
+``CODE: message`` on stderr and exit 2 (an unknown task or approval, a second
+answer, a bad value, a refused URL), a database that cannot be reached exit 1.
+The database password never appears: every message shows the URL redacted.
+
+The Work store (and SQLAlchemy with it) loads only when a ``work`` command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from labfy_ref.cli.options import add_agent_options, add_work_db_option
+from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError
+
+if TYPE_CHECKING:
+    from labfy_ref.work import WorkStore
+
+#: The worker's defaults, for its help (``labfy_ref.work.worker`` holds them; a test compares).
+LEASE_SECONDS, HEARTBEAT_SECONDS = 30.0, 10.0
+#: Largest ``--limit`` the parser reads (the store admits fewer: VALIDATION_FAILED).
+MAX_COUNT = 1_000_000
+_COUNT = re.compile(r"[1-9][0-9]{0,6}", re.ASCII)
+#: Failures of the moment rather than refusals of what was asked: exit 1, not 2.
+_RUNTIME_FAILURES = frozenset({ErrorCode.WORK_DB_UNAVAILABLE})
+_DB_HELP = ("The database: --work-db URL, else LABFY_WORK_DB, else the work.sqlite of "
+            "--workspace DIR")
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _refusals(handler: Handler) -> Handler:
+    """Run ``handler`` so that a refused request exits 2 like a refused option.
+
+    The store refuses with its own codes (``TASK_NOT_FOUND``, ``APPROVAL_NOT_PENDING``,
+    ``VALIDATION_FAILED``…); they are re-raised as :class:`ConfigRefused` with the same
+    code and message, which ``main`` prints as one line and exits 2.
+    """
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except (ConfigRefused, WorkspaceError):
+            raise
+        except LabfyError as exc:
+            if exc.code in _RUNTIME_FAILURES:
+                raise
+            raise ConfigRefused(exc.message, code=exc.code) from None
+
+    return run
+
+
+def _open_store(args: argparse.Namespace) -> WorkStore:
+    """The Work store the options name (see the module's docstring), migrated forward."""
+    from labfy_ref.work import WorkStore, sqlite_url  # noqa: PLC0415
+    from labfy_ref.work.url import DEFAULT_FILE, given_database_url  # noqa: PLC0415
+    from labfy_ref.workspace import open_workspace  # noqa: PLC0415
+
+    root = open_workspace(Path(args.workspace)).root if args.workspace is not None else None
+    url = given_database_url(args.work_db, os.environ)
+    if url is None:
+        if root is None:
+            raise ConfigRefused("which Work database? Give --workspace DIR (its work.sqlite), "
+                                "--work-db URL or LABFY_WORK_DB")
+        url = sqlite_url(root / DEFAULT_FILE)
+    return WorkStore.open(url)
+
+
+def _print(document: dict[str, Any]) -> int:
+    # ASCII JSON: any terminal or pipe takes it, whatever its encoding
+    print(json.dumps(document))
+    return 0
+
+
+def _submit(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    try:
+        return _print(store.submit(args.message).as_dict())
+    finally:
+        store.close()
+
+
+def _show(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    try:
+        return _print(store.show(args.task_id))
+    finally:
+        store.close()
+
+
+def _approve(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    try:
+        return _print({"approval": store.answer_approval(args.approval_id,
+                                                         args.decision).as_dict()})
+    finally:
+        store.close()
+
+
+def _list(args: argparse.Namespace) -> int:
+    from labfy_ref.work.pages import task_page  # noqa: PLC0415
+
+    store = _open_store(args)
+    try:
+        return _print(task_page(store, state=args.state, limit=args.limit, cursor=args.cursor))
+    finally:
+        store.close()
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    try:
+        return _print({"task": store.cancel(args.task_id).as_dict()})
+    finally:
+        store.close()
+
+
+def _worker(args: argparse.Namespace) -> int:
+    # the worker (its driver, its agent) loads only for this command; it validates its own
+    # options (CONFIG_INVALID naming the flag) and its failures keep their exit codes
+    worker = importlib.import_module("labfy_ref.work.worker")
+    run: Handler = worker.run_worker_command
+    return run(args)
+
+
+def _count(text: str) -> int:
+    """``--limit N``: a whole number from 1, in ASCII digits."""
+    if not _COUNT.fullmatch(text) or int(text) > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be a whole number 1-{MAX_COUNT}, not {text!r}")
+    return int(text)
+
+
+def _database_options(parser: argparse.ArgumentParser, *, workspace_required: bool) -> None:
+    where = parser.add_argument_group("database")
+    where.add_argument("--workspace", metavar="DIR", required=workspace_required,
+                       help="the workspace (see 'labfy-ref workspace init'); its work.sqlite is "
+                            "the default database; default: none" + (
+                                " (required)" if workspace_required else ""))
+    add_work_db_option(where)
+
+
+def add_work_commands(commands: argparse._SubParsersAction[Any],
+                      debug: argparse.ArgumentParser) -> None:
+    """Add ``work`` and its six sub-commands to the top-level ``commands``."""
+    work = commands.add_parser(
+        "work", parents=[debug], help="isolated Work: tasks in SQL, run by workers",
+        description="Submit tasks to a Work database (SQLite in the workspace, or PostgreSQL "
+                    "for a team), run them with any number of workers, show them, answer "
+                    f"their approvals, list and cancel them. {_DB_HELP}.")
+
+    def usage(_: argparse.Namespace) -> int:
+        work.print_help(sys.stderr)  # as main does for a group named without its sub-command
+        return 2
+
+    work.set_defaults(handler=usage)
+    actions = work.add_subparsers(title="actions", metavar="ACTION", dest="action",
+                                  parser_class=type(work))
+
+    submit = actions.add_parser(
+        "submit", parents=[debug], help="queue a task",
+        description="Store a task and its first run, QUEUED for any worker; print "
+                    '{"task": {"id", "run_id", "state"}}.')
+    _database_options(submit, workspace_required=True)
+    submit.add_argument("--message", required=True, metavar="TEXT",
+                        help="what the agent is asked to do; default: none (required)")
+    submit.set_defaults(handler=_refusals(_submit))
+
+    worker = actions.add_parser(
+        "worker", parents=[debug], help="claim and run queued tasks",
+        description="Claim runnable runs under a lease and run them with the agent in the "
+                    "workspace, until SIGTERM (the run in hand is released, not lost).")
+    _database_options(worker, workspace_required=True)
+    runs = worker.add_argument_group("worker")
+    runs.add_argument("--permission-mode", metavar="read-only|workspace-write",
+                      help="read-only: a write waits for an approval (WAITING_APPROVAL); "
+                           "workspace-write: it runs; default: read-only")
+    runs.add_argument("--once", action="store_true", default=False,
+                      help="take at most one run, and exit at once when none is waiting; "
+                           "default: keep waiting for work")
+    runs.add_argument("--max-runs", metavar="N", help="stop after N runs; default: no limit")
+    runs.add_argument("--lease-seconds", metavar="SECONDS",
+                      help="how long a claim lasts unless renewed, at most 3600 (another worker "
+                           f"takes the run over after it); default: {LEASE_SECONDS:g}")
+    runs.add_argument("--heartbeat-seconds", metavar="SECONDS",
+                      help="how often the claim is renewed, shorter than the lease; default: "
+                           f"{HEARTBEAT_SECONDS:g} or a third of the lease, whichever is shorter")
+    add_agent_options(worker)
+    worker.set_defaults(handler=_worker)
+
+    show = actions.add_parser(
+        "show", parents=[debug], help="print a task",
+        description="Print a task as JSON: task, runs, events, effects, approvals.")
+    show.add_argument("task_id", metavar="TASK_ID", help="the task (task_…)")
+    _database_options(show, workspace_required=False)
+    show.set_defaults(handler=_refusals(_show))
+
+    approve = actions.add_parser(
+        "approve", parents=[debug], help="answer an approval",
+        description="Answer a pending approval once (a second answer is refused "
+                    "APPROVAL_NOT_PENDING); the run is queued again for any worker.")
+    approve.add_argument("approval_id", metavar="APPROVAL_ID",
+                         help="the approval (appr_…), listed by 'work show'")
+    approve.add_argument("decision", metavar="allowed-once|rejected",
+                         help="allowed-once runs the call once; rejected refuses it")
+    _database_options(approve, workspace_required=False)
+    approve.set_defaults(handler=_refusals(_approve))
+
+    listing = actions.add_parser(
+        "list", parents=[debug], help="list tasks newest first",
+        description='Print {"tasks": [...], "next_cursor"}: tasks newest first; pass '
+                    "next_cursor as --cursor for the next page (null: none).")
+    listing.add_argument("--state", metavar="S",
+                         help="only tasks in this state (QUEUED, RUNNING, WAITING_APPROVAL, "
+                              "COMPLETED, FAILED, CANCELLED); default: all")
+    listing.add_argument("--limit", type=_count, default=50, metavar="N",
+                         help="tasks per page, at most 200; default: %(default)s")
+    listing.add_argument("--cursor", metavar="TASK_ID",
+                         help="the next_cursor of the previous page; default: the first page")
+    _database_options(listing, workspace_required=False)
+    listing.set_defaults(handler=_refusals(_list))
+
+    cancel = actions.add_parser(
+        "cancel", parents=[debug], help="cancel a task",
+        description="Cancel a task and its unfinished run (CANCELLED); a worker running it "
+                    "stops at its next step. A finished task is refused TASK_FINISHED.")
+    cancel.add_argument("task_id", metavar="TASK_ID", help="the task (task_…)")
+    _database_options(cancel, workspace_required=False)
+    cancel.set_defaults(handler=_refusals(_cancel))

@@ -1,0 +1,384 @@
+"""WK-05: ``labfy-ref work submit|worker|show|approve|list|cancel`` (SPEC §14), on both engines.
+
+The commands run through the real entry point (``main``, and a subprocess where the
+operating system's argv matters) against a fresh database of each engine; what they
+print is checked against SPEC §14/§15 and against the store they wrote to. Refusals
+are one line ``CODE: message`` on stderr, exit 2 (a database that cannot be reached:
+exit 1), never a traceback, never the database password.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from labfy_ref.cli.main import build_parser, main
+from labfy_ref.ids import id_pattern
+from labfy_ref.work import ENV_VAR, DatabaseUrl, State, WorkStore, sqlite_url
+from labfy_ref.workspace import init_workspace
+from qualification.work.wire import TASK_KEYS, check_work_shape, full_url, populate
+
+PASSWORD = "S3cr3t-pw-7781"
+HOSTILE = st.one_of(
+    st.text(st.characters(codec=None, categories=None), max_size=60),
+    st.text(st.characters(codec=None, categories=["Cs", "Cc"]), min_size=1, max_size=6),
+    st.builds(lambda a, b: f"{a}\x00{b}", st.text(max_size=10), st.text(max_size=10)),
+    st.builds(lambda a, b: f"{a}\udcff{b}", st.text(max_size=10), st.text(max_size=10)),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Done:
+    """One command's exit code and output."""
+
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        """The one JSON line it printed."""
+        assert self.code == 0, self.err
+        assert self.err == "" and self.out.count("\n") == 1, (self.out, self.err)
+        return json.loads(self.out)
+
+    def refused(self, code: str, *, exit_code: int = 2) -> str:
+        """Its one stderr line, checked to start with ``code``; nothing on stdout."""
+        assert self.code == exit_code, (self.code, self.out, self.err)
+        assert self.out == "" and self.err.count("\n") == 1, (self.out, self.err)
+        assert self.err.startswith(f"{code}: ") and "Traceback" not in self.err, self.err
+        return self.err.rstrip("\n")
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads a Work database named by the machine it runs on."""
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """An empty LIVE workspace."""
+    path = tmp_path / "ws"
+    init_workspace(path, specimen=False)
+    return path
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str]) -> Any:
+    """``run("work", ...)``: the command through ``main``, in this process."""
+
+    def call(*args: str) -> Done:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's refusals exit from inside parse_args
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return Done(code, out, err)
+
+    return call
+
+
+def _subprocess(*args: str | bytes, env: dict[str, str] | None = None) -> Done:
+    done = subprocess.run([sys.executable, "-m", "labfy_ref.cli.main", *args],
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, **(env or {})})
+    return Done(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.mark.req("WK-05", "WK-02")
+def test_submit_prints_the_task_its_first_run_and_its_state(
+        run: Any, workspace: Path, work_url: DatabaseUrl) -> None:
+    printed = run("work", "submit", "--workspace", str(workspace), "--work-db",
+                  full_url(work_url), "--message", "summarise notes.md").json()
+    assert set(printed) == {"task"} and set(printed["task"]) == {"id", "run_id", "state"}
+    task = printed["task"]
+    assert id_pattern("task").fullmatch(task["id"]) and id_pattern("run").fullmatch(
+        task["run_id"])
+    assert task["state"] == "QUEUED"
+    store = WorkStore.open(work_url)
+    try:
+        assert store.get_task(task["id"]).message == "summarise notes.md"
+        assert [r.id for r in store.list_runs(task["id"])] == [task["run_id"]]
+    finally:
+        store.close()
+
+
+@pytest.mark.req("WK-05", "WK-02")
+def test_the_default_database_is_the_workspaces_own_owner_only_work_sqlite(
+        run: Any, workspace: Path) -> None:
+    database = workspace / "work.sqlite"
+    assert not database.exists()
+    task = run("work", "submit", "--workspace", str(workspace), "--message", "m").json()["task"]
+    assert stat.S_IMODE(database.stat().st_mode) == 0o600
+    shown = run("work", "show", task["id"], "--workspace", str(workspace)).json()
+    assert shown["task"]["message"] == "m"
+    store = WorkStore.open(sqlite_url(database))
+    try:
+        assert store.get_task(task["id"]).state is State.QUEUED
+    finally:
+        store.close()
+    # with neither a workspace nor a URL, no database is guessed
+    run("work", "show", task["id"]).refused("CONFIG_INVALID")
+    run("work", "list").refused("CONFIG_INVALID")
+
+
+@pytest.mark.req("WK-05")
+def test_labfy_work_db_names_the_database_and_the_flag_wins_over_it(
+        run: Any, workspace: Path, work_url: DatabaseUrl, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_VAR, full_url(work_url))
+    from_env = run("work", "submit", "--workspace", str(workspace),
+                   "--message", "env").json()["task"]
+    assert not (workspace / "work.sqlite").exists(), "the variable's database, not the default"
+    other = sqlite_url(tmp_path / "other.sqlite")
+    from_flag = run("work", "submit", "--workspace", str(workspace), "--work-db",
+                    full_url(other), "--message", "flag").json()["task"]
+    listed = run("work", "list").json()
+    assert [t["id"] for t in listed["tasks"]] == [from_env["id"]]
+    flagged = run("work", "list", "--work-db", full_url(other)).json()
+    assert [t["id"] for t in flagged["tasks"]] == [from_flag["id"]]
+    monkeypatch.setenv(ENV_VAR, "")  # an empty variable counts as unset
+    run("work", "list").refused("CONFIG_INVALID")
+
+
+@pytest.mark.req("WK-05", "WK-02")
+def test_show_prints_the_work_shape(run: Any, work_url: DatabaseUrl) -> None:
+    store = WorkStore.open(work_url)
+    try:
+        populated = populate(store, "write the notes")
+    finally:
+        store.close()
+    work = run("work", "show", populated.task_id, "--work-db", full_url(work_url)).json()
+    check_work_shape(work, populated, "write the notes")
+    line = run("work", "show", "task_nope", "--work-db", full_url(work_url)).refused(
+        "TASK_NOT_FOUND")
+    assert line == "TASK_NOT_FOUND: no task task_nope"
+
+
+@pytest.mark.req("WK-05", "WK-02")
+def test_approve_answers_a_pending_approval_once(run: Any, work_url: DatabaseUrl) -> None:
+    store = WorkStore.open(work_url)
+    try:
+        first, second = populate(store), populate(store)
+        db = ("--work-db", full_url(work_url))
+        answered = run("work", "approve", first.approval_id, "allowed-once", *db).json()
+        assert answered == {"approval": {"id": first.approval_id, "run_id": first.run_id,
+                                         "tool_id": "files.write",
+                                         "summary": "write notes.md (11 characters)",
+                                         "decision": "allowed-once"}}
+        assert store.get_task(first.task_id).state is State.QUEUED, "queued for any worker"
+        again = run("work", "approve", first.approval_id, "rejected", *db)
+        assert again.refused("APPROVAL_NOT_PENDING") == (
+            f"APPROVAL_NOT_PENDING: approval {first.approval_id} was already answered")
+        assert store.get_approval(first.approval_id).decision.value == "allowed-once"
+        run("work", "approve", "appr_nope", "rejected", *db).refused("APPROVAL_NOT_FOUND")
+        for wrong in ("maybe", "ALLOWED-ONCE", "pending", ""):
+            run("work", "approve", second.approval_id, wrong, *db).refused("VALIDATION_FAILED")
+        assert store.get_approval(second.approval_id).decision.value == "pending"
+        assert run("work", "approve", second.approval_id, "rejected",
+                   *db).json()["approval"]["decision"] == "rejected"
+    finally:
+        store.close()
+
+
+@pytest.mark.req("WK-05")
+def test_list_pages_tasks_newest_first(run: Any, work_url: DatabaseUrl) -> None:
+    store = WorkStore.open(work_url)
+    try:
+        ids = [store.submit(f"task {n}").task.id for n in range(3)]
+        store.cancel(ids[1])
+    finally:
+        store.close()
+    db = ("--work-db", full_url(work_url))
+    everything = run("work", "list", *db).json()
+    assert set(everything) == {"tasks", "next_cursor"}
+    assert [t["id"] for t in everything["tasks"]] == ids[::-1]
+    assert all(set(t) == TASK_KEYS for t in everything["tasks"])
+    assert everything["next_cursor"] is None
+    first = run("work", "list", "--limit", "2", *db).json()
+    assert [t["id"] for t in first["tasks"]] == [ids[2], ids[1]]
+    assert first["next_cursor"] == ids[1]
+    rest = run("work", "list", "--limit", "2", "--cursor", first["next_cursor"], *db).json()
+    assert (rest["tasks"][0]["id"], rest["next_cursor"]) == (ids[0], None)
+    exact = run("work", "list", "--limit", "3", *db).json()
+    assert exact["next_cursor"] is None, "a full last page has no empty page after it"
+    cancelled = run("work", "list", "--state", "CANCELLED", *db).json()
+    assert [(t["id"], t["state"]) for t in cancelled["tasks"]] == [(ids[1], "CANCELLED")]
+    run("work", "list", "--state", "cancelled", *db).refused("VALIDATION_FAILED")
+    run("work", "list", "--limit", "201", *db).refused("VALIDATION_FAILED")
+    run("work", "list", "--cursor", "task_nope", *db).refused("VALIDATION_FAILED")
+    for wrong in ("0", "-1", "x", "1.5", "٣"):
+        run("work", "list", "--limit", wrong, *db).refused("CONFIG_INVALID")
+
+
+@pytest.mark.req("WK-05", "WK-02")
+def test_cancel_cancels_a_task_once_and_refuses_a_finished_one(
+        run: Any, work_url: DatabaseUrl) -> None:
+    store = WorkStore.open(work_url)
+    try:
+        queued = store.submit("to cancel")
+        done = store.submit("to finish")
+        claim = store.claim("w", 60)
+        assert claim is not None and claim.task_id == queued.task.id
+        db = ("--work-db", full_url(work_url))
+        cancelled = run("work", "cancel", queued.task.id, *db).json()
+        assert set(cancelled) == {"task"} and set(cancelled["task"]) == TASK_KEYS
+        assert (cancelled["task"]["id"], cancelled["task"]["state"]) == (queued.task.id,
+                                                                         "CANCELLED")
+        assert [r.state for r in store.list_runs(queued.task.id)] == [State.CANCELLED]
+        assert run("work", "cancel", queued.task.id, *db).json() == cancelled, "idempotent"
+        finisher = store.claim("w", 60)
+        assert finisher is not None and finisher.task_id == done.task.id
+        store.finish(finisher, State.COMPLETED, final_text="ok")
+        run("work", "cancel", done.task.id, *db).refused("TASK_FINISHED")
+        assert store.get_task(done.task.id).state is State.COMPLETED
+        run("work", "cancel", "task_nope", *db).refused("TASK_NOT_FOUND")
+    finally:
+        store.close()
+
+
+@pytest.mark.req("WK-05", "WK-07")
+def test_the_database_password_is_never_printed(run: Any, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    nowhere = tmp_path / "no-socket-here"
+    unreachable = f"postgresql://alice:{PASSWORD}@/work?host={nowhere}"
+    refused = run("work", "list", "--work-db", unreachable)
+    line = refused.refused("WORK_DB_UNAVAILABLE", exit_code=1)
+    assert PASSWORD not in line and "***" in line
+    invalid = f"mysql://alice:{PASSWORD}@db.example/work"
+    assert PASSWORD not in run("work", "list", "--work-db", invalid).refused("WORK_DB_INVALID")
+    monkeypatch.setenv(ENV_VAR, unreachable)
+    assert PASSWORD not in run("work", "show", "task_x").refused("WORK_DB_UNAVAILABLE",
+                                                                 exit_code=1)
+
+
+@pytest.mark.req("WK-05", "WS-01")
+def test_a_directory_that_is_not_a_workspace_is_refused_and_left_as_it_is(
+        run: Any, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    run("work", "submit", "--workspace", str(plain), "--message", "m").refused(
+        "WORKSPACE_INVALID")
+    run("work", "list", "--workspace", str(plain)).refused("WORKSPACE_INVALID")
+    assert list(plain.iterdir()) == []
+
+
+@pytest.mark.req("WK-05", "WK-08")
+@settings(deadline=None, max_examples=30,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(message=HOSTILE)
+def test_a_message_is_submitted_exactly_or_refused_with_a_code(
+        run: Any, workspace: Path, work_url: DatabaseUrl, message: str) -> None:
+    db = ("--workspace", str(workspace), "--work-db", full_url(work_url))
+    done = run("work", "submit", *db, f"--message={message}")  # even one that starts with -
+    if not message or "\x00" in message or any(0xD800 <= ord(c) <= 0xDFFF for c in message):
+        done.refused("VALIDATION_FAILED")
+        return
+    task = done.json()["task"]
+    assert run("work", "show", task["id"], *db).json()["task"]["message"] == message
+
+
+@pytest.mark.req("WK-05", "WK-08")
+def test_raw_bytes_from_the_operating_system_are_refused_not_mangled(
+        workspace: Path, work_url: DatabaseUrl) -> None:
+    db: tuple[str, ...] = ("--workspace", str(workspace), "--work-db", full_url(work_url))
+    done = _subprocess("work", "submit", *db, "--message", b"caf\xe9 \xff\xfe")
+    done.refused("VALIDATION_FAILED")
+    assert "lone surrogate" in done.err
+    listed = _subprocess("work", "list", *db).json()
+    assert listed == {"tasks": [], "next_cursor": None}, "nothing was stored"
+
+
+def _options(parser: Any) -> set[str]:
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def _subparser(parser: Any, *path: str) -> Any:
+    for name in path:
+        parser = next(action for action in parser._actions
+                      if action.__class__.__name__ == "_SubParsersAction").choices[name]
+    return parser
+
+
+@pytest.mark.req("WK-05")
+def test_the_worker_takes_serves_agent_options_and_its_own() -> None:
+    parser = build_parser()
+    serve, worker = _subparser(parser, "serve"), _subparser(parser, "work", "worker")
+    agent = {option for group in serve._action_groups
+             if group.title.startswith(("agent", "supervised")) for action in group._group_actions
+             for option in action.option_strings}
+    assert {"--agent-mode", "--agent-endpoint", "--agent-model", "--agent-timeout"} <= agent
+    assert agent <= _options(worker)
+    assert {"--workspace", "--work-db", "--permission-mode", "--once", "--max-runs",
+            "--lease-seconds", "--heartbeat-seconds", "--debug"} <= _options(worker)
+    args = parser.parse_args([
+        "work", "worker", "--workspace", "ws", "--work-db", "sqlite:////tmp/w.sqlite",
+        "--permission-mode", "workspace-write", "--once", "--max-runs", "3",
+        "--lease-seconds", "2", "--heartbeat-seconds", "0.5", "--agent-mode", "local-model",
+        "--agent-endpoint", "http://127.0.0.1:43117", "--agent-model", "m",
+        "--agent-timeout", "9"])
+    assert (args.workspace, args.work_db, args.permission_mode, args.once, args.max_runs,
+            args.lease_seconds, args.heartbeat_seconds) == (
+        "ws", "sqlite:////tmp/w.sqlite", "workspace-write", True, "3", "2", "0.5")
+    assert (args.agent_mode, args.agent_endpoint, args.agent_model, args.agent_timeout) == (
+        "local-model", "http://127.0.0.1:43117", "m", "9")
+    plain = parser.parse_args(["work", "worker", "--workspace", "ws"])
+    assert (plain.once, plain.max_runs, plain.permission_mode, plain.lease_seconds,
+            plain.heartbeat_seconds, plain.agent_mode) == (False, None, None, None, None, None)
+
+
+@pytest.mark.req("WK-05")
+def test_submit_and_worker_need_a_workspace(run: Any) -> None:
+    run("work", "worker").refused("CONFIG_INVALID")
+    run("work", "submit", "--message", "m").refused("CONFIG_INVALID")
+    run("work", "submit", "--workspace", "ws").refused("CONFIG_INVALID")
+
+
+@pytest.mark.req("WK-05", "CLI-01")
+def test_work_lists_its_six_actions(run: Any) -> None:
+    bare = run("work")
+    assert bare.code == 2 and bare.out == ""
+    assert "submit" in bare.err and "ACTION" in bare.err
+    with pytest.raises(SystemExit) as helped:
+        build_parser().parse_args(["work", "--help"])
+    assert helped.value.code == 0
+    work = _subparser(build_parser(), "work")
+    actions = next(action for action in work._actions
+                   if action.__class__.__name__ == "_SubParsersAction")
+    assert list(actions.choices) == ["submit", "worker", "show", "approve", "list", "cancel"]
+    for name in actions.choices:
+        assert "--work-db" in _options(actions.choices[name]), name
+        assert ENV_VAR in actions.choices[name].format_help(), name
+
+
+@pytest.mark.req("WK-05", "WK-07", "MC-05")
+def test_check_config_resolves_the_work_database_as_serve_would(
+        run: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the default workspace's home
+    shown = json.loads(run("check-config").out)["server"]
+    assert shown["work_db"] is None, "the workspace's own work.sqlite"
+    secret = f"postgresql://alice:{PASSWORD}@db.internal:5432/work"
+    flagged = run("check-config", "--work-db", secret)
+    assert flagged.code == 0, flagged.err
+    assert json.loads(flagged.out)["server"]["work_db"] == \
+        "postgresql+psycopg://alice:***@db.internal:5432/work"
+    assert PASSWORD not in flagged.out
+    monkeypatch.setenv(ENV_VAR, f"sqlite:///{tmp_path}/env.sqlite")
+    from_env = json.loads(run("check-config").out)["server"]["work_db"]
+    assert from_env == f"sqlite:///{tmp_path}/env.sqlite"
+    assert not (tmp_path / "env.sqlite").exists(), "check-config opens no database"
+    refused = run("check-config", "--work-db", f"mysql://alice:{PASSWORD}@db/work")
+    assert PASSWORD not in refused.refused("WORK_DB_INVALID")
+    monkeypatch.setenv(ENV_VAR, "sqlite://")  # in memory: private to each process
+    run("check-config").refused("WORK_DB_INVALID")

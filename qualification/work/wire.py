@@ -1,0 +1,82 @@
+"""The Work shapes SPEC §15 pins, and a task holding one of every record, for the interface
+tests (``labfy-ref work ...`` and ``/api/v1/work/*``) on both engines."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from labfy_ref.ids import id_pattern
+from labfy_ref.work import DatabaseUrl, WorkStore
+
+TASK_KEYS = {"id", "state", "message", "final_text", "created_at", "updated_at"}
+RUN_KEYS = {"id", "state", "attempt", "worker", "lease_expires_at"}
+EVENT_KEYS = {"seq", "type", "data", "at"}
+EFFECT_KEYS = {"id", "run_id", "step", "tool_id", "arguments", "status", "result"}
+APPROVAL_KEYS = {"id", "run_id", "tool_id", "summary", "decision"}
+WORK_KEYS = {"task", "runs", "events", "effects", "approvals"}
+ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+WORKER = "worker-a"
+ARGUMENTS = {"path": "notes.md", "content": "first line\n"}
+SUMMARY = "write notes.md (11 characters)"
+
+
+def full_url(url: DatabaseUrl) -> str:
+    """The URL as a user would type it (the password, if any, in clear)."""
+    return url.url.render_as_string(hide_password=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Populated:
+    """The ids of a task parked for an approval, with a stored reply and a completed effect."""
+
+    task_id: str
+    run_id: str
+    effect_id: str
+    approval_id: str
+
+
+def populate(store: WorkStore, message: str = "write the notes") -> Populated:
+    """A task whose run was claimed, got a model reply, wrote a file (effect completed) and
+    then asked for an approval (the task is ``WAITING_APPROVAL``)."""
+    submitted = store.submit(message)
+    claim = store.claim(WORKER, 600)
+    assert claim is not None and claim.run_id == submitted.run.id
+    store.record_reply(claim, 1, {"messages": [{"role": "user", "content": message}]},
+                       {"content": "writing"})
+    effect = store.begin_effect(claim, 1, 0, "files.write", ARGUMENTS)
+    store.complete_effect(claim, effect.id, {"ok": True, "data": {"bytes": 11}})
+    approval = store.request_approval(claim, 2, 0, "files.write", SUMMARY)
+    return Populated(submitted.task.id, submitted.run.id, effect.id, approval.id)
+
+
+def check_work_shape(work: dict[str, Any], populated: Populated, message: str) -> None:
+    """``work`` is exactly SPEC §15's Work shape, with the values :func:`populate` stored."""
+    assert set(work) == WORK_KEYS
+    task = work["task"]
+    assert set(task) == TASK_KEYS
+    assert (task["id"], task["state"], task["message"], task["final_text"]) == (
+        populated.task_id, "WAITING_APPROVAL", message, None)
+    assert ISO.fullmatch(task["created_at"]) and ISO.fullmatch(task["updated_at"])
+    [run] = work["runs"]
+    assert set(run) == RUN_KEYS
+    # parked for the approval: released, so no worker and no lease
+    assert run == {"id": populated.run_id, "state": "WAITING_APPROVAL", "attempt": 1,
+                   "worker": None, "lease_expires_at": None}
+    assert all(set(event) == EVENT_KEYS and ISO.fullmatch(event["at"])
+               for event in work["events"])
+    assert [event["seq"] for event in work["events"]] == list(range(1, len(work["events"]) + 1))
+    assert [event["type"] for event in work["events"]] == [
+        "task.submitted", "run.claimed", "approval.requested"]
+    assert work["events"][2]["data"] == {"approval_id": populated.approval_id,
+                                         "tool_id": "files.write", "summary": SUMMARY}
+    assert work["effects"] == [{"id": populated.effect_id, "run_id": populated.run_id,
+                                "step": 1, "tool_id": "files.write", "arguments": ARGUMENTS,
+                                "status": "completed",
+                                "result": {"ok": True, "data": {"bytes": 11}}}]
+    assert work["approvals"] == [{"id": populated.approval_id, "run_id": populated.run_id,
+                                  "tool_id": "files.write", "summary": SUMMARY,
+                                  "decision": "pending"}]
+    assert id_pattern("task").fullmatch(task["id"]) and id_pattern("eff").fullmatch(
+        populated.effect_id) and id_pattern("appr").fullmatch(populated.approval_id)
