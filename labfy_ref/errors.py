@@ -124,6 +124,7 @@ class ErrorCode(enum.StrEnum):
     APPROVAL_NOT_FOUND = "APPROVAL_NOT_FOUND"
     LEASE_NOT_HELD = "LEASE_NOT_HELD"  # a run written or extended by a worker not holding it
     EFFECT_NOT_STARTED = "EFFECT_NOT_STARTED"  # completing an effect that is not open
+    EFFECT_UNRESOLVED = "EFFECT_UNRESOLVED"  # a crashed effect whose target cannot tell if it ran
 
 
 #: The HTTP status of each code, decided once (a test checks every code has one).
@@ -168,6 +169,7 @@ HTTP_STATUS: Mapping[ErrorCode, int] = {
     ErrorCode.WORK_DB_TOO_NEW: 409, ErrorCode.TASK_NOT_FOUND: 404,
     ErrorCode.TASK_FINISHED: 409, ErrorCode.APPROVAL_NOT_FOUND: 404,
     ErrorCode.LEASE_NOT_HELD: 409, ErrorCode.EFFECT_NOT_STARTED: 409,
+    ErrorCode.EFFECT_UNRESOLVED: 409,
 }
 
 

@@ -1,0 +1,54 @@
+"""Crash points: a worker that kills itself (SIGKILL) at a named step boundary, for recovery tests.
+
+``LABFY_WORK_CRASH_AT=BOUNDARY:N[,BOUNDARY:N...]`` makes the worker process send
+itself ``SIGKILL`` the N-th time it reaches ``BOUNDARY`` — the same death as
+``kill -9`` from outside, but at a chosen boundary instead of a guessed moment.
+Unset (always, outside the recovery suite), a crash point costs one dict lookup.
+
+Boundaries: ``model.answered`` (a model reply is stored, nothing acted on it yet),
+``effect.started`` (an effect is recorded started, not executed), ``effect.applied``
+(executed, not yet audited nor recorded complete), ``effect.completed`` (recorded
+complete), ``approval.requested`` (an approval is stored and the run parked).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Mapping
+
+from labfy_ref.errors import ConfigRefused
+
+ENV_VAR = "LABFY_WORK_CRASH_AT"
+BOUNDARIES = ("model.answered", "effect.started", "effect.applied", "effect.completed",
+              "approval.requested")
+
+
+class CrashPoints:
+    """Where this process dies, and how often each boundary was reached so far."""
+
+    def __init__(self, plan: Mapping[str, int] | None = None) -> None:
+        self.plan = dict(plan or {})
+        self.reached_count: dict[str, int] = {}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> CrashPoints:
+        """The plan in ``LABFY_WORK_CRASH_AT`` (``CONFIG_INVALID`` when malformed)."""
+        text = environ.get(ENV_VAR, "")
+        plan: dict[str, int] = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            boundary, _, count = item.partition(":")
+            if boundary not in BOUNDARIES or not count.isdecimal() or int(count) < 1:
+                raise ConfigRefused(f"{ENV_VAR}: each item is BOUNDARY:N with N >= 1 and "
+                                    f"BOUNDARY one of {', '.join(BOUNDARIES)}")
+            plan[boundary] = int(count)
+        return cls(plan)
+
+    def reached(self, boundary: str) -> None:
+        """Count a boundary; die at once with SIGKILL if the plan says so."""
+        if not self.plan:
+            return
+        count = self.reached_count.get(boundary, 0) + 1
+        self.reached_count[boundary] = count
+        if self.plan.get(boundary) == count:
+            os.kill(os.getpid(), signal.SIGKILL)

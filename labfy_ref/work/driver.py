@@ -1,0 +1,255 @@
+"""The Work driver: one claimed run, driven by the one agent loop over an isolated engine (WK-01).
+
+A run is driven by :class:`~labfy_ref.runtime.driver.TurnDriver` — the same loop as
+runtime and bridge turns (strict parse, one repair, gateway, budgets, GW-05) —
+through :class:`WorkPort`. Its model and prompt come from the run's own in-memory
+composition (:mod:`labfy_ref.work.composition`), built for this run and stopped
+when the drive ends, however it ends. Its tool calls go through
+:class:`~labfy_ref.work.effects.WorkGateway`. Everything the run leaves is in the
+Work store, fenced by its claim:
+
+* provider replay (WK-04): before asking the model for step N the port looks up the
+  stored reply of (run, N); a stored one is used and the model is not asked; a new
+  one is stored before anything acts on it. A run resumed by another worker thus
+  walks the same steps again without a model call until it reaches new ground;
+* messages and events: each model reply and tool result is appended once (a replayed
+  step finds its message stored already), with an event;
+* approvals: in ``read-only`` a write asks a human: the approval is stored, the run
+  parked ``WAITING_APPROVAL`` and released (:class:`RunParked` ends the drive); the
+  store queues it again once answered, and the resumed run finds the answer;
+* cancellation: a cancelled task fences the run out; the worker's heartbeat (or the
+  next fenced write) notices, the drive stops, its engine is released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from labfy_ref.config import PermissionMode
+from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused, ToolError
+from labfy_ref.gateway import CallContext, ToolOutcome
+from labfy_ref.protocol import Answer, ChatMessage, ChatModel, Decoding, RoundUsage, ToolCall, Usage
+from labfy_ref.protocol.exchange import canonical, encode_json
+from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver
+from labfy_ref.runtime.limits import RuntimeLimits
+from labfy_ref.runtime.states import TurnState
+from labfy_ref.work.composition import RunEngine, start_run_engine
+from labfy_ref.work.crash import CrashPoints
+from labfy_ref.work.effects import EffectLedger, WorkGateway
+from labfy_ref.work.model import Approval, Claim, Decision, State
+from labfy_ref.work.store import WorkStore
+from labfy_ref.workspace.layout import Workspace
+from labfy_ref.workspace.store import WorkspaceStore
+
+#: How a drive ended, as the worker reports it.
+COMPLETED, FAILED, WAITING, LOST, RELEASED = (
+    "COMPLETED", "FAILED", "WAITING_APPROVAL", "LOST", "RELEASED")
+
+
+class RunParked(Exception):
+    """The run asked a human and is parked ``WAITING_APPROVAL``; its claim has ended."""
+
+    def __init__(self, approval: Approval) -> None:
+        super().__init__(approval.id)
+        self.approval = approval
+
+
+@dataclasses.dataclass(slots=True)
+class RunControl:
+    """What the worker tells a running drive: the lease is lost, or the worker is stopping."""
+
+    lost: bool = False
+    stopping: bool = False
+
+    @property
+    def live(self) -> bool:
+        """May the run still act?"""
+        return not (self.lost or self.stopping)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunServices:
+    """What a worker lends each run: its workspace, the model, the mode, the budgets."""
+
+    workspace: Workspace
+    workspace_store: WorkspaceStore
+    model: ChatModel
+    route: str
+    permission_mode: PermissionMode
+    limits: RuntimeLimits
+    crash: CrashPoints = dataclasses.field(default_factory=CrashPoints)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """How one drive ended: ``COMPLETED``, ``FAILED``, ``WAITING_APPROVAL``, ``LOST``
+    (cancelled or taken over: nothing more written) or ``RELEASED`` (given back)."""
+
+    outcome: str
+    detail: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"outcome", "detail"}``."""
+        return {"outcome": self.outcome, "detail": self.detail}
+
+
+def request_digest(messages: Sequence[ChatMessage], decoding: Decoding) -> dict[str, Any]:
+    """What a stored reply keeps of its request: enough to see a replay diverge, bounded."""
+    encoded = encode_json([dict(m) for m in messages]).encode("utf-8", "surrogatepass")
+    return {"messages": len(messages), "sha256": hashlib.sha256(encoded).hexdigest(),
+            "max_tokens": decoding.max_tokens, "offered": sorted(decoding.offered)}
+
+
+class WorkPort:
+    """The :class:`~labfy_ref.runtime.driver.TurnPort` of a Work run."""
+
+    human = True  # approvals are stored and answered later (CLI or HTTP)
+
+    def __init__(self, store: WorkStore, claim: Claim, engine: RunEngine, *,
+                 ledger: EffectLedger, services: RunServices, control: RunControl,
+                 stored_messages: int) -> None:
+        self._store = store
+        self._claim = claim
+        self._engine = engine
+        self._ledger = ledger
+        self._services = services
+        self._control = control
+        self._stored_messages = stored_messages
+        self._position = 1  # the task's message, stored by submit
+        self.step = 0
+        self.asked = 0  # model calls this drive made (replayed steps are not calls)
+
+    @property
+    def model(self) -> str:
+        return self._services.route
+
+    @property
+    def caller(self) -> str:
+        return self._claim.run_id
+
+    def live(self) -> bool:
+        return self._control.live
+
+    def _message(self, role: str, content: str) -> bool:
+        """Append the run's next message unless an earlier attempt stored it; True if new."""
+        self._position += 1
+        if self._position <= self._stored_messages:
+            return False
+        self._store.append_message(self._claim, role, content)
+        return True
+
+    async def ask(self, messages: Sequence[ChatMessage], decoding: Decoding) -> Answer:
+        self.step += 1
+        request = request_digest(messages, decoding)
+        stored = self._store.get_reply(self._claim.run_id, self.step)
+        if stored is None:
+            self.asked += 1
+            answer = await self._engine.ask(messages, decoding)
+            response = {"content": answer.content, "usage": answer.usage.as_json()}
+            # stored before anything acts on it: a crash from here on replays this reply
+            stored = self._store.record_reply(self._claim, self.step, request, response)
+            fresh = stored.response == response
+        else:
+            fresh = False
+            if stored.request != request:
+                self._store.append_event(self._claim.task_id, "replay.diverged",
+                                         {"step": self.step}, self._claim.run_id)
+        content = str(stored.response["content"])
+        if self._message("assistant", content):
+            self._store.append_event(self._claim.task_id, "model.answered",
+                                     {"step": self.step, "replayed": not fresh},
+                                     self._claim.run_id)
+        if fresh:
+            self._services.crash.reached("model.answered")
+            return Answer(content, usage=Usage(**stored.response["usage"]))
+        return Answer(content)  # a replayed step cost no tokens now
+
+    async def approve(self, call_id: str, action: ToolCall) -> str | None:
+        step, call = self._ledger.key
+        for approval in self._store.list_approvals(self._claim.task_id):
+            if (approval.run_id, approval.step, approval.call) == (self._claim.run_id, step, call):
+                if approval.decision is Decision.PENDING:
+                    raise RunParked(approval)
+                return approval.decision.value
+        summary = _summary(action)
+        approval = self._store.request_approval(self._claim, step, call, action.tool_id, summary)
+        self._services.crash.reached("approval.requested")
+        raise RunParked(approval)
+
+    def admit(self, action: ToolCall) -> ToolError | None:
+        return None
+
+    def spent(self, round_number: int, usage: RoundUsage) -> None:
+        return None
+
+    def called(self, call_id: str, action: ToolCall) -> None:
+        self._ledger.key = (self.step, 0)
+
+    def answered(self, call_id: str, outcome: ToolOutcome) -> None:
+        text = outcome.result_text or canonical(outcome.result)
+        if self._message("tool", text):
+            self._store.append_event(self._claim.task_id, "tool.answered", {
+                "step": self._ledger.key[0], "tool_id": outcome.tool_id,
+                "status": outcome.status, "error_code": outcome.error_code},
+                self._claim.run_id)
+
+
+def _summary(action: ToolCall) -> str:
+    """One printable line saying what a call would do (shown to whoever approves it)."""
+    arguments = action.arguments
+    if action.tool_id == "files.write":
+        path = str(arguments.get("path", ""))
+        size = len(str(arguments.get("content", "")).encode("utf-8", "surrogatepass"))
+        text = f"files.write {path} ({size} bytes)"
+    else:
+        text = f"{action.tool_id} {encode_json(arguments)}"
+    printable = "".join(c if c.isprintable() else "?" for c in text)
+    return printable[:200]
+
+
+def _error(ending: Ending) -> dict[str, str]:
+    if ending.state is TurnState.AUTHORIZATION_REQUIRED:
+        # Work has no grant flow: the campaign waits for a human grant in the workspace
+        return {"code": ErrorCode.GRANT_REQUIRED.value,
+                "message": f"research campaign {ending.campaign_id} was prepared; a human "
+                           "must grant it in the workspace (runtime API) before it runs"}
+    error = ending.error or LabfyError(ending.state.value, code=ErrorCode.INTERNAL_ERROR)
+    return error.as_dict()
+
+
+async def drive_run(store: WorkStore, claim: Claim, services: RunServices,
+                    control: RunControl) -> RunOutcome:
+    """Drive one claimed run until it finishes, parks, is lost or is released."""
+    stored = store.list_messages(claim.run_id)
+    ledger = EffectLedger(store, claim, services.crash)
+    gateway = WorkGateway(services.workspace, services.workspace_store, ledger,
+                          max_result_bytes=services.limits.max_result_bytes)
+    host, engine = await start_run_engine(gateway.catalog, services.model)
+    port = WorkPort(store, claim, engine, ledger=ledger, services=services, control=control,
+                    stored_messages=len(stored))
+    conversation = Conversation.start([{"role": "system", "content": engine.system_prompt},
+                                       {"role": "user", "content": stored[0].content}])
+    try:
+        ending = await TurnDriver(gateway, services.limits).drive(
+            conversation, port, CallContext(services.permission_mode))
+    except RunParked as parked:
+        return RunOutcome(WAITING, parked.approval.id)
+    except RuntimeRefused as exc:
+        if exc.code is not ErrorCode.LEASE_NOT_HELD:
+            raise
+        return RunOutcome(LOST, exc.message)
+    finally:
+        conversation.release()
+        await host.stop()
+    if ending is None or not control.live:
+        return RunOutcome(LOST if control.lost or not control.stopping else RELEASED)
+    if ending.state is TurnState.COMPLETED:
+        store.finish(claim, State.COMPLETED, final_text=ending.final_text)
+        return RunOutcome(COMPLETED)
+    error = _error(ending)
+    store.finish(claim, State.FAILED, error=error)
+    return RunOutcome(FAILED, error["code"])
+

@@ -1,0 +1,190 @@
+"""Tool effects of a Work run, recorded around their execution and recognised on replay (WK-03).
+
+:class:`WorkGateway` is the gateway of one claimed run: capability, schema and policy
+are the ordinary :class:`~labfy_ref.gateway.AgentGateway`'s; only the service call is
+wrapped by :class:`EffectLedger`, so what reaches the ledger is a validated call:
+
+* ``begin_effect`` is committed before the service runs, ``complete_effect`` after;
+* a call the run already completed (an earlier attempt) is not executed again: its
+  stored result is given back, a stored tool error raised again;
+* a call an earlier attempt *started* but never recorded complete is resolved by
+  looking at its target, never silently repeated: a ``files.write`` by the file's
+  content and by the audit entry every executed write leaves (the ``files.write.audit``
+  event); a read by running it again (it changes nothing); anything else
+  (``research.prepare``) is refused ``EFFECT_UNRESOLVED``, a normal tool error.
+
+Each ``files.write`` first records the file's prior content digest (the
+``effect.target`` event), then writes, then leaves its audit entry, then completes the
+effect. Resumed, a started write with an audit entry happened; without one, the file
+holding the new content means it happened (the crash fell between the rename and the
+audit), holding the prior content means it did not; anything else cannot be told apart
+and is refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from labfy_ref.errors import ErrorCode, ToolError
+from labfy_ref.gateway import AgentGateway
+from labfy_ref.gateway.files import split_path
+from labfy_ref.work.crash import CrashPoints
+from labfy_ref.work.model import Claim, Effect, EffectStatus
+from labfy_ref.work.store import WorkStore
+from labfy_ref.workspace.layout import Workspace
+from labfy_ref.workspace.store import WorkspaceStore
+
+AUDIT_EVENT = "files.write.audit"
+TARGET_EVENT = "effect.target"
+#: Tools whose call changes nothing: a started, unfinished one is simply run again.
+READ_ONLY = frozenset({"workspace.list_objects", "workspace.read_object", "research.get_state",
+                       "files.list", "files.read"})
+Service = Callable[..., dict[str, Any]]
+
+
+def digest(text: str) -> str:
+    """The SHA-256 of ``text`` in UTF-8, hex."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _replay(effect: Effect) -> dict[str, Any]:
+    """The stored outcome of a finished effect: its data, or its tool error raised again."""
+    result: dict[str, Any] = effect.result if isinstance(effect.result, dict) else {}
+    if result.get("ok") is True and isinstance(result.get("data"), dict):
+        data: dict[str, Any] = result["data"]
+        return data
+    error: dict[str, Any] = result["error"] if isinstance(result.get("error"), dict) else {}
+    try:
+        code = ErrorCode(str(error.get("code")))
+    except ValueError:
+        code = ErrorCode.EFFECT_UNRESOLVED
+    raise ToolError(str(error.get("message", "stored tool error")), code=code)
+
+
+class EffectLedger:
+    """Records one claim's tool effects in the store and resolves an earlier attempt's."""
+
+    def __init__(self, store: WorkStore, claim: Claim, crash: CrashPoints) -> None:
+        self.store = store
+        self.claim = claim
+        self.crash = crash
+        #: (step, call) of the call being decided; the driver sets it before each call.
+        self.key: tuple[int, int] = (1, 0)
+
+    def run(self, tool_id: str, service: Service, read: Callable[[str], str | None],
+            arguments: dict[str, Any]) -> dict[str, Any]:
+        """Execute a validated call once per (run, step, call), or give back its stored outcome."""
+        step, call = self.key
+        effect = self.store.begin_effect(self.claim, step, call, tool_id, arguments)
+        if effect.status is not EffectStatus.STARTED:
+            return _replay(effect)
+        if effect.attempt != self.claim.attempt:
+            return self._resolve(effect, service, read, arguments)
+        self._event("effect.started", effect)
+        self.crash.reached("effect.started")
+        return self._execute(effect, service, read, arguments)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _event(self, kind: str, effect: Effect, **data: Any) -> None:
+        self.store.append_event(self.claim.task_id, kind,
+                                {"effect_id": effect.id, "step": effect.step,
+                                 "tool_id": effect.tool_id, **data}, self.claim.run_id)
+
+    def _execute(self, effect: Effect, service: Service, read: Callable[[str], str | None],
+                 arguments: dict[str, Any]) -> dict[str, Any]:
+        try:
+            if effect.tool_id == "files.write":
+                prior = read(arguments["path"])
+                self._event(TARGET_EVENT, effect, prior_sha256=None if prior is None
+                            else digest(prior))
+            data = service(**arguments)
+        except ToolError as exc:  # refused by the service (a path outside files/…): no effect
+            self._complete(effect, {"ok": False, "error": exc.as_dict()}, refused=True)
+            raise
+        self.crash.reached("effect.applied")
+        if effect.tool_id == "files.write":
+            self._event(AUDIT_EVENT, effect, path=data["path"],
+                        sha256=digest(arguments["content"]),
+                        bytes_written=data["bytes_written"])
+        self._complete(effect, {"ok": True, "data": data})
+        return data
+
+    def _complete(self, effect: Effect, result: dict[str, Any], *,
+                  refused: bool = False) -> None:
+        self.store.complete_effect(self.claim, effect.id, result, refused=refused)
+        self._event("effect.completed", effect, ok=result["ok"])
+        self.crash.reached("effect.completed")
+
+    def _resolve(self, effect: Effect, service: Service, read: Callable[[str], str | None],
+                 arguments: dict[str, Any]) -> dict[str, Any]:
+        """An earlier attempt started this effect and died: find out whether it happened."""
+        if effect.tool_id in READ_ONLY:
+            self._event("effect.resolved", effect, how="read again")
+            return self._execute(effect, service, read, arguments)
+        if effect.tool_id != "files.write":
+            return self._unresolved(effect, f"{effect.tool_id} was started by attempt "
+                                            f"{effect.attempt} and its outcome is unknown")
+        events = self.store.list_events(self.claim.task_id)
+        mine = [e for e in events if isinstance(e.data, dict)
+                and e.data.get("effect_id") == effect.id]
+        audit = next((e for e in mine if e.type == AUDIT_EVENT), None)
+        target = next((e for e in mine if e.type == TARGET_EVENT), None)
+        content = arguments["content"]
+        if audit is not None:
+            data = {"path": audit.data["path"], "bytes_written": audit.data["bytes_written"]}
+            self._event("effect.resolved", effect, how="audited")
+            self._complete(effect, {"ok": True, "data": data})
+            return data
+        if target is None:  # the write comes after its target is recorded: it never began
+            self._event("effect.resolved", effect, how="never began")
+            return self._execute(effect, service, read, arguments)
+        now = read(arguments["path"])
+        prior = target.data.get("prior_sha256")
+        if now is not None and now == content:
+            data = {"path": "/".join(split_path(arguments["path"])),
+                    "bytes_written": len(content.encode("utf-8"))}
+            self._event(AUDIT_EVENT, effect, path=data["path"], sha256=digest(content),
+                        bytes_written=data["bytes_written"], resolved=True)
+            self._event("effect.resolved", effect, how="content written")
+            self._complete(effect, {"ok": True, "data": data})
+            return data
+        if (None if now is None else digest(now)) == prior:
+            self._event("effect.resolved", effect, how="content unchanged")
+            return self._execute(effect, service, read, arguments)
+        return self._unresolved(effect, f"{arguments['path'][:200]} holds neither its content "
+                                        "before this write nor the written content")
+
+    def _unresolved(self, effect: Effect, message: str) -> dict[str, Any]:
+        error = ToolError(message, code=ErrorCode.EFFECT_UNRESOLVED)
+        self._event("effect.resolved", effect, how="unresolved")
+        self._complete(effect, {"ok": False, "error": error.as_dict()}, refused=True)
+        raise error
+
+
+class WorkGateway(AgentGateway):
+    """The gateway of one claimed run: every validated service call goes through the ledger."""
+
+    def __init__(self, workspace: Workspace, store: WorkspaceStore, ledger: EffectLedger, *,
+                 max_result_bytes: int) -> None:
+        super().__init__(workspace, store, max_result_bytes=max_result_bytes)
+        self.ledger = ledger
+        self._services = {tool_id: functools.partial(self._recorded, tool_id, service)
+                          for tool_id, service in self._services.items()}
+
+    def _recorded(self, tool_id: str, service: Service, **arguments: Any) -> dict[str, Any]:
+        return self.ledger.run(tool_id, service, self._read_text, arguments)
+
+    def _read_text(self, path: str) -> str | None:
+        """A file's whole text as the gateway reads it, or None when there is none."""
+        try:
+            found = self._files.read(path)
+        except ToolError as exc:
+            if exc.code in (ErrorCode.FILE_NOT_FOUND, ErrorCode.NOT_A_FILE):
+                return None
+            raise
+        text: str = found["content"]
+        return text

@@ -1,0 +1,293 @@
+"""``labfy-ref work worker``: claim runs under a lease, keep the lease alive, drive, finish (WK-04).
+
+A worker takes the oldest runnable run of its database (:meth:`WorkStore.claim`),
+extends the lease from a heartbeat thread while the run is driven (so a slow step
+on the event loop never lets the lease lapse), and prints one JSON line per run:
+``{"run_id", "task_id", "attempt", "outcome", "detail"}``. When the heartbeat finds
+the run fenced off (cancelled, or taken over after the lease lapsed) the drive is
+stopped and its engine released. SIGTERM (or SIGINT) stops the worker gracefully:
+the current run is released — queued again for any worker, not lost — and the
+worker exits 0. ``--once`` takes at most one run (none waiting: exit at once);
+``--max-runs N`` stops after N runs; otherwise it waits for work until stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from labfy_ref.config import (
+    AgentMode,
+    PermissionMode,
+    RawOptions,
+    conclude_after_option,
+    resolve_agent,
+)
+from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError
+from labfy_ref.logs import incident
+from labfy_ref.model import ClientLimits, LocalModelClient
+from labfy_ref.protocol import ChatModel
+from labfy_ref.runtime import DemoAgent, RuntimeLimits
+from labfy_ref.runtime.runtime import model_route
+from labfy_ref.work.crash import CrashPoints
+from labfy_ref.work.driver import (
+    FAILED,
+    LOST,
+    RELEASED,
+    RunControl,
+    RunOutcome,
+    RunServices,
+    drive_run,
+)
+from labfy_ref.work.model import Claim, State
+from labfy_ref.work.store import WorkStore
+from labfy_ref.work.url import resolve_database_url
+from labfy_ref.workspace.layout import open_workspace
+
+log = logging.getLogger("labfy_ref.work")
+DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_HEARTBEAT_SECONDS = 10.0
+#: Longest wait between two looks for runnable work when there was none.
+MAX_IDLE_POLL_SECONDS = 1.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """A worker's validated settings."""
+
+    name: str
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+    once: bool = False
+    max_runs: int | None = None
+
+    @property
+    def idle_poll_seconds(self) -> float:
+        """How long an idle worker waits before it looks for work again."""
+        return min(MAX_IDLE_POLL_SECONDS, self.heartbeat_seconds)
+
+
+def _seconds(value: object, flag: str, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        seconds = float(str(value))
+    except ValueError:
+        raise ConfigRefused(f"{flag} must be a number of seconds") from None
+    if not (math.isfinite(seconds) and 0 < seconds <= 3600):
+        raise ConfigRefused(f"{flag} must be more than 0 and at most 3600 seconds")
+    return seconds
+
+
+def worker_settings(args: argparse.Namespace, name: str) -> WorkerSettings:
+    """Validate the worker's own options (``CONFIG_INVALID`` naming the flag)."""
+    lease = _seconds(getattr(args, "lease_seconds", None), "--lease-seconds",
+                     DEFAULT_LEASE_SECONDS)
+    heartbeat = _seconds(getattr(args, "heartbeat_seconds", None), "--heartbeat-seconds",
+                         min(DEFAULT_HEARTBEAT_SECONDS, lease / 3))
+    if heartbeat >= lease:
+        raise ConfigRefused("--heartbeat-seconds must be shorter than --lease-seconds, "
+                            "or the lease lapses between two heartbeats")
+    max_runs = getattr(args, "max_runs", None)
+    if max_runs is not None:
+        try:
+            max_runs = int(str(max_runs))
+        except ValueError:
+            raise ConfigRefused("--max-runs must be a whole number") from None
+        if max_runs < 1:
+            raise ConfigRefused("--max-runs must be at least 1")
+    return WorkerSettings(name, lease, heartbeat, bool(getattr(args, "once", False)), max_runs)
+
+
+def permission_mode(value: object) -> PermissionMode:
+    """``--permission-mode`` (default ``read-only``)."""
+    try:
+        return PermissionMode(str(value)) if value is not None else PermissionMode.READ_ONLY
+    except ValueError:
+        raise ConfigRefused("--permission-mode must be 'read-only' or 'workspace-write'") from None
+
+
+def worker_model(args: argparse.Namespace, environ: Mapping[str, str]) -> ChatModel:
+    """The model of ``serve``'s agent options (flags win over ``LABFY_AGENT_*``)."""
+    def flag(name: str) -> str | None:
+        value = getattr(args, name, None)
+        return None if value is None else str(value)
+
+    raw = RawOptions(agent_mode=flag("agent_mode"), agent_endpoint=flag("agent_endpoint"),
+                     agent_model=flag("agent_model"), agent_timeout=flag("agent_timeout"),
+                     llama_server=flag("llama_server"), model_file=flag("model_file"),
+                     model_sha256=flag("model_sha256"), cpu_variant=flag("cpu_variant"))
+    agent = resolve_agent(raw, environ)
+    if agent.supervised is not None:
+        raise ConfigRefused("a worker talks to a running model server: give --agent-endpoint "
+                            "(a supervised --model-file is serve's)")
+    if agent.mode is AgentMode.DEMO:
+        return DemoAgent()
+    assert agent.endpoint is not None
+    assert agent.model_id is not None
+    return LocalModelClient(agent.endpoint, agent.model_id,
+                            limits=ClientLimits.with_timeout(agent.timeout_seconds))
+
+
+def default_name() -> str:
+    """``host:pid`` — unique among the live workers of one database."""
+    return f"{socket.gethostname()[:200]}:{os.getpid()}"
+
+
+class _Heartbeat(threading.Thread):
+    """Extends a claim's lease every ``heartbeat_seconds`` until stopped or fenced off."""
+
+    def __init__(self, store: WorkStore, claim: Claim, settings: WorkerSettings,
+                 control: RunControl, on_lost: Any) -> None:
+        super().__init__(name=f"heartbeat-{claim.run_id}", daemon=True)
+        self._store = store
+        self._claim = claim
+        self._settings = settings
+        self._control = control
+        self._on_lost = on_lost
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self._settings.heartbeat_seconds):
+            try:
+                self._store.heartbeat(self._claim, self._settings.lease_seconds)
+            except LabfyError as exc:
+                if exc.code is ErrorCode.LEASE_NOT_HELD:
+                    self._control.lost = True
+                    self._on_lost()
+                    return
+                # the database is unreachable for now: try again; the lease may lapse,
+                # then another worker takes the run over and this one is fenced out
+                log.warning("heartbeat of run %s failed: %s", self._claim.run_id, exc.code.value)
+
+
+class Worker:
+    """Claims and drives runs of one database until stopped or out of runs to take."""
+
+    def __init__(self, store: WorkStore, services: RunServices, settings: WorkerSettings) -> None:
+        self.store = store
+        self.services = services
+        self.settings = settings
+        self._stopping = asyncio.Event()
+        self._current: tuple[asyncio.Task[RunOutcome], RunControl] | None = None
+
+    def stop(self) -> None:
+        """Stop after giving the current run back (SIGTERM)."""
+        self._stopping.set()
+        if self._current is not None:
+            task, control = self._current
+            control.stopping = True
+            task.cancel()
+
+    async def serve(self) -> int:
+        """Claim, drive and report runs; 0 when done or stopped."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stop)
+        done = 0
+        settings = self.settings
+        while not self._stopping.is_set() and (settings.max_runs is None
+                                               or done < settings.max_runs):
+            claim = self.store.claim(settings.name, settings.lease_seconds)
+            if claim is None:
+                if settings.once:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), settings.idle_poll_seconds)
+                continue
+            outcome = await self.run(claim)
+            print(json.dumps({"run_id": claim.run_id, "task_id": claim.task_id,
+                              "attempt": claim.attempt, **outcome.as_dict()}), flush=True)
+            done += 1
+            if settings.once:
+                break
+        return 0
+
+    async def run(self, claim: Claim) -> RunOutcome:
+        """Drive one claimed run under a heartbeat; release it if the worker is stopping."""
+        loop = asyncio.get_running_loop()
+        control = RunControl()
+        task = asyncio.create_task(drive_run(self.store, claim, self.services, control))
+        self._current = (task, control)
+        beat = _Heartbeat(self.store, claim, self.settings, control,
+                          lambda: loop.call_soon_threadsafe(task.cancel))
+        beat.start()
+        try:
+            outcome = await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            outcome = RunOutcome(LOST if control.lost else RELEASED)
+        except LabfyError as exc:  # the database failed us: the lease lapses, another takes over
+            outcome = RunOutcome(LOST, exc.code.value)
+        except Exception as exc:  # a bug ends this run FAILED, never the worker
+            incident_id = incident(log, exc, f"run {claim.run_id}")
+            outcome = self._fail(claim, incident_id)
+        finally:
+            self._current = None
+            beat.done.set()
+            await asyncio.to_thread(beat.join)
+        if outcome.outcome == RELEASED:
+            try:
+                self.store.release(claim)
+            except LabfyError as exc:
+                return RunOutcome(LOST, exc.code.value)
+        return outcome
+
+    def _fail(self, claim: Claim, incident_id: str) -> RunOutcome:
+        try:
+            self.store.finish(claim, State.FAILED, error={
+                "code": ErrorCode.INTERNAL_ERROR.value,
+                "message": f"internal error (incident {incident_id})"})
+        except LabfyError as exc:
+            return RunOutcome(LOST, exc.code.value)
+        return RunOutcome(FAILED, ErrorCode.INTERNAL_ERROR.value)
+
+
+def run_worker_command(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
+    """The body of ``labfy-ref work worker`` (SPEC §14); refusals raise with their code."""
+    environ = os.environ if environ is None else environ
+    settings = worker_settings(args, default_name())
+    mode = permission_mode(getattr(args, "permission_mode", None))
+    limits = RuntimeLimits(conclude_after=conclude_after_option(
+        getattr(args, "conclude_after", None)))
+    crash = CrashPoints.from_env(environ)
+    if getattr(args, "workspace", None) is None:
+        raise ConfigRefused("work worker needs --workspace DIR")
+    workspace = open_workspace(Path(args.workspace))
+    url = resolve_database_url(workspace.root, getattr(args, "work_db", None), environ)
+    model = worker_model(args, environ)
+    workspace_store = workspace.open_store()
+    try:
+        store = WorkStore.open(url)
+        try:
+            services = RunServices(workspace, workspace_store, model, str(model_route(model)),
+                                   mode, limits, crash)
+            return asyncio.run(_serve(store, services, settings, model))
+        finally:
+            store.close()
+    finally:
+        workspace_store.close()
+
+
+async def _serve(store: WorkStore, services: RunServices, settings: WorkerSettings,
+                 model: ChatModel) -> int:
+    try:
+        return await Worker(store, services, settings).serve()
+    finally:
+        closer = getattr(model, "aclose", None)
+        if closer is not None:
+            await closer()

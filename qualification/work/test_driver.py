@@ -1,0 +1,211 @@
+"""WK-01, WK-02, WK-04, WK-05: one run driven by the Work driver, on SQLite and PostgreSQL.
+
+The worker runs in this process (``run_worker_command``, the body of ``labfy-ref work
+worker``) against a real fake provider; the run's model, its engine composition, its
+gateway, its files and its store are real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fake_provider.scenario import Scenario
+from fake_provider.server import FakeProvider
+from labfy_ref.host import Composition, RowSpec
+from labfy_ref.host.host import RowState
+from labfy_ref.tools.catalog import default_catalog
+from labfy_ref.work import DatabaseUrl, EffectStatus, State, WorkStore
+from labfy_ref.work.composition import ROWS, check_isolated, run_composition, start_run_engine
+from labfy_ref.work.effects import AUDIT_EVENT
+from labfy_ref.work.worker import run_worker_command
+from qualification.conftest import ProviderFactory
+from qualification.work.workers import (
+    check_exactly_once,
+    conversation_requests,
+    message,
+    url_text,
+    work_scenario,
+)
+
+
+@pytest.fixture
+def provider(provider_factory: ProviderFactory) -> FakeProvider:
+    """A fake provider serving the Work scripts."""
+    return provider_factory(work_scenario())
+
+
+@pytest.fixture
+def store(work_url: DatabaseUrl) -> Iterator[WorkStore]:
+    """The test's view of the Work database (workers open their own)."""
+    opened = WorkStore.open(work_url)
+    yield opened
+    opened.close()
+
+
+def worker_once(workspace: Path, url: DatabaseUrl, provider: FakeProvider,
+                capsys: pytest.CaptureFixture[str], **options: Any) -> list[dict[str, Any]]:
+    """Run ``labfy-ref work worker --once`` in this process; the run lines it printed."""
+    values = {"workspace": str(workspace), "work_db": url_text(url), "once": True,
+              "max_runs": None, "permission_mode": "workspace-write",
+              "agent_mode": "local-model", "agent_endpoint": provider.base_url,
+              "agent_model": "fake-model", "agent_timeout": "30", "lease_seconds": "30",
+              "heartbeat_seconds": "5", **options}
+    capsys.readouterr()
+    assert run_worker_command(argparse.Namespace(**values), environ={}) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+@pytest.mark.req("WK-01")
+def test_a_run_engine_holds_only_its_own_rows_and_is_disposed() -> None:
+    """The run's composition: prompt, model, tool descriptions, engine; no files, shell or
+    sessions; stopping it disposes every row and retracts every service."""
+    class Model:
+        async def chat(self, *_: Any, **__: Any) -> Any:
+            raise AssertionError("not asked")
+
+    async def scenario() -> None:
+        host, engine = await start_run_engine(default_catalog(), Model())
+        status = host.status()
+        assert [row["id"] for row in status["rows"]] == list(ROWS)
+        assert {row["state"] for row in status["rows"]} == {RowState.ACTIVE.value}
+        names = {service["name"] for service in status["services"]}
+        assert names == {"catalog", "model", "system_prompt", "llm", "tools", "engine"}
+        assert "files.write" in engine.tool_ids
+        assert "files.write" in engine.system_prompt
+        await host.stop()
+        assert host.service("engine") is None
+        assert host.service("model") is None
+        assert {row["state"] for row in host.status()["rows"]} == {RowState.DISPOSED.value}
+
+    asyncio.run(scenario())
+    assert [row.id for row in run_composition().rows] == list(ROWS)
+    for plugin in ("sessions", "labfy_ref.bridge.plugins:SessionsPlugin", "x:ShellPlugin",
+                   "x:FilesPlugin"):
+        with pytest.raises(ValueError, match="not allowed in a Work run"):
+            check_isolated(Composition((*run_composition().rows,
+                                        RowSpec("extra", plugin, {}))))
+
+
+@pytest.mark.req("WK-02", "WK-04")
+def test_a_run_completes_with_its_replies_effects_messages_and_events_stored(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore, provider: FakeProvider,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """workspace-write: two writes and a read, then the answer; everything is stored."""
+    task = store.submit(message("write2", "a1")).task
+    (line,) = worker_once(specimen, work_url, provider, capsys)
+    assert line == {"run_id": store.list_runs(task.id)[0].id, "task_id": task.id,
+                    "attempt": 1, "outcome": "COMPLETED", "detail": None}
+    check_exactly_once(store, task.id, "write2", "a1", specimen / "files", provider)
+    run_id = line["run_id"]
+    effects = store.list_effects(run_id)
+    assert [(e.step, e.tool_id, e.status) for e in effects] == [
+        (1, "files.write", EffectStatus.COMPLETED), (2, "files.write", EffectStatus.COMPLETED),
+        (3, "files.read", EffectStatus.COMPLETED)]
+    assert effects[2].result["data"]["content"] == "note 1 a1"
+    reply = store.get_reply(run_id, 1)
+    assert reply is not None
+    assert json.loads(reply.response["content"])["tool_id"] == "files.write"
+    assert reply.request["messages"] == 2
+    roles = [m.role for m in store.list_messages(run_id)]
+    assert roles == ["user"] + ["assistant", "tool"] * 3 + ["assistant"]
+    kinds = [e.type for e in store.list_events(task.id)]
+    assert kinds[:2] == ["task.submitted", "run.claimed"]
+    assert kinds[-1] == "run.finished"
+    assert kinds.count("model.answered") == 4
+    assert kinds.count(AUDIT_EVENT) == 2
+    assert kinds.count("tool.answered") == 3
+
+
+@pytest.mark.req("WK-04", "WK-05")
+def test_read_only_write_waits_for_an_approval_then_another_worker_resumes_it(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore, provider: FakeProvider,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """read-only: the write parks the run WAITING_APPROVAL with nothing written; once
+    allowed, the next worker replays step 1 from the store (no model request) and writes."""
+    task = store.submit(message("write1", "b1")).task
+    (parked,) = worker_once(specimen, work_url, provider, capsys, permission_mode="read-only")
+    assert parked["outcome"] == "WAITING_APPROVAL"
+    assert store.get_task(task.id).state is State.WAITING_APPROVAL
+    (approval,) = store.list_approvals(task.id)
+    assert approval.id == parked["detail"]
+    assert (approval.tool_id, approval.step, approval.decision.value) == (
+        "files.write", 1, "pending")
+    assert approval.summary == "files.write notes/b1-1.md (9 bytes)"
+    assert not (specimen / "files/notes/b1-1.md").exists()
+    assert store.list_effects(parked["run_id"]) == []
+    assert worker_once(specimen, work_url, provider, capsys, permission_mode="read-only") == []
+    assert conversation_requests(provider, "b1") == [2]
+    store.answer_approval(approval.id, "allowed-once")
+    (resumed,) = worker_once(specimen, work_url, provider, capsys, permission_mode="read-only")
+    assert (resumed["outcome"], resumed["attempt"]) == ("COMPLETED", 2)
+    check_exactly_once(store, task.id, "write1", "b1", specimen / "files", provider)
+
+
+@pytest.mark.req("WK-05")
+def test_a_rejected_approval_is_a_normal_refusal_the_model_reads(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore, provider: FakeProvider,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Rejected: the model is told PERMISSION_DENIED as a tool result and answers; no file."""
+    task = store.submit(message("write1", "c1")).task
+    worker_once(specimen, work_url, provider, capsys, permission_mode="read-only")
+    (approval,) = store.list_approvals(task.id)
+    store.answer_approval(approval.id, "rejected")
+    (line,) = worker_once(specimen, work_url, provider, capsys, permission_mode="read-only")
+    assert line["outcome"] == "COMPLETED"
+    assert store.get_task(task.id).final_text == "done c1"
+    assert not (specimen / "files/notes/c1-1.md").exists()
+    assert store.list_effects(line["run_id"]) == []
+    tool_message = store.list_messages(line["run_id"])[2]
+    assert tool_message.role == "tool"
+    assert '"code":"PERMISSION_DENIED"' in tool_message.content.replace(" ", "")
+    answered = [e.data for e in store.list_events(task.id) if e.type == "tool.answered"]
+    assert answered == [{"step": 1, "tool_id": "files.write", "status": "refused",
+                         "error_code": "PERMISSION_DENIED"}]
+
+
+@pytest.mark.req("WK-01", "WK-02")
+def test_a_refused_write_is_a_tool_result_and_its_effect_is_refused(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore,
+        provider_factory: ProviderFactory, capsys: pytest.CaptureFixture[str]) -> None:
+    """A write outside files/ is refused (by the confined files service): the effect row
+    says ``refused`` with the code, nothing is written, the model reads the refusal."""
+    outside = {"content": json.dumps({"type": "tool_call", "tool_id": "files.write",
+                                      "arguments": {"path": "../escape.md", "content": "x"}})}
+    final = {"content": json.dumps({"type": "final", "text": "refused"})}
+    provider = provider_factory(Scenario.from_json({"answers": [outside, final]}))
+    task = store.submit("write outside").task
+    (line,) = worker_once(specimen, work_url, provider, capsys)
+    assert line["outcome"] == "COMPLETED"
+    (effect,) = store.list_effects(line["run_id"])
+    assert effect.status is EffectStatus.REFUSED
+    assert effect.result["error"]["code"] == "PATH_OUTSIDE_WORKSPACE"
+    assert not (specimen / "escape.md").exists()
+    answered = [e.data for e in store.list_events(task.id) if e.type == "tool.answered"]
+    assert answered == [{"step": 1, "tool_id": "files.write", "status": "error",
+                         "error_code": "PATH_OUTSIDE_WORKSPACE"}]
+
+
+@pytest.mark.req("WK-01", "WK-02")
+def test_budgets_apply_and_end_the_task_failed_with_the_code(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore,
+        provider_factory: ProviderFactory, capsys: pytest.CaptureFixture[str]) -> None:
+    """A model that lists forever meets the rounds budget: FAILED BUDGET_EXHAUSTED."""
+    listing = {"content": json.dumps({"type": "tool_call", "tool_id": "files.list",
+                                      "arguments": {"path": ""}})}
+    provider = provider_factory(Scenario.from_json({"answers": [listing],
+                                                    "when_exhausted": "repeat_last"}))
+    task = store.submit("list forever").task
+    (line,) = worker_once(specimen, work_url, provider, capsys, conclude_after="0")
+    assert (line["outcome"], line["detail"]) == ("FAILED", "BUDGET_EXHAUSTED")
+    finished = [e.data for e in store.list_events(task.id) if e.type == "run.finished"]
+    assert finished[0]["error"]["code"] == "BUDGET_EXHAUSTED"
+    assert store.get_task(task.id).state is State.FAILED
+    assert store.get_reply(line["run_id"], 16) is not None
+    assert store.get_reply(line["run_id"], 17) is None
