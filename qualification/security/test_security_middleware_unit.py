@@ -252,6 +252,9 @@ def test_every_api_route_but_the_public_ones_needs_a_session() -> None:
                                extra_public=[("GET", "/api/extra")])
     assert _call(extra, "GET", "/api/extra", bare).status == 200
     assert _call(extra, "GET", "/api/x", bare).code == "UNAUTHENTICATED"
+    again = SecurityMiddleware(Recorder(), port=PORT, auth=harness.auth,
+                               extra_public=[("GET", "/api/health")])
+    assert _call(again, "GET", "/api/health", bare).status == 200, "naming a public route twice"
 
 
 @pytest.mark.req("SV-03")
