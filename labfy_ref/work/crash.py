@@ -7,7 +7,8 @@ Unset (always, outside the recovery suite), a crash point costs one dict lookup.
 
 Boundaries: ``model.answered`` (a model reply is stored, nothing acted on it yet),
 ``effect.started`` (an effect is recorded started, not executed), ``effect.applied``
-(executed, not yet audited nor recorded complete), ``effect.completed`` (recorded
+(executed, not yet audited nor recorded complete), ``effect.audited`` (a write's audit
+entry is stored, the effect not yet recorded complete), ``effect.completed`` (recorded
 complete), ``approval.requested`` (an approval is stored and the run parked).
 """
 
@@ -20,8 +21,8 @@ from collections.abc import Mapping
 from labfy_ref.errors import ConfigRefused
 
 ENV_VAR = "LABFY_WORK_CRASH_AT"
-BOUNDARIES = ("model.answered", "effect.started", "effect.applied", "effect.completed",
-              "approval.requested")
+BOUNDARIES = ("model.answered", "effect.started", "effect.applied", "effect.audited",
+              "effect.completed", "approval.requested")
 
 
 class CrashPoints:

@@ -110,6 +110,7 @@ class EffectLedger:
             self._event(AUDIT_EVENT, effect, path=data["path"],
                         sha256=digest(arguments["content"]),
                         bytes_written=data["bytes_written"])
+            self.crash.reached("effect.audited")
         self._complete(effect, {"ok": True, "data": data})
         return data
 

@@ -1,0 +1,176 @@
+"""WK-03, WK-04: a worker killed with SIGKILL mid-run; another takes the run over and finishes it.
+
+Workers are real processes. A worker dies at a chosen step boundary by sending itself
+SIGKILL (``LABFY_WORK_CRASH_AT``, :mod:`labfy_ref.work.crash`) — the same death as
+``kill -9`` from outside, at a known point — or is killed from here while its run waits
+for an approval. After every kill the checks are the same: the task completes; each
+``files.write`` happened exactly once (one effect row, one audit entry, the content);
+no model request was asked twice for a step already answered (the fake provider's
+log). The matrix draws its kills at random; the seed is in every failure message.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fake_provider.server import FakeProvider
+from labfy_ref.work import DatabaseUrl, EffectStatus, State, WorkStore
+from labfy_ref.work.effects import AUDIT_EVENT
+from qualification.conftest import ProviderFactory
+from qualification.harness import wait_until
+from qualification.work.workers import (
+    check_exactly_once,
+    lines,
+    message,
+    start_worker,
+    stop,
+    work_scenario,
+)
+
+KILLED = -signal.SIGKILL
+#: The boundaries a worker may die at while it runs (approvals are killed from outside).
+RUNNING_BOUNDARIES = ("model.answered", "effect.started", "effect.applied", "effect.audited",
+                      "effect.completed")
+
+
+@pytest.fixture
+def store(work_url: DatabaseUrl) -> Iterator[WorkStore]:
+    """The test's view of the Work database (workers open their own)."""
+    opened = WorkStore.open(work_url)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def provider(provider_factory: ProviderFactory) -> FakeProvider:
+    """A fake provider serving the Work scripts."""
+    return provider_factory(work_scenario())
+
+
+def resolutions(store: WorkStore, task_id: str) -> list[str]:
+    """How the task's started-but-unfinished effects were resolved, in order."""
+    return [e.data["how"] for e in store.list_events(task_id) if e.type == "effect.resolved"]
+
+
+@pytest.mark.req("WK-03", "WK-04")
+@pytest.mark.parametrize(("crash", "resolved"), [
+    ("model.answered:2", []),
+    ("effect.started:1", ["never began"]),
+    ("effect.applied:2", ["content written"]),
+    ("effect.audited:1", ["audited"]),
+    ("effect.completed:2", []),
+])
+def test_a_run_killed_at_a_boundary_is_finished_by_another_worker_exactly_once(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore, provider: FakeProvider,
+        tmp_path: Path, crash: str, resolved: list[str]) -> None:
+    """SIGKILL at each boundary: the next worker waits out the lease, takes the run over,
+    replays what was answered and done, resolves what was started, and finishes it."""
+    task_id = store.submit(message("write2", "r1")).task.id
+    dying = start_worker(specimen, work_url, provider, tmp_path / "dying.out", crash=crash)
+    assert dying.wait(timeout=60) == KILLED, (tmp_path / "dying.err").read_text()
+    assert lines(tmp_path / "dying.out") == []
+    (run,) = store.list_runs(task_id)
+    assert (run.state, run.attempt) == (State.RUNNING, 1)
+    taker = start_worker(specimen, work_url, provider, tmp_path / "taker.out", max_runs=1)
+    assert taker.wait(timeout=60) == 0, (tmp_path / "taker.err").read_text()
+    (line,) = lines(tmp_path / "taker.out")
+    assert (line["outcome"], line["attempt"]) == ("COMPLETED", 2)
+    assert "run.taken_over" in [e.type for e in store.list_events(task_id)]
+    assert resolutions(store, task_id) == resolved
+    check_exactly_once(store, task_id, "write2", "r1", specimen / "files", provider)
+
+
+@pytest.mark.req("WK-03")
+def test_a_started_write_whose_file_changed_since_is_refused_never_repeated(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore, provider: FakeProvider,
+        tmp_path: Path) -> None:
+    """Killed after writing, before its audit; then someone else changes the file. The
+    file holds neither its prior nor the written content: EFFECT_UNRESOLVED, a normal
+    tool result; the file is left as found; the run goes on to its answer."""
+    task_id = store.submit(message("write2", "x1")).task.id
+    dying = start_worker(specimen, work_url, provider, tmp_path / "dying.out",
+                         crash="effect.applied:1")
+    assert dying.wait(timeout=60) == KILLED
+    target = specimen / "files/notes/x1-1.md"
+    assert target.read_text("utf-8") == "note 1 x1"
+    target.write_text("changed by someone else", "utf-8")
+    taker = start_worker(specimen, work_url, provider, tmp_path / "taker.out", max_runs=1)
+    assert taker.wait(timeout=60) == 0
+    assert store.get_task(task_id).state is State.COMPLETED
+    assert target.read_text("utf-8") == "changed by someone else"
+    (run,) = store.list_runs(task_id)
+    first = store.list_effects(run.id)[0]
+    assert first.status is EffectStatus.REFUSED
+    assert first.result["error"]["code"] == "EFFECT_UNRESOLVED"
+    audited = [e.data["effect_id"] for e in store.list_events(task_id) if e.type == AUDIT_EVENT]
+    assert first.id not in audited
+    answered = [e.data for e in store.list_events(task_id) if e.type == "tool.answered"]
+    assert answered[0] == {"step": 1, "tool_id": "files.write", "status": "error",
+                           "error_code": "EFFECT_UNRESOLVED"}
+    assert resolutions(store, task_id) == ["unresolved"]
+
+
+def kill_while_waiting_for_approval(specimen: Path, work_url: DatabaseUrl, store: WorkStore,
+                                    provider: FakeProvider, out: Path, nonce: str) -> str:
+    """Submit a one-write task, let a read-only worker park it, SIGKILL that worker."""
+    task_id = store.submit(message("write1", nonce)).task.id
+    worker = start_worker(specimen, work_url, provider, out, mode="read-only")
+    try:
+        wait_until(lambda: store.get_task(task_id).state is State.WAITING_APPROVAL,
+                   timeout=60)
+    finally:
+        worker.kill()
+    assert worker.wait(timeout=30) == KILLED
+    return task_id
+
+
+@pytest.mark.req("WK-03", "WK-04")
+def test_kill_9_matrix(specimen: Path, work_url: DatabaseUrl, store: WorkStore,
+                       provider: FakeProvider, tmp_path: Path) -> None:
+    """Ten kills on this engine (twenty over both): two while a run waits for its approval,
+    eight at boundaries drawn at random while runs run. Another worker finishes every run;
+    every write happened exactly once; no answered step was asked again."""
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    files = specimen / "files"
+    # two kills while waiting for an approval, answered afterwards
+    waiting = [kill_while_waiting_for_approval(specimen, work_url, store, provider,
+                                               tmp_path / f"approval-{i}.out", f"ap{i}")
+               for i in range(2)]
+    for task_id in waiting:
+        (approval,) = store.list_approvals(task_id)
+        store.answer_approval(approval.id, "allowed-once")
+    resumer = start_worker(specimen, work_url, provider, tmp_path / "resumer.out",
+                           mode="read-only", max_runs=2)
+    assert resumer.wait(timeout=60) == 0, (tmp_path / "resumer.err").read_text()
+    for i, task_id in enumerate(waiting):
+        check_exactly_once(store, task_id, "write1", f"ap{i}", files, provider)
+    # eight kills at random boundaries while eight runs run
+    running = [store.submit(message("write2", f"k{i}")).task.id for i in range(8)]
+    plan = [f"{rng.choice(RUNNING_BOUNDARIES)}:{rng.randint(1, 3)}" for _ in range(8)]
+    kills = []
+    for i, crash in enumerate(plan):
+        out = tmp_path / f"crash-{i}.out"
+        worker = start_worker(specimen, work_url, provider, out, crash=crash)
+        wait_until(lambda w=worker: w.poll() is not None
+                   or all(store.get_task(t).state.finished for t in running), timeout=90)
+        kills.append(worker.poll() == KILLED)
+        stop(worker)
+    assert kills == [True] * 8, f"seed {seed}: plan {plan} killed {kills}"
+    finisher = start_worker(specimen, work_url, provider, tmp_path / "finisher.out")
+    try:
+        wait_until(lambda: all(store.get_task(t).state.finished for t in running), timeout=120)
+    finally:
+        assert stop(finisher) == 0
+    for i, task_id in enumerate(running):
+        try:
+            check_exactly_once(store, task_id, "write2", f"k{i}", files, provider)
+        except AssertionError as exc:
+            raise AssertionError(f"seed {seed}, plan {plan}, task k{i}: {exc}") from exc
+    taken_over = sum(e.type == "run.taken_over" for t in running for e in store.list_events(t))
+    assert taken_over >= 1, f"seed {seed}: plan {plan}"
