@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import json
 import os
 import re
@@ -131,9 +130,9 @@ def _cancel(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace) -> int:
     # the worker (its driver, its agent) loads only for this command; it validates its own
     # options (CONFIG_INVALID naming the flag) and its failures keep their exit codes
-    worker = importlib.import_module("labfy_ref.work.worker")
-    run: Handler = worker.run_worker_command
-    return run(args)
+    from labfy_ref.work.worker import run_worker_command  # noqa: PLC0415
+
+    return run_worker_command(args)
 
 
 def _count(text: str) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -23,10 +24,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labfy_ref.cli.main import build_parser, main
+from labfy_ref.cli.work import HEARTBEAT_SECONDS, LEASE_SECONDS
 from labfy_ref.ids import id_pattern
 from labfy_ref.work import ENV_VAR, DatabaseUrl, State, WorkStore, sqlite_url
+from labfy_ref.work.worker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS
 from labfy_ref.workspace import init_workspace
-from qualification.work.wire import TASK_KEYS, check_work_shape, full_url, populate
+from qualification.conftest import ProviderFactory
+from qualification.work.wire import (
+    TASK_KEYS,
+    check_work_shape,
+    full_url,
+    populate,
+    run_worker_once,
+)
+from qualification.work.workers import message, work_scenario
 
 PASSWORD = "S3cr3t-pw-7781"
 HOSTILE = st.one_of(
@@ -382,3 +393,104 @@ def test_check_config_resolves_the_work_database_as_serve_would(
     assert PASSWORD not in refused.refused("WORK_DB_INVALID")
     monkeypatch.setenv(ENV_VAR, "sqlite://")  # in memory: private to each process
     run("check-config").refused("WORK_DB_INVALID")
+
+
+def _readme_block(name: str) -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
+    found = re.search(rf"<!-- {name}:start -->\n```sh\n(.*?)```\n<!-- {name}:end -->", readme,
+                      re.S)
+    assert found, f"README block {name} is missing"
+    return found.group(1)
+
+
+@pytest.mark.req("WK-05", "DOC-01")
+def test_the_readme_work_flow_runs_as_written_on_both_engines(
+        work_url: DatabaseUrl, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LABFY_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    postgres = work_url.dialect == "postgresql"
+    if postgres:  # as the README says: the same commands, the database named by the variable
+        env[ENV_VAR] = full_url(work_url)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", _readme_block("work-flow")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    created, ran, shown = done.stdout.splitlines()
+    assert created.startswith("created LIVE workspace 'team-lab'")
+    work = json.loads(shown)
+    assert json.loads(ran) == {"run_id": work["runs"][0]["id"], "task_id": work["task"]["id"],
+                               "attempt": 1, "outcome": "COMPLETED", "detail": None}
+    assert (work["task"]["state"], work["task"]["final_text"]) == (
+        "COMPLETED", "The workspace holds no objects yet.")
+    assert [e["type"] for e in work["events"]][:3] == ["task.submitted", "run.claimed",
+                                                       "model.answered"]
+    assert (tmp_path / "team-lab" / "work.sqlite").exists() is not postgres
+    if postgres:
+        store = WorkStore.open(work_url)
+        try:
+            assert store.get_task(work["task"]["id"]).state is State.COMPLETED
+        finally:
+            store.close()
+
+
+@pytest.mark.req("WK-05")
+def test_the_worker_help_names_the_workers_own_defaults() -> None:
+    assert (LEASE_SECONDS, HEARTBEAT_SECONDS) == (DEFAULT_LEASE_SECONDS,
+                                                  DEFAULT_HEARTBEAT_SECONDS)
+    text = " ".join(_subparser(build_parser(), "work", "worker").format_help().split())
+    assert f"default: {DEFAULT_LEASE_SECONDS:g}" in text
+    assert f"default: {DEFAULT_HEARTBEAT_SECONDS:g} or a third of the lease" in text
+
+
+@pytest.mark.req("WK-05")
+@pytest.mark.parametrize(("options", "fragment"), [
+    (["--lease-seconds", "0"], "--lease-seconds"),
+    (["--lease-seconds", "nan"], "--lease-seconds"),
+    (["--lease-seconds", "4", "--heartbeat-seconds", "4"], "--heartbeat-seconds"),
+    (["--max-runs", "0"], "--max-runs"),
+    (["--max-runs", "two"], "--max-runs"),
+    (["--permission-mode", "admin"], "--permission-mode"),
+    (["--agent-mode", "local-model"], "--agent-model"),
+    (["--agent-mode", "local-model", "--agent-model", "m", "--agent-endpoint",
+      "http://example.com:80"], "ENDPOINT_REFUSED"),
+])
+def test_the_worker_refuses_a_bad_option_before_it_claims_anything(
+        run: Any, workspace: Path, tmp_path: Path, options: list[str], fragment: str) -> None:
+    url = sqlite_url(tmp_path / "work.sqlite")
+    task = run("work", "submit", "--workspace", str(workspace), "--work-db", full_url(url),
+               "--message", "m").json()["task"]
+    done = run("work", "worker", "--workspace", str(workspace), "--work-db", full_url(url),
+               "--once", *options)
+    assert done.code == 2 and done.out == "", done
+    assert done.err.count("\n") == 1 and "Traceback" not in done.err, done.err
+    assert done.err.split(":", 1)[0] in {"CONFIG_INVALID", "ENDPOINT_REFUSED"}, done.err
+    assert fragment in done.err
+    store = WorkStore.open(url)
+    try:
+        assert store.get_task(task["id"]).state is State.QUEUED, "nothing was claimed"
+    finally:
+        store.close()
+
+
+@pytest.mark.req("WK-05")
+def test_a_write_rejected_from_the_command_line_never_happens(
+        run: Any, specimen: Path, work_url: DatabaseUrl,
+        provider_factory: ProviderFactory) -> None:
+    provider = provider_factory(work_scenario())
+    db = ("--workspace", str(specimen), "--work-db", full_url(work_url))
+    task = run("work", "submit", *db, "--message", message("write1", "r1")).json()["task"]
+    parked = run_worker_once(specimen, work_url, provider.base_url)
+    assert (parked["task_id"], parked["outcome"]) == (task["id"], "WAITING_APPROVAL")
+    [approval] = run("work", "show", task["id"], *db).json()["approvals"]
+    answered = run("work", "approve", approval["id"], "rejected", *db).json()
+    assert answered["approval"]["decision"] == "rejected"
+    run("work", "approve", approval["id"], "allowed-once", *db).refused("APPROVAL_NOT_PENDING")
+    finished = run_worker_once(specimen, work_url, provider.base_url)
+    assert (finished["task_id"], finished["outcome"]) == (task["id"], "COMPLETED")
+    shown = run("work", "show", task["id"], *db).json()
+    assert shown["task"]["state"] == "COMPLETED"
+    assert not (specimen / "files" / "notes" / "r1-1.md").exists(), "the rejected write"
+    assert [e for e in shown["effects"] if e["tool_id"] == "files.write"] == [], \
+        "a rejected call never reaches the gateway"
+    listed = run("work", "list", "--state", "COMPLETED", *db).json()
+    assert [t["id"] for t in listed["tasks"]] == [task["id"]]

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from labfy_ref.server.auth import token_hash
 from labfy_ref.work import ENV_VAR, DatabaseUrl, State, WorkStore
 from labfy_ref.workspace import init_workspace
-from qualification.conftest import ServerFactory
+from qualification.conftest import ProviderFactory, ServerFactory
 from qualification.harness import ApiClient, LiveServer, ServeProcess
 from qualification.work.wire import (
     RUN_KEYS,
@@ -31,7 +31,9 @@ from qualification.work.wire import (
     check_work_shape,
     full_url,
     populate,
+    run_worker_once,
 )
+from qualification.work.workers import check_exactly_once, message, work_scenario
 
 USER_TOKEN = "carol-token-0123456789"
 PASSWORD = "S3cr3t-pw-4410"
@@ -282,3 +284,30 @@ def test_serve_takes_its_work_database_from_labfy_work_db(
     assert code == 0, err
     assert store.get_task(task["id"]).message == "through serve"
     assert not (workspace / "work.sqlite").exists()
+
+
+@pytest.mark.req("WK-05", "WK-04")
+def test_a_write_waits_for_an_approval_answered_over_http_then_runs_once(
+        server_factory: ServerFactory, specimen: Path, work_url: DatabaseUrl,
+        store: WorkStore, provider_factory: ProviderFactory) -> None:
+    provider = provider_factory(work_scenario())
+    client = server_factory(specimen, work_db=full_url(work_url)).client()
+    task = _submit(client, message("write1", "h1"))
+    parked = run_worker_once(specimen, work_url, provider.base_url)
+    assert (parked["task_id"], parked["outcome"]) == (task["id"], "WAITING_APPROVAL")
+    waiting = client.get(f"{TASKS}/{task['id']}").json()
+    assert waiting["task"]["state"] == "WAITING_APPROVAL"
+    [approval] = waiting["approvals"]
+    assert (approval["tool_id"], approval["decision"]) == ("files.write", "pending")
+    written = specimen / "files" / "notes" / "h1-1.md"
+    assert not written.exists(), "read-only: nothing is written before the answer"
+    url = f"/api/v1/work/approvals/{approval['id']}"
+    assert client.post(url, {"decision": "allowed-once"}).status_code == 200
+    _error(client.post(url, {"decision": "rejected"}), 409, "APPROVAL_NOT_PENDING")
+    assert client.get(f"{TASKS}/{task['id']}").json()["task"]["state"] == "QUEUED"
+    finished = run_worker_once(specimen, work_url, provider.base_url)
+    assert (finished["task_id"], finished["outcome"]) == (task["id"], "COMPLETED")
+    done = client.get(f"{TASKS}/{task['id']}").json()
+    assert (done["task"]["state"], done["task"]["final_text"]) == ("COMPLETED", "done h1")
+    assert done["approvals"][0]["decision"] == "allowed-once"
+    check_exactly_once(store, task["id"], "write1", "h1", specimen / "files", provider)

@@ -4,7 +4,12 @@ tests (``labfy-ref work ...`` and ``/api/v1/work/*``) on both engines."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from labfy_ref.ids import id_pattern
@@ -80,3 +85,20 @@ def check_work_shape(work: dict[str, Any], populated: Populated, message: str) -
                                   "decision": "pending"}]
     assert id_pattern("task").fullmatch(task["id"]) and id_pattern("eff").fullmatch(
         populated.effect_id) and id_pattern("appr").fullmatch(populated.approval_id)
+
+
+def run_worker_once(workspace: Path, url: DatabaseUrl, endpoint: str, *,
+                    mode: str = "read-only") -> dict[str, Any]:
+    """``labfy-ref work worker --once`` as a real process with a local-model agent at
+    ``endpoint``; the one run line it printed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LABFY_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "labfy_ref.cli.main", "work", "worker", "--workspace",
+         str(workspace), "--work-db", full_url(url), "--once", "--permission-mode", mode,
+         "--agent-mode", "local-model", "--agent-endpoint", endpoint, "--agent-model",
+         "fake-model", "--lease-seconds", "10", "--heartbeat-seconds", "1"],
+        capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [line] = done.stdout.splitlines()
+    ran: dict[str, Any] = json.loads(line)
+    return ran
