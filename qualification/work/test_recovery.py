@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,8 +158,12 @@ def test_kill_9_matrix(specimen: Path, work_url: DatabaseUrl, store: WorkStore,
     for i, crash in enumerate(plan):
         out = tmp_path / f"crash-{i}.out"
         worker = start_worker(specimen, work_url, provider, out, crash=crash)
-        wait_until(lambda w=worker: w.poll() is not None
-                   or all(store.get_task(t).state.finished for t in running), timeout=90)
+
+        def dead_or_done(worker: subprocess.Popen[bytes] = worker) -> bool:
+            return worker.poll() is not None or all(store.get_task(t).state.finished
+                                                    for t in running)
+
+        wait_until(dead_or_done, timeout=90)
         kills.append(worker.poll() == KILLED)
         stop(worker)
     assert kills == [True] * 8, f"seed {seed}: plan {plan} killed {kills}"
