@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fake_provider import Scenario
 from labfy_ref.cli.main import build_parser, main
 from labfy_ref.cli.work import HEARTBEAT_SECONDS, LEASE_SECONDS
 from labfy_ref.ids import id_pattern
@@ -30,6 +32,7 @@ from labfy_ref.work import ENV_VAR, DatabaseUrl, State, WorkStore, sqlite_url
 from labfy_ref.work.worker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS
 from labfy_ref.workspace import init_workspace
 from qualification.conftest import ProviderFactory
+from qualification.harness import wait_until
 from qualification.work.wire import (
     TASK_KEYS,
     check_work_shape,
@@ -37,7 +40,7 @@ from qualification.work.wire import (
     populate,
     run_worker_once,
 )
-from qualification.work.workers import message, work_scenario
+from qualification.work.workers import conversation_requests, message, work_scenario
 
 PASSWORD = "S3cr3t-pw-7781"
 HOSTILE = st.one_of(
@@ -494,3 +497,35 @@ def test_a_write_rejected_from_the_command_line_never_happens(
         "a rejected call never reaches the gateway"
     listed = run("work", "list", "--state", "COMPLETED", *db).json()
     assert [t["id"] for t in listed["tasks"]] == [task["id"]]
+
+
+@pytest.mark.req("WK-05", "WK-04")
+def test_the_worker_command_releases_its_run_on_sigterm_and_exits_0(
+        run: Any, specimen: Path, work_url: DatabaseUrl,
+        provider_factory: ProviderFactory) -> None:
+    slow = {"content": json.dumps({"type": "final", "text": "late"}), "delay": 60}
+    provider = provider_factory(Scenario.from_json({"name": "slow", "keyed": {"slow": [slow]}}))
+    db = ("--workspace", str(specimen), "--work-db", full_url(work_url))
+    task = run("work", "submit", *db, "--message", message("slow", "k1")).json()["task"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LABFY_")}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "labfy_ref.cli.main", "work", "worker", *db, "--agent-mode",
+         "local-model", "--agent-endpoint", provider.base_url, "--agent-model", "fake-model",
+         "--lease-seconds", "10", "--heartbeat-seconds", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        # the worker holds the run and waits for the model: the moment to stop it
+        wait_until(lambda: conversation_requests(provider, "k1") == [2], timeout=60)
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate(timeout=10)
+    assert worker.returncode == 0, err
+    [line] = [json.loads(text) for text in out.splitlines()]
+    assert (line["task_id"], line["outcome"]) == (task["id"], "RELEASED")
+    shown = run("work", "show", task["id"], *db).json()
+    assert shown["task"]["state"] == "QUEUED"
+    assert (shown["runs"][0]["state"], shown["runs"][0]["worker"]) == ("QUEUED", None)
+    assert shown["events"][-1]["type"] == "run.released"
