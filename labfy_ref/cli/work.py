@@ -64,17 +64,17 @@ def _refusals(handler: Handler) -> Handler:
 
 def _open_store(args: argparse.Namespace) -> WorkStore:
     """The Work store the options name (see the module's docstring), migrated forward."""
-    from labfy_ref.work import WorkStore, sqlite_url  # noqa: PLC0415
-    from labfy_ref.work.url import DEFAULT_FILE, given_database_url  # noqa: PLC0415
+    from labfy_ref.work import WorkStore, resolve_database_url  # noqa: PLC0415
+    from labfy_ref.work.url import given_database_url  # noqa: PLC0415
     from labfy_ref.workspace import open_workspace  # noqa: PLC0415
 
-    root = open_workspace(Path(args.workspace)).root if args.workspace is not None else None
+    if args.workspace is not None:
+        root = open_workspace(Path(args.workspace)).root  # WORKSPACE_INVALID if it is not one
+        return WorkStore.open(resolve_database_url(root, args.work_db, os.environ))
     url = given_database_url(args.work_db, os.environ)
     if url is None:
-        if root is None:
-            raise ConfigRefused("which Work database? Give --workspace DIR (its work.sqlite), "
-                                "--work-db URL or LABFY_WORK_DB")
-        url = sqlite_url(root / DEFAULT_FILE)
+        raise ConfigRefused("which Work database? Give --workspace DIR (its work.sqlite), "
+                            "--work-db URL or LABFY_WORK_DB")
     return WorkStore.open(url)
 
 
