@@ -10,15 +10,18 @@ wrapped by :class:`EffectLedger`, so what reaches the ledger is a validated call
 * a call an earlier attempt *started* but never recorded complete is resolved by
   looking at its target, never silently repeated: a ``files.write`` by the file's
   content and by the audit entry every executed write leaves (the ``files.write.audit``
-  event); a read by running it again (it changes nothing); anything else
-  (``research.prepare``) is refused ``EFFECT_UNRESOLVED``, a normal tool error.
+  event); a ``research.prepare`` by whether the workspace holds a campaign with its
+  exact fields made since the effect started; a read by running it again (it changes
+  nothing). What cannot be told is refused ``EFFECT_UNRESOLVED``, a normal tool error.
 
 Each ``files.write`` first records the file's prior content digest (the
 ``effect.target`` event), then writes, then leaves its audit entry, then completes the
-effect. Resumed, a started write with an audit entry happened; without one, the file
-holding the new content means it happened (the crash fell between the rename and the
-audit), holding the prior content means it did not; anything else cannot be told apart
-and is refused.
+effect. Resumed, a started write without a target event never began; with an audit
+entry it happened; otherwise the file holding the new content means it happened (the
+crash fell between the rename and the audit), holding the prior content means it did
+not, and anything else cannot be told apart and is refused. A ``research.prepare``
+records its target event too; resumed, one matching campaign is this step's (adopted,
+not made again), none means it never ran, several cannot be told apart.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from labfy_ref.errors import ErrorCode, ToolError
 from labfy_ref.gateway import AgentGateway
@@ -43,6 +46,18 @@ TARGET_EVENT = "effect.target"
 READ_ONLY = frozenset({"workspace.list_objects", "workspace.read_object", "research.get_state",
                        "files.list", "files.read"})
 Service = Callable[..., dict[str, Any]]
+
+
+class Targets(Protocol):
+    """Where the ledger looks to learn whether a crashed effect happened."""
+
+    def read_text(self, path: str) -> str | None:
+        """A file's whole text, or None when there is none."""
+        ...
+
+    def campaigns_like(self, arguments: dict[str, Any], since: str) -> list[str]:
+        """Campaigns ``research.prepare`` with ``arguments`` made at or after ``since``."""
+        ...
 
 
 def digest(text: str) -> str:
@@ -74,7 +89,7 @@ class EffectLedger:
         #: (step, call) of the call being decided; the driver sets it before each call.
         self.key: tuple[int, int] = (1, 0)
 
-    def run(self, tool_id: str, service: Service, read: Callable[[str], str | None],
+    def run(self, tool_id: str, service: Service, targets: Targets,
             arguments: dict[str, Any]) -> dict[str, Any]:
         """Execute a validated call once per (run, step, call), or give back its stored outcome."""
         step, call = self.key
@@ -82,10 +97,10 @@ class EffectLedger:
         if effect.status is not EffectStatus.STARTED:
             return _replay(effect)
         if effect.attempt != self.claim.attempt:
-            return self._resolve(effect, service, read, arguments)
+            return self._resolve(effect, service, targets, arguments)
         self._event("effect.started", effect)
         self.crash.reached("effect.started")
-        return self._execute(effect, service, read, arguments)
+        return self._execute(effect, service, targets, arguments)
 
     # -- internals -----------------------------------------------------------------------
 
@@ -94,13 +109,15 @@ class EffectLedger:
                                 {"effect_id": effect.id, "step": effect.step,
                                  "tool_id": effect.tool_id, **data}, self.claim.run_id)
 
-    def _execute(self, effect: Effect, service: Service, read: Callable[[str], str | None],
+    def _execute(self, effect: Effect, service: Service, targets: Targets,
                  arguments: dict[str, Any]) -> dict[str, Any]:
         try:
             if effect.tool_id == "files.write":
-                prior = read(arguments["path"])
+                prior = targets.read_text(arguments["path"])
                 self._event(TARGET_EVENT, effect, prior_sha256=None if prior is None
                             else digest(prior))
+            elif effect.tool_id == "research.prepare":
+                self._event(TARGET_EVENT, effect)
             data = service(**arguments)
         except ToolError as exc:  # refused by the service (a path outside files/…): no effect
             self._complete(effect, {"ok": False, "error": exc.as_dict()}, refused=True)
@@ -120,30 +137,34 @@ class EffectLedger:
         self._event("effect.completed", effect, ok=result["ok"])
         self.crash.reached("effect.completed")
 
-    def _resolve(self, effect: Effect, service: Service, read: Callable[[str], str | None],
+    def _resolve(self, effect: Effect, service: Service, targets: Targets,
                  arguments: dict[str, Any]) -> dict[str, Any]:
         """An earlier attempt started this effect and died: find out whether it happened."""
         if effect.tool_id in READ_ONLY:
             self._event("effect.resolved", effect, how="read again")
-            return self._execute(effect, service, read, arguments)
-        if effect.tool_id != "files.write":
-            return self._unresolved(effect, f"{effect.tool_id} was started by attempt "
-                                            f"{effect.attempt} and its outcome is unknown")
+            return self._execute(effect, service, targets, arguments)
         events = self.store.list_events(self.claim.task_id)
         mine = [e for e in events if isinstance(e.data, dict)
                 and e.data.get("effect_id") == effect.id]
-        audit = next((e for e in mine if e.type == AUDIT_EVENT), None)
         target = next((e for e in mine if e.type == TARGET_EVENT), None)
+        if target is None and effect.tool_id in ("files.write", "research.prepare"):
+            # its target is recorded before the effect runs: without it, it never began
+            self._event("effect.resolved", effect, how="never began")
+            return self._execute(effect, service, targets, arguments)
+        if effect.tool_id == "research.prepare":
+            return self._resolve_campaign(effect, service, targets, arguments)
+        if effect.tool_id != "files.write":
+            return self._unresolved(effect, f"{effect.tool_id} was started by attempt "
+                                            f"{effect.attempt} and its outcome is unknown")
+        assert target is not None
+        audit = next((e for e in mine if e.type == AUDIT_EVENT), None)
         content = arguments["content"]
         if audit is not None:
             data = {"path": audit.data["path"], "bytes_written": audit.data["bytes_written"]}
             self._event("effect.resolved", effect, how="audited")
             self._complete(effect, {"ok": True, "data": data})
             return data
-        if target is None:  # the write comes after its target is recorded: it never began
-            self._event("effect.resolved", effect, how="never began")
-            return self._execute(effect, service, read, arguments)
-        now = read(arguments["path"])
+        now = targets.read_text(arguments["path"])
         prior = target.data.get("prior_sha256")
         if now is not None and now == content:
             data = {"path": "/".join(split_path(arguments["path"])),
@@ -155,9 +176,24 @@ class EffectLedger:
             return data
         if (None if now is None else digest(now)) == prior:
             self._event("effect.resolved", effect, how="content unchanged")
-            return self._execute(effect, service, read, arguments)
+            return self._execute(effect, service, targets, arguments)
         return self._unresolved(effect, f"{arguments['path'][:200]} holds neither its content "
                                         "before this write nor the written content")
+
+    def _resolve_campaign(self, effect: Effect, service: Service, targets: Targets,
+                          arguments: dict[str, Any]) -> dict[str, Any]:
+        """A started ``research.prepare``: did this run's step make its campaign?"""
+        found = targets.campaigns_like(arguments, effect.started_at)
+        if not found:
+            self._event("effect.resolved", effect, how="no campaign")
+            return self._execute(effect, service, targets, arguments)
+        if len(found) > 1:
+            return self._unresolved(effect, f"{len(found)} campaigns like this one were made "
+                                            "since it started; which is this run's is unknown")
+        data = {"campaign_id": found[0], "status": "PREPARED"}
+        self._event("effect.resolved", effect, how="campaign found", campaign_id=found[0])
+        self._complete(effect, {"ok": True, "data": data})
+        return data
 
     def _unresolved(self, effect: Effect, message: str) -> dict[str, Any]:
         error = ToolError(message, code=ErrorCode.EFFECT_UNRESOLVED)
@@ -172,14 +208,22 @@ class WorkGateway(AgentGateway):
     def __init__(self, workspace: Workspace, store: WorkspaceStore, ledger: EffectLedger, *,
                  max_result_bytes: int) -> None:
         super().__init__(workspace, store, max_result_bytes=max_result_bytes)
+        self._store = store
         self.ledger = ledger
         self._services = {tool_id: functools.partial(self._recorded, tool_id, service)
                           for tool_id, service in self._services.items()}
 
     def _recorded(self, tool_id: str, service: Service, **arguments: Any) -> dict[str, Any]:
-        return self.ledger.run(tool_id, service, self._read_text, arguments)
+        return self.ledger.run(tool_id, service, self, arguments)
 
-    def _read_text(self, path: str) -> str | None:
+    def campaigns_like(self, arguments: dict[str, Any], since: str) -> list[str]:
+        """Campaigns of this workspace made by ``research.prepare`` with ``arguments``
+        at or after ``since``."""
+        return self._store.campaigns_like(
+            self.workspace.workspace_id, arguments["topic"], arguments["questions"],
+            arguments.get("object_refs") or [], since)
+
+    def read_text(self, path: str) -> str | None:
         """A file's whole text as the gateway reads it, or None when there is none."""
         try:
             found = self._files.read(path)

@@ -231,6 +231,21 @@ class WorkspaceStore:
         return Campaign(row[0], row[1], row[2], tuple(_loads(row[3])),
                         tuple(_loads(row[4])), row[5], tuple(_loads(row[6])), row[7])
 
+    def campaigns_like(self, workspace_id: str, topic: str, questions: Sequence[str],
+                       object_refs: Sequence[str], since: str) -> list[str]:
+        """Ids of this workspace's campaigns with exactly these fields, created at or after
+        ``since`` (an ISO time): how a resumed Work run finds whether its crashed
+        ``research.prepare`` already made its campaign (WK-03)."""
+        _valid(workspace_id=workspace_id, topic=topic, questions=list(questions),
+               object_refs=list(object_refs))
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT campaign_id FROM campaigns WHERE workspace_id = ? AND topic = ? AND "
+                "questions = ? AND object_refs = ? AND created_at >= ? ORDER BY campaign_id",
+                (workspace_id, topic, _dumps(list(questions)), _dumps(list(object_refs)),
+                 since)).fetchall()
+        return [row[0] for row in rows]
+
     def complete_campaign(self, campaign_id: str, evidence: Sequence[dict[str, str]]) -> None:
         """Store the evidence and mark the campaign COMPLETED."""
         _valid(campaign_id=campaign_id, evidence=list(evidence))

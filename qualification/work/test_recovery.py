@@ -11,8 +11,11 @@ log). The matrix draws its kills at random; the seed is in every failure message
 
 from __future__ import annotations
 
+import contextlib
+import json
 import random
 import signal
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +29,7 @@ from qualification.conftest import ProviderFactory
 from qualification.harness import wait_until
 from qualification.work.workers import (
     check_exactly_once,
+    conversation_requests,
     lines,
     message,
     start_worker,
@@ -179,3 +183,43 @@ def test_kill_9_matrix(specimen: Path, work_url: DatabaseUrl, store: WorkStore,
             raise AssertionError(f"seed {seed}, plan {plan}, task k{i}: {exc}") from exc
     taken_over = sum(e.type == "run.taken_over" for t in running for e in store.list_events(t))
     assert taken_over >= 1, f"seed {seed}: plan {plan}"
+
+
+def campaigns(workspace: Path, topic: str) -> list[str]:
+    """The ids of the workspace's campaigns about ``topic``."""
+    with contextlib.closing(sqlite3.connect(workspace / "labfy.sqlite")) as db:
+        return [row[0] for row in db.execute(
+            "SELECT campaign_id FROM campaigns WHERE topic = ?", (topic,))]
+
+
+@pytest.mark.req("WK-03")
+@pytest.mark.parametrize(("crash", "resolved"), [
+    ("effect.started:1", "never began"),
+    ("effect.applied:1", "campaign found"),
+])
+def test_a_crashed_research_prepare_makes_its_campaign_once(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore,
+        provider_factory: ProviderFactory, tmp_path: Path, crash: str, resolved: str) -> None:
+    """Killed around ``research.prepare``: the next worker looks for the campaign that run
+    and step made; found, it is adopted, not made again. Work has no grant flow: the task
+    ends FAILED GRANT_REQUIRED naming the one campaign."""
+    prepare = {"content": json.dumps({"type": "tool_call", "tool_id": "research.prepare",
+                                      "arguments": {"topic": "topic {nonce}",
+                                                    "questions": ["why {nonce}?"]}})}
+    provider = provider_factory(work_scenario(research=[prepare]))
+    task_id = store.submit(message("research", "q1")).task.id
+    dying = start_worker(specimen, work_url, provider, tmp_path / "dying.out", crash=crash)
+    assert dying.wait(timeout=60) == KILLED
+    taker = start_worker(specimen, work_url, provider, tmp_path / "taker.out", max_runs=1)
+    assert taker.wait(timeout=60) == 0, (tmp_path / "taker.err").read_text()
+    (line,) = lines(tmp_path / "taker.out")
+    assert (line["outcome"], line["detail"], line["attempt"]) == ("FAILED", "GRANT_REQUIRED", 2)
+    (campaign_id,) = campaigns(specimen, "topic q1")
+    assert resolutions(store, task_id) == [resolved]
+    (run,) = store.list_runs(task_id)
+    (effect,) = store.list_effects(run.id)
+    assert effect.status is EffectStatus.COMPLETED
+    assert effect.result["data"]["campaign_id"] == campaign_id
+    finished = [e.data for e in store.list_events(task_id) if e.type == "run.finished"]
+    assert campaign_id in finished[0]["error"]["message"]
+    assert len(conversation_requests(provider, "q1")) == 1
