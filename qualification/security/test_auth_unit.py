@@ -8,8 +8,10 @@ its clock, the accounts file's grammar.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -215,3 +217,14 @@ def test_an_accounts_file_refuses_anything_else(tmp_path: Path) -> None:
             _accounts(tmp_path, unreadable)
     with pytest.raises(ConfigRefused, match=r"unreadable \(FileNotFoundError\)"):
         load_accounts(tmp_path / "missing.toml")
+
+
+@pytest.mark.req("SV-03")
+def test_a_session_id_and_its_csrf_secret_each_carry_256_random_bits() -> None:
+    auth, _ = _auth()
+    session = auth.login(LAUNCH)
+    assert session is not None
+    for secret in (session.session_id, session.csrf_token):
+        # token_urlsafe(32): 32 random bytes, 43 characters of unpadded URL-safe base64
+        assert len(secret) == 43 and re.fullmatch(r"[A-Za-z0-9_-]{43}", secret)
+        assert len(base64.urlsafe_b64decode(secret + "=")) == 32
