@@ -31,6 +31,7 @@ from typing import Any
 from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused, ToolError
 from labfy_ref.gateway import CallContext, ToolOutcome
+from labfy_ref.gateway.usage import UsageService
 from labfy_ref.protocol import Answer, ChatMessage, ChatModel, Decoding, RoundUsage, ToolCall, Usage
 from labfy_ref.protocol.exchange import canonical, encode_json
 from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver
@@ -120,7 +121,8 @@ class WorkPort:
         self._stored_messages = stored_messages
         self._position = 1  # the task's message, stored by submit
         self.step = 0
-        self.asked = 0  # model calls this drive made (replayed steps are not calls)
+        #: Was the last step answered from the store (no model call)?
+        self.replayed = False
 
     @property
     def model(self) -> str:
@@ -145,8 +147,8 @@ class WorkPort:
         self.step += 1
         request = request_digest(messages, decoding)
         stored = self._store.get_reply(self._claim.run_id, self.step)
+        self.replayed = stored is not None
         if stored is None:
-            self.asked += 1
             answer = await self._engine.ask(messages, decoding)
             response = {"content": answer.content, "usage": answer.usage.as_json()}
             # stored before anything acts on it: a crash from here on replays this reply
@@ -197,6 +199,21 @@ class WorkPort:
                 self._claim.run_id)
 
 
+class RunUsage(UsageService):
+    """A run's view of the usage ledger (BR-14): a step replayed from the store made no
+    model call, so it is not recorded as one."""
+
+    def __init__(self, store: WorkspaceStore, port: WorkPort) -> None:
+        super().__init__(store)
+        self._port = port
+
+    def record(self, model: str, usage: Usage, latency_ms: float, outcome: str,
+               caller: str) -> None:
+        """Record a model call, unless the port answered it from the store."""
+        if not self._port.replayed:
+            super().record(model, usage, latency_ms, outcome, caller)
+
+
 def _summary(action: ToolCall) -> str:
     """One printable line saying what a call would do (shown to whoever approves it)."""
     arguments = action.arguments
@@ -230,6 +247,7 @@ async def drive_run(store: WorkStore, claim: Claim, services: RunServices,
     host, engine = await start_run_engine(gateway.catalog, services.model)
     port = WorkPort(store, claim, engine, ledger=ledger, services=services, control=control,
                     stored_messages=len(stored))
+    gateway.usage = RunUsage(services.workspace_store, port)
     conversation = Conversation.start([{"role": "system", "content": engine.system_prompt},
                                        {"role": "user", "content": stored[0].content}])
     try:

@@ -18,18 +18,33 @@ import pytest
 
 from fake_provider.scenario import Scenario
 from fake_provider.server import FakeProvider
-from labfy_ref.host import Composition, RowSpec
+from labfy_ref.config import PermissionMode
+from labfy_ref.gateway.usage import UsageService
+from labfy_ref.host import Composition, Host, RowSpec
 from labfy_ref.host.host import RowState
+from labfy_ref.model import LocalModelClient
+from labfy_ref.model.endpoint import parse_endpoint
+from labfy_ref.runtime import RuntimeLimits
 from labfy_ref.tools.catalog import default_catalog
-from labfy_ref.work import DatabaseUrl, EffectStatus, State, WorkStore
-from labfy_ref.work.composition import ROWS, check_isolated, run_composition, start_run_engine
+from labfy_ref.work import DatabaseUrl, EffectStatus, State, WorkStore, driver
+from labfy_ref.work.composition import (
+    ROWS,
+    RunEngine,
+    check_isolated,
+    run_composition,
+    start_run_engine,
+)
+from labfy_ref.work.driver import RunOutcome, RunServices
 from labfy_ref.work.effects import AUDIT_EVENT
-from labfy_ref.work.worker import run_worker_command
+from labfy_ref.work.worker import Worker, WorkerSettings, run_worker_command
+from labfy_ref.workspace.layout import open_workspace
 from qualification.conftest import ProviderFactory
+from qualification.harness import wait_until
 from qualification.work.workers import (
     check_exactly_once,
     conversation_requests,
     message,
+    script,
     url_text,
     work_scenario,
 )
@@ -146,6 +161,13 @@ def test_read_only_write_waits_for_an_approval_then_another_worker_resumes_it(
     (resumed,) = worker_once(specimen, work_url, provider, capsys, permission_mode="read-only")
     assert (resumed["outcome"], resumed["attempt"]) == ("COMPLETED", 2)
     check_exactly_once(store, task.id, "write1", "b1", specimen / "files", provider)
+    workspace_store = open_workspace(specimen).open_store()
+    try:
+        ledger = UsageService(workspace_store).report()["usage"]
+    finally:
+        workspace_store.close()
+    calls = [(r["caller"], r["outcome"]) for r in ledger]
+    assert calls == [(resumed["run_id"], "ok")] * 2  # step 1 replayed on resume: no call
 
 
 @pytest.mark.req("WK-05")
@@ -209,3 +231,52 @@ def test_budgets_apply_and_end_the_task_failed_with_the_code(
     assert store.get_task(task.id).state is State.FAILED
     assert store.get_reply(line["run_id"], 16) is not None
     assert store.get_reply(line["run_id"], 17) is None
+
+
+@pytest.mark.req("WK-01", "WK-05")
+def test_cancelling_the_task_stops_the_drive_and_disposes_its_engine(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore,
+        provider_factory: ProviderFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelled while its model is asked (an answer a minute away): the worker's heartbeat
+    finds the run fenced off, the drive stops at once, and its engine — every row of its
+    composition — is disposed; nothing more is stored for the run."""
+    provider = provider_factory(work_scenario(slow=script(1, delay_final=60)))
+    engines: list[Host] = []
+
+    async def observed(catalog: Any, model: Any) -> tuple[Host, RunEngine]:
+        host, engine = await start_run_engine(catalog, model)
+        engines.append(host)
+        return host, engine
+
+    monkeypatch.setattr(driver, "start_run_engine", observed)
+    task = store.submit(message("slow", "d1")).task
+    workspace = open_workspace(specimen)
+    workspace_store = workspace.open_store()
+    model = LocalModelClient(parse_endpoint(provider.base_url), "fake-model")
+    services = RunServices(workspace, workspace_store, model, "local:fake-model",
+                           PermissionMode.WORKSPACE_WRITE, RuntimeLimits())
+    settings = WorkerSettings("in-test", lease_seconds=30, heartbeat_seconds=0.2)
+
+    async def scenario() -> RunOutcome:
+        claim = store.claim(settings.name, settings.lease_seconds)
+        assert claim is not None
+        running = asyncio.create_task(Worker(store, services, settings).run(claim))
+        await asyncio.to_thread(wait_until, lambda: conversation_requests(provider, "d1")
+                                == [2, 4], timeout=30)
+        assert {row["state"] for row in engines[0].status()["rows"]} == {"ACTIVE"}
+        store.cancel(task.id)
+        return await asyncio.wait_for(running, timeout=20)
+
+    try:
+        outcome = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+    finally:
+        asyncio.run(model.aclose())
+        workspace_store.close()
+    assert outcome.outcome == "LOST"
+    (engine,) = engines
+    assert {row["state"] for row in engine.status()["rows"]} == {"DISPOSED"}
+    assert engine.service("engine") is None
+    (run,) = store.list_runs(task.id)
+    assert run.state is State.CANCELLED
+    assert store.get_reply(run.id, 2) is None
+    assert [e.type for e in store.list_events(task.id)][-1] == "task.cancelled"
