@@ -19,11 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.server.auth import token_hash
 from labfy_ref.work import ENV_VAR, DatabaseUrl, State, WorkStore
 from labfy_ref.workspace import init_workspace
 from qualification.conftest import ProviderFactory, ServerFactory
 from qualification.harness import ApiClient, LiveServer, ServeProcess
+from qualification.work.postgres import PrivateCluster
 from qualification.work.wire import (
     RUN_KEYS,
     TASK_KEYS,
@@ -311,3 +313,33 @@ def test_a_write_waits_for_an_approval_answered_over_http_then_runs_once(
     assert (done["task"]["state"], done["task"]["final_text"]) == ("COMPLETED", "done h1")
     assert done["approvals"][0]["decision"] == "allowed-once"
     check_exactly_once(store, task["id"], "write1", "h1", specimen / "files", provider)
+
+
+@pytest.mark.req("WK-05", "WK-02")
+def test_a_database_that_could_not_be_opened_is_tried_again_on_the_next_request(
+        server_factory: ServerFactory, workspace: Path, tmp_path: Path) -> None:
+    later = tmp_path / "not-yet"
+    live = server_factory(workspace, work_db=f"sqlite:///{later}/work.sqlite")
+    client = live.client()
+    assert "does not exist" in _error(client.get(TASKS), 503, "WORK_DB_UNAVAILABLE")
+    later.mkdir()
+    task = _submit(client, "now it opens")
+    assert client.get(TASKS).json()["tasks"] == [task]
+
+
+@pytest.mark.req("WK-05", "WK-02")
+def test_a_stopped_server_holds_no_connection_to_its_work_database(
+        server_factory: ServerFactory, workspace: Path, work_url: DatabaseUrl,
+        request: pytest.FixtureRequest) -> None:
+    live = server_factory(workspace, work_db=full_url(work_url))
+    _submit(live.client(), "opens the store")
+    live.stop()
+    with pytest.raises(LabfyError) as refused:
+        live.state.work.store()
+    assert refused.value.code is ErrorCode.WORK_DB_UNAVAILABLE, "closed for good"
+    if work_url.dialect == "postgresql":
+        cluster: PrivateCluster = request.getfixturevalue("pg_cluster")
+        with cluster.admin() as conn:
+            held = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s",
+                                (work_url.url.database,)).fetchone()
+        assert held == (0,), "every pooled connection was closed"
