@@ -1,12 +1,13 @@
 """WK-03, WK-04: a worker killed with SIGKILL mid-run; another takes the run over and finishes it.
 
-Workers are real processes. A worker dies at a chosen step boundary by sending itself
-SIGKILL (``LABFY_WORK_CRASH_AT``, :mod:`labfy_ref.work.crash`) — the same death as
-``kill -9`` from outside, at a known point — or is killed from here while its run waits
-for an approval. After every kill the checks are the same: the task completes; each
-``files.write`` happened exactly once (one effect row, one audit entry, the content);
-no model request was asked twice for a step already answered (the fake provider's
-log). The matrix draws its kills at random; the seed is in every failure message.
+Workers are real ``labfy-ref work worker`` processes. A worker dies at a chosen step
+boundary by sending itself SIGKILL (``LABFY_WORK_CRASH_AT``, :mod:`labfy_ref.work.crash`)
+— the same death as ``kill -9`` from outside, at a known point — or is killed from here
+while its run waits for an approval. After every kill the checks are the same: the task
+completes; each ``files.write`` happened exactly once (one effect row, one audit entry,
+the content); no model request was asked twice for a step already answered (the fake
+provider's log). The matrix draws its kills at random; the seed is in every failure
+message.
 """
 
 from __future__ import annotations

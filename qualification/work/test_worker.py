@@ -1,7 +1,7 @@
 """WK-04, WK-05: worker processes on one database — shared runs, SIGTERM, cancel, options.
 
-Workers are real processes (``python -m qualification.work.worker_main``, the body of
-``labfy-ref work worker``) on SQLite and on PostgreSQL, with a fake provider on loopback.
+Workers are real ``labfy-ref work worker`` processes on SQLite and on PostgreSQL, with a
+fake provider on loopback; the option checks call the command's body in this process.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ and its request log tells which conversation asked what. Scripts:
   answer ``done NONCE`` (four model steps, three effects);
 * ``write1``: write ``notes/NONCE-1.md``, answer ``done NONCE`` (two steps, one effect).
 
-Workers are real processes (:mod:`qualification.work.worker_main`) on loopback.
+Workers are real ``labfy-ref work worker`` processes; the fake provider is on loopback.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 from fake_provider.scenario import Scenario
 from fake_provider.server import FakeProvider
+from labfy_ref.work import ENV_VAR as WORK_DB_ENV
 from labfy_ref.work import DatabaseUrl, EffectStatus, WorkStore
 from labfy_ref.work.crash import ENV_VAR as CRASH_ENV
 from labfy_ref.work.effects import AUDIT_EVENT
@@ -82,19 +83,24 @@ def start_worker(workspace: Path, url: DatabaseUrl, provider: FakeProvider, out:
                  mode: str = "workspace-write", crash: str | None = None, once: bool = False,
                  max_runs: int | None = None, lease: float = LEASE,
                  heartbeat: float = HEARTBEAT) -> subprocess.Popen[bytes]:
-    """A worker process whose stdout (one JSON line per run) goes to ``out``, its stderr
-    beside it (``.err``)."""
-    options = {"workspace": str(workspace), "work_db": url_text(url), "once": once,
-               "max_runs": max_runs, "permission_mode": mode, "agent_mode": "local-model",
-               "agent_endpoint": provider.base_url, "agent_model": "fake-model",
-               "agent_timeout": "30", "lease_seconds": lease, "heartbeat_seconds": heartbeat}
+    """``labfy-ref work worker`` as a process; its stdout (one JSON line per run) goes to
+    ``out``, its stderr beside it (``.err``). The database URL is given in
+    ``LABFY_WORK_DB``, as a team would (no password on a command line)."""
+    argv = [sys.executable, "-m", "labfy_ref.cli.main", "work", "worker",
+            "--workspace", str(workspace), "--permission-mode", mode,
+            "--agent-mode", "local-model", "--agent-endpoint", provider.base_url,
+            "--agent-model", "fake-model", "--agent-timeout", "30",
+            "--lease-seconds", str(lease), "--heartbeat-seconds", str(heartbeat)]
+    if once:
+        argv.append("--once")
+    if max_runs is not None:
+        argv += ["--max-runs", str(max_runs)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LABFY_")}
+    env[WORK_DB_ENV] = url_text(url)
     if crash is not None:
         env[CRASH_ENV] = crash
     with out.open("wb") as sink, out.with_suffix(".err").open("wb") as errors:
-        return subprocess.Popen([sys.executable, "-m", "qualification.work.worker_main",
-                                 json.dumps(options)], cwd=REPO, env=env, stdout=sink,
-                                stderr=errors)
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=sink, stderr=errors)
 
 
 def stop(process: subprocess.Popen[bytes], timeout: float = 30) -> int:
