@@ -7,8 +7,10 @@ Each test here was written against a mutant the kit let through
 (RT-08), a second malformed reply ends the round (PR-03), a failed bridge turn
 streams one ``error`` then ``done`` (BR-02), a decision after the turn ended is 409
 (BR-12), deleting an unknown engine session is 404 (BR-08), and the OpenAI face
-reports the provider's usage (BR-13, BR-14). HTTP only, against any target
-whose agent answers with the kit's provider.
+reports the provider's usage (BR-13, BR-14). One more fails fast where the kit
+already failed slowly: a headless caller asked to approve is caught at the first
+``approval-request``, not after a 30 s read timeout (BR-12). HTTP only, against
+any target whose agent answers with the kit's provider.
 """
 
 from __future__ import annotations
@@ -172,6 +174,26 @@ def test_a_decision_after_the_turn_ended_is_409(client: ApiClient) -> None:
     messages = client.get(f"/api/cordis/sessions/{sid}").json()["session"]["messages"]
     assert not any(m["role"] == "tool" and m.get("status") == "ok" for m in messages), \
         "the late decision ran nothing"
+
+
+@pytest.mark.req("BR-12")
+def test_a_headless_turn_is_refused_without_being_asked(client: ApiClient) -> None:
+    """Stops at the first ``approval-request``: a caller asked anyway fails at once, not after
+    the target's approval wait."""
+    sid = _session(client)
+    chunks: list[dict[str, Any]] = []
+    body = {"text": f"write {marker('write-two')}", "headless": True}
+    with client.http.stream("POST", f"/api/cordis/sessions/{sid}/messages", json=body,
+                            headers=client.headers(True), timeout=30) as reply:
+        assert reply.status_code == 200
+        for line in reply.iter_lines():  # ends with the stream
+            chunks.append(json.loads(line))
+            assert chunks[-1]["type"] != "approval-request", "a headless caller was asked"
+    assert chunks[-1]["type"] == "done"
+    results = [c for c in chunks if c["type"] == "tool-result"]
+    assert results, [c["type"] for c in chunks]
+    assert all(r["status"] == "refused" for r in results)
+    assert all(r["result"]["data"]["error"]["code"] == "PERMISSION_DENIED" for r in results)
 
 
 @pytest.mark.req("BR-08", "BR-04")
