@@ -256,18 +256,32 @@ async def drive_run(store: WorkStore, claim: Claim, services: RunServices,
     except RunParked as parked:
         return RunOutcome(WAITING, parked.approval.id)
     except RuntimeRefused as exc:
-        if exc.code is not ErrorCode.LEASE_NOT_HELD:
-            raise
-        return RunOutcome(LOST, exc.message)
+        return _refused(store, claim, exc)
     finally:
         conversation.release()
         await host.stop()
     if ending is None or not control.live:
         return RunOutcome(LOST if control.lost or not control.stopping else RELEASED)
-    if ending.state is TurnState.COMPLETED:
-        store.finish(claim, State.COMPLETED, final_text=ending.final_text)
-        return RunOutcome(COMPLETED)
-    error = _error(ending)
-    store.finish(claim, State.FAILED, error=error)
-    return RunOutcome(FAILED, error["code"])
+    try:
+        if ending.state is TurnState.COMPLETED:
+            store.finish(claim, State.COMPLETED, final_text=ending.final_text)
+            return RunOutcome(COMPLETED)
+        error = _error(ending)
+        store.finish(claim, State.FAILED, error=error)
+        return RunOutcome(FAILED, error["code"])
+    except RuntimeRefused as exc:
+        return _refused(store, claim, exc)
+
+
+def _refused(store: WorkStore, claim: Claim, refused: RuntimeRefused) -> RunOutcome:
+    """The store refused a write of the run: fenced off (``LOST``), or it refused what the
+    run produced (a NUL in the answer…) — then the run ends ``FAILED`` with that code,
+    rather than every worker taking it over and meeting the same refusal forever."""
+    if refused.code is ErrorCode.LEASE_NOT_HELD:
+        return RunOutcome(LOST, refused.code.value)
+    try:
+        store.finish(claim, State.FAILED, error=refused.as_dict())
+    except RuntimeRefused as again:
+        return RunOutcome(LOST, again.code.value)
+    return RunOutcome(FAILED, refused.code.value)
 

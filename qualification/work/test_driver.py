@@ -280,3 +280,22 @@ def test_cancelling_the_task_stops_the_drive_and_disposes_its_engine(
     assert run.state is State.CANCELLED
     assert store.get_reply(run.id, 2) is None
     assert [e.type for e in store.list_events(task.id)][-1] == "task.cancelled"
+
+
+@pytest.mark.req("WK-02")
+def test_an_answer_the_store_cannot_keep_fails_the_task_with_the_code(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore,
+        provider_factory: ProviderFactory, capsys: pytest.CaptureFixture[str]) -> None:
+    """A final answer holding NUL cannot be stored as text: the task ends FAILED with
+    VALIDATION_FAILED at once — not left RUNNING for every worker to take over and fail."""
+    final = {"content": json.dumps({"type": "final", "text": "bad \x00 answer"})}
+    provider = provider_factory(Scenario.from_json({"answers": [final]}))
+    task = store.submit("answer").task
+    (line,) = worker_once(specimen, work_url, provider, capsys)
+    assert (line["outcome"], line["detail"]) == ("FAILED", "VALIDATION_FAILED")
+    assert store.get_task(task.id).state is State.FAILED
+    finished = [e.data for e in store.list_events(task.id) if e.type == "run.finished"]
+    assert finished[0]["error"]["code"] == "VALIDATION_FAILED"
+    assert "NUL" in finished[0]["error"]["message"]
+    assert worker_once(specimen, work_url, provider, capsys) == []
+    assert len(provider.chat_requests()) == 1
