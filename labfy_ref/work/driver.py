@@ -176,7 +176,7 @@ class WorkPort:
                 if approval.decision is Decision.PENDING:
                     raise RunParked(approval)
                 return approval.decision.value
-        summary = _summary(action)
+        summary = approval_summary(action)
         approval = self._store.request_approval(self._claim, step, call, action.tool_id, summary)
         self._services.crash.reached("approval.requested")
         raise RunParked(approval)
@@ -214,7 +214,7 @@ class RunUsage(UsageService):
             super().record(model, usage, latency_ms, outcome, caller)
 
 
-def _summary(action: ToolCall) -> str:
+def approval_summary(action: ToolCall) -> str:
     """One printable line saying what a call would do (shown to whoever approves it)."""
     arguments = action.arguments
     if action.tool_id == "files.write":

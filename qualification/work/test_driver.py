@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fake_provider.scenario import Scenario
 from fake_provider.server import FakeProvider
@@ -24,9 +26,10 @@ from labfy_ref.host import Composition, Host, RowSpec
 from labfy_ref.host.host import RowState
 from labfy_ref.model import LocalModelClient
 from labfy_ref.model.endpoint import parse_endpoint
+from labfy_ref.protocol import ToolCall
 from labfy_ref.runtime import RuntimeLimits
 from labfy_ref.tools.catalog import default_catalog
-from labfy_ref.work import DatabaseUrl, EffectStatus, State, WorkStore, driver
+from labfy_ref.work import DatabaseUrl, EffectStatus, State, WorkStore, driver, fields
 from labfy_ref.work.composition import (
     ROWS,
     RunEngine,
@@ -34,7 +37,7 @@ from labfy_ref.work.composition import (
     run_composition,
     start_run_engine,
 )
-from labfy_ref.work.driver import RunOutcome, RunServices
+from labfy_ref.work.driver import RunOutcome, RunServices, approval_summary
 from labfy_ref.work.effects import AUDIT_EVENT
 from labfy_ref.work.worker import Worker, WorkerSettings, run_worker_command
 from labfy_ref.workspace.layout import open_workspace
@@ -299,3 +302,26 @@ def test_an_answer_the_store_cannot_keep_fails_the_task_with_the_code(
     assert "NUL" in finished[0]["error"]["message"]
     assert worker_once(specimen, work_url, provider, capsys) == []
     assert len(provider.chat_requests()) == 1
+
+
+TEXT = st.one_of(
+    st.text(st.one_of(st.characters(codec=None, categories=["Cs"]), st.characters(codec=None))),
+    st.binary().map(lambda raw: raw.decode("utf-8", "surrogateescape")))
+
+
+@pytest.mark.req("WK-05")
+@settings(deadline=None, max_examples=200)
+@given(tool_id=st.sampled_from(["files.write", "research.prepare", "files.read"]),
+       path=TEXT, content=TEXT)
+def test_an_approval_summary_is_always_a_name_the_store_keeps(tool_id: str, path: str,
+                                                              content: str) -> None:
+    """Whatever the model put in a call (lone surrogates, NUL, controls, raw bytes), the
+    approval's summary is one printable line of at most 200 characters the store accepts,
+    so asking a human never fails on the model's text."""
+    summary = approval_summary(ToolCall(tool_id, {"path": path, "content": content}))
+    assert fields.name(summary, "summary") == summary
+    assert len(summary) <= 200
+    assert summary.startswith(tool_id)
+    if tool_id == "files.write" and len(path) < 100:
+        size = len(content.encode("utf-8", "surrogatepass"))
+        assert summary.endswith(f"({size} bytes)")
