@@ -9,6 +9,7 @@ its clock, the accounts file's grammar.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import math
 import re
@@ -228,3 +229,30 @@ def test_a_session_id_and_its_csrf_secret_each_carry_256_random_bits() -> None:
         # token_urlsafe(32): 32 random bytes, 43 characters of unpadded URL-safe base64
         assert len(secret) == 43 and re.fullmatch(r"[A-Za-z0-9_-]{43}", secret)
         assert len(base64.urlsafe_b64decode(secret + "=")) == 32
+
+
+@pytest.mark.req("AV-03", "SV-03")
+def test_the_administrators_logins_never_evict_a_user_of_the_same_name() -> None:
+    auth, _ = _auth("admin")
+    user = auth.login("token-admin")
+    assert user is not None and user.role is Role.USER
+    for _ in range(MAX_SESSIONS_PER_ACCOUNT + 2):
+        assert auth.login(LAUNCH) is not None
+    assert auth.session(user.session_id) == user
+
+
+@pytest.mark.req("SV-03", "SV-08")
+def test_an_empty_code_is_never_compared_even_to_an_empty_tokens_hash() -> None:
+    auth = Authenticator(LAUNCH, (Account("blank", token_hash("")),), cookie="c")
+    assert auth.login("") is None and auth.bearer("") is None
+
+
+@pytest.mark.req("SV-03")
+def test_a_session_cannot_be_altered_after_login() -> None:
+    auth, _ = _auth("ada")
+    session = auth.login("token-ada")
+    assert session is not None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        session.role = Role.ADMIN  # type: ignore[misc]
+    again = auth.session(session.session_id)
+    assert again is not None and again.role is Role.USER
