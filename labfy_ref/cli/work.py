@@ -1,4 +1,4 @@
-"""``labfy-ref work``: submit, run, show, approve, list and cancel Work tasks (WK-05, SPEC §14).
+"""``labfy-ref work``: submit, run, show, approve, list, cancel and prune Work tasks (WK-05).
 
 Every command finds its database the same way: ``--work-db URL``, else
 ``LABFY_WORK_DB``, else the ``work.sqlite`` of ``--workspace DIR`` (which must be a
@@ -13,6 +13,7 @@ The Work store (and SQLAlchemy with it) loads only when a ``work`` command runs.
 from __future__ import annotations
 
 import argparse
+import datetime
 import functools
 import json
 import os
@@ -33,6 +34,9 @@ LEASE_SECONDS, HEARTBEAT_SECONDS = 30.0, 10.0
 #: Largest ``--limit`` the parser reads (the store admits fewer: VALIDATION_FAILED).
 MAX_COUNT = 1_000_000
 _COUNT = re.compile(r"[1-9][0-9]{0,6}", re.ASCII)
+#: ``--older-than``: days as a plain decimal, at most this many (a century).
+MAX_DAYS = 36500
+_DAYS = re.compile(r"[0-9]{1,5}(\.[0-9]{1,6})?", re.ASCII)
 #: Failures of the moment rather than refusals of what was asked: exit 1, not 2.
 _RUNTIME_FAILURES = frozenset({ErrorCode.WORK_DB_UNAVAILABLE})
 _DB_HELP = ("The database: --work-db URL, else LABFY_WORK_DB, else the work.sqlite of "
@@ -127,6 +131,22 @@ def _cancel(args: argparse.Namespace) -> int:
         store.close()
 
 
+def _prune(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    try:
+        pruned = store.prune(datetime.timedelta(days=args.older_than))
+        return _print({"pruned": pruned, "older_than_days": args.older_than})
+    finally:
+        store.close()
+
+
+def _days(text: str) -> float:
+    """``--older-than DAYS``: a plain non-negative number of days (fractions allowed)."""
+    if not _DAYS.fullmatch(text) or float(text) > MAX_DAYS:
+        raise argparse.ArgumentTypeError(f"must be a number of days 0-{MAX_DAYS}, not {text!r}")
+    return float(text)
+
+
 def _worker(args: argparse.Namespace) -> int:
     # the worker (its driver, its agent) loads only for this command; it validates its own
     # options (CONFIG_INVALID naming the flag) and its failures keep their exit codes
@@ -153,7 +173,7 @@ def _database_options(parser: argparse.ArgumentParser, *, workspace_required: bo
 
 def add_work_commands(commands: argparse._SubParsersAction[Any],
                       debug: argparse.ArgumentParser) -> None:
-    """Add ``work`` and its six sub-commands to the top-level ``commands``."""
+    """Add ``work`` and its sub-commands (SPEC §14's six, and prune) to ``commands``."""
     work = commands.add_parser(
         "work", parents=[debug], help="isolated Work: tasks in SQL, run by workers",
         description="Submit tasks to a Work database (SQLite in the workspace, or PostgreSQL "
@@ -238,3 +258,13 @@ def add_work_commands(commands: argparse._SubParsersAction[Any],
     cancel.add_argument("task_id", metavar="TASK_ID", help="the task (task_…)")
     _database_options(cancel, workspace_required=False)
     cancel.set_defaults(handler=_refusals(_cancel))
+
+    prune = actions.add_parser(
+        "prune", parents=[debug], help="delete finished tasks older than an age",
+        description='Delete COMPLETED, FAILED and CANCELLED tasks last updated more than '
+                    '--older-than days ago, with their runs, messages, stored model replies, '
+                    'effects, events and approvals; print {"pruned": N, "older_than_days": D}.')
+    prune.add_argument("--older-than", type=_days, required=True, metavar="DAYS",
+                       help="age in days (fractions allowed, e.g. 0.5); required")
+    _database_options(prune, workspace_required=False)
+    prune.set_defaults(handler=_refusals(_prune))

@@ -10,6 +10,7 @@ exit 1), never a traceback, never the database password.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import os
 import re
@@ -360,7 +361,7 @@ def test_submit_and_worker_need_a_workspace(run: Any) -> None:
 
 
 @pytest.mark.req("WK-05", "CLI-01")
-def test_work_lists_its_six_actions(run: Any) -> None:
+def test_work_lists_its_actions(run: Any) -> None:
     bare = run("work")
     assert bare.code == 2 and bare.out == ""
     assert "submit" in bare.err and "ACTION" in bare.err
@@ -370,7 +371,8 @@ def test_work_lists_its_six_actions(run: Any) -> None:
     work = _subparser(build_parser(), "work")
     actions = next(action for action in work._actions
                    if action.__class__.__name__ == "_SubParsersAction")
-    assert list(actions.choices) == ["submit", "worker", "show", "approve", "list", "cancel"]
+    assert list(actions.choices) == [
+        "submit", "worker", "show", "approve", "list", "cancel", "prune"]
     for name in actions.choices:
         assert "--work-db" in _options(actions.choices[name]), name
         assert ENV_VAR in actions.choices[name].format_help(), name
@@ -529,3 +531,30 @@ def test_the_worker_command_releases_its_run_on_sigterm_and_exits_0(
     assert shown["task"]["state"] == "QUEUED"
     assert (shown["runs"][0]["state"], shown["runs"][0]["worker"]) == ("QUEUED", None)
     assert shown["events"][-1]["type"] == "run.released"
+
+
+@pytest.mark.req("WK-05", "WK-02")
+def test_prune_deletes_finished_tasks_older_than_the_age_and_nothing_else(
+        run: Any, workspace: Path) -> None:
+    """``work prune --older-than DAYS``: the issue's "pruned by age", from the command line."""
+    db = ("--workspace", str(workspace))
+    url = sqlite_url(workspace / "work.sqlite")
+    two_days_ago = WorkStore.open(url, clock=lambda: datetime.datetime.now(datetime.UTC)
+                                  - datetime.timedelta(days=2))
+    try:
+        old = two_days_ago.submit("old and cancelled")
+        two_days_ago.cancel(old.task.id)
+        waiting = two_days_ago.submit("old but never run")  # not finished: never pruned
+    finally:
+        two_days_ago.close()
+    recent = run("work", "submit", *db, "--message", "recent").json()["task"]["id"]
+    run("work", "cancel", recent, *db).json()
+    assert run("work", "prune", "--older-than", "1", *db).json() == {
+        "pruned": 1, "older_than_days": 1.0}
+    left = {task["id"] for task in run("work", "list", *db).json()["tasks"]}
+    assert left == {waiting.task.id, recent}
+    run("work", "show", old.task.id, *db).refused("TASK_NOT_FOUND")
+    assert run("work", "prune", "--older-than", "1", *db).json()["pruned"] == 0
+    for bad in ("-1", "abc", "1e3", "36501", "", "\u0661"):
+        run("work", "prune", "--older-than", bad, *db).refused("CONFIG_INVALID")
+    run("work", "prune", *db).refused("CONFIG_INVALID")
