@@ -3,12 +3,14 @@
 A worker takes the oldest runnable run of its database (:meth:`WorkStore.claim`),
 extends the lease from a heartbeat thread while the run is driven (so a slow step
 on the event loop never lets the lease lapse), and prints one JSON line per run:
-``{"run_id", "task_id", "attempt", "outcome", "detail"}``. When the heartbeat finds
-the run fenced off (cancelled, or taken over after the lease lapsed) the drive is
-stopped and its engine released. SIGTERM (or SIGINT) stops the worker gracefully:
-the current run is released — queued again for any worker, not lost — and the
-worker exits 0. ``--once`` takes at most one run (none waiting: exit at once);
-``--max-runs N`` stops after N runs; otherwise it waits for work until stopped.
+``{"run_id", "task_id", "attempt", "claim_ms", "outcome", "detail"}`` (``claim_ms``: how long
+the claim took, from asking the store to holding the run, which shows the contention of the
+workers sharing the database). When the heartbeat finds the run fenced off (cancelled,
+or taken over after the lease lapsed) the drive is stopped and its engine released.
+SIGTERM (or SIGINT) stops the worker gracefully: the current run is released — queued
+again for any worker, not lost — and the worker exits 0. ``--once`` takes at most one
+run (none waiting: exit at once); ``--max-runs N`` stops after N runs; otherwise it waits
+for work until stopped.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -200,7 +203,9 @@ class Worker:
         settings = self.settings
         while not self._stopping.is_set() and (settings.max_runs is None
                                                or done < settings.max_runs):
+            asked = time.perf_counter()
             claim = self.store.claim(settings.name, settings.lease_seconds)
+            claim_ms = round((time.perf_counter() - asked) * 1000, 3)
             if claim is None:
                 if settings.once:
                     break
@@ -209,7 +214,8 @@ class Worker:
                 continue
             outcome = await self.run(claim)
             print(json.dumps({"run_id": claim.run_id, "task_id": claim.task_id,
-                              "attempt": claim.attempt, **outcome.as_dict()}), flush=True)
+                              "attempt": claim.attempt, "claim_ms": claim_ms,
+                              **outcome.as_dict()}), flush=True)
             done += 1
             if settings.once:
                 break

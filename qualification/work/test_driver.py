@@ -118,6 +118,7 @@ def test_a_run_completes_with_its_replies_effects_messages_and_events_stored(
     """workspace-write: two writes and a read, then the answer; everything is stored."""
     task = store.submit(message("write2", "a1")).task
     (line,) = worker_once(specimen, work_url, provider, capsys)
+    assert line.pop("claim_ms") >= 0  # how long the claim took (the bench's claim latency)
     assert line == {"run_id": store.list_runs(task.id)[0].id, "task_id": task.id,
                     "attempt": 1, "outcome": "COMPLETED", "detail": None}
     check_exactly_once(store, task.id, "write2", "a1", specimen / "files", provider)
