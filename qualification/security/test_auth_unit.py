@@ -256,3 +256,16 @@ def test_a_session_cannot_be_altered_after_login() -> None:
         session.role = Role.ADMIN  # type: ignore[misc]
     again = auth.session(session.session_id)
     assert again is not None and again.role is Role.USER
+
+
+@pytest.mark.req("AV-03")
+def test_the_per_account_cap_goes_by_name() -> None:
+    # Two entries of one name (the file does not forbid it) are one account for the cap;
+    # the names are equal strings, not one object, as two lines of a file would give.
+    one, two = "".join(["a", "da"]), "".join(["ad", "a"])
+    auth = Authenticator(LAUNCH, (Account(one, token_hash("t1")), Account(two, token_hash("t2"))),
+                         cookie="c")
+    first = [auth.login("t1") for _ in range(MAX_SESSIONS_PER_ACCOUNT)]
+    assert auth.login("t2") is not None
+    assert first[0] is not None and auth.session(first[0].session_id) is None
+    assert first[1] is not None and auth.session(first[1].session_id) == first[1]
