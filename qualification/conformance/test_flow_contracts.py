@@ -51,6 +51,12 @@ def _paused(client: ApiClient) -> tuple[str, str]:
     return str(paused["id"]), str(paused["authorization"]["campaign_id"])
 
 
+def _end(client: ApiClient, turn_id: str) -> None:
+    """Cancel a turn left paused, so repeated runs never fill a target's live-turn cap."""
+    assert client.post(f"/api/v1/agent-runtime/turns/{turn_id}/cancel").status_code in (200, 202)
+    assert client.turn(turn_id)["state"] == "CANCELLED"
+
+
 def _refused(response: httpx.Response) -> tuple[int, str]:
     return response.status_code, response.json()["error"]["code"]
 
@@ -84,6 +90,7 @@ def test_a_grant_for_another_campaign_does_not_resume_this_one(client: ApiClient
     resumed = client.post(f"/api/v1/agent-runtime/turns/{other_turn}/resume")
     assert resumed.status_code == 202, "its own grant resumes the other turn"
     assert client.wait_state(other_turn, TERMINAL)["state"] == "COMPLETED"
+    _end(client, turn_id)
 
 
 @pytest.mark.req("RT-08", "GW-07")
@@ -93,6 +100,7 @@ def test_an_expired_grant_no_longer_authorizes_a_resume(client: ApiClient) -> No
     turn_id, campaign_id = _paused(client)
     made = client.grant(campaign_id, expires_in_seconds=1)
     if made.status_code == 422:
+        _end(client, turn_id)
         pytest.skip(NO_EXPIRY)
     assert made.status_code == 201, made.text
     grant = made.json()["grant"]
@@ -110,6 +118,7 @@ def test_an_expired_grant_no_longer_authorizes_a_resume(client: ApiClient) -> No
         409, "GRANT_REQUIRED")
     campaign = client.get(f"/api/v1/research/campaigns/{campaign_id}").json()["campaign"]
     assert campaign["evidence"] == [], "no research contact on an expired grant"
+    _end(client, turn_id)
 
 
 @pytest.mark.req("PR-03", "RT-02")
