@@ -12,6 +12,7 @@ not start.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import shutil
 import sys
@@ -82,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run every mutant (or those named); print the table; 1 unless all were killed."""
     parser = argparse.ArgumentParser(prog="python -m qualification.mutants")
     parser.add_argument("names", nargs="*", help="only these mutants (default: all)")
+    parser.add_argument("--jobs", type=int, default=2, choices=range(1, 9), metavar="N",
+                        help="mutants tried at once, 1-8 (each is a server and a pytest); "
+                             "default: %(default)s")
     parser.add_argument("--report-dir", type=Path, default=REPORT,
                         help=f"where each mutant's kit report and mutants.json go ({REPORT})")
     args = parser.parse_args(argv)
@@ -92,15 +96,20 @@ def main(argv: list[str] | None = None) -> int:
     files = kit_files()
     started = time.monotonic()
     results = []
-    with tempfile.TemporaryDirectory(prefix="labfy-mutants-") as tmp, kit_provider() as provider:
-        for mutant in chosen:
-            result = try_mutant(mutant, provider.base_url, Path(tmp), files, args.report_dir)
+    with tempfile.TemporaryDirectory(prefix="labfy-mutants-") as tmp, kit_provider() as provider, \
+            concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        # the kit provider keeps each conversation apart, so mutants can share it
+        pending = [pool.submit(try_mutant, mutant, provider.base_url, Path(tmp), files,
+                               args.report_dir) for mutant in chosen]
+        for future in concurrent.futures.as_completed(pending):
+            result = future.result()
             results.append(result)
             by = (result["killed_by"] or "").split("[", 1)[0]
             mark = "" if by in ("", result["expected"]) else "  (expected " + \
                 result["expected"].rsplit("::", 1)[-1] + ")"
-            print(f"{mutant.name:28} {result['status']:11} {result['seconds']:5.1f} s  "
+            print(f"{result['mutant']:28} {result['status']:11} {result['seconds']:5.1f} s  "
                   f"{result['killed_by'] or result.get('detail', '')}{mark}", flush=True)
+    results.sort(key=lambda r: str(r["mutant"]))
     killed = sum(r["status"] == "killed" for r in results)
     wall = round(time.monotonic() - started, 1)
     args.report_dir.mkdir(parents=True, exist_ok=True)
