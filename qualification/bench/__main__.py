@@ -4,11 +4,12 @@
 
 Every figure is held against a baseline measured in the same run (a raw HTTP
 round trip, smolagents, a stdlib server, ``sha256sum``, the same figure at a
-small size), and every goal is a bound on that ratio. It prints one table —
-figure, ours, baseline, ratio, goal, met — and writes ``bench.json`` (rows,
-goals, machine facts). A missed goal is reported, never an exit status: the
-exit status is 0 unless the bench itself failed (a crash is 1). Every server
-it times is started and stopped by the bench itself, on free loopback ports.
+small size, one Work worker on SQLite), and every goal is a bound on that
+ratio. It prints one table — figure, ours, baseline, ratio, goal, met — and
+writes ``bench.json`` (rows, goals, machine facts). A missed goal is reported,
+never an exit status: the exit status is 0 unless the bench itself failed (a
+crash is 1). Every server it times is started and stopped by the bench itself,
+on free loopback ports.
 """
 
 from __future__ import annotations
@@ -28,7 +29,17 @@ from typing import Any
 
 from labfy_ref.buildinfo import build_info
 from labfy_ref.report.sources import sources_sha256
-from qualification.bench import gguf, listing, memory, micro, relay, repeat, rounds, streams
+from qualification.bench import (
+    gguf,
+    listing,
+    memory,
+    micro,
+    relay,
+    repeat,
+    rounds,
+    streams,
+    work,
+)
 from qualification.bench.procs import (
     fake_provider,
     local_model_flags,
@@ -39,7 +50,8 @@ from qualification.bench.procs import (
 from qualification.bench.table import Row, render
 
 #: The table's order: the issue's table, then the micro-benchmarks.
-SECTIONS = ("rounds", "http", "relay", "memory", "sessions", "streams", "gguf", "micro")
+SECTIONS = ("rounds", "http", "relay", "memory", "sessions", "streams", "gguf", "work",
+            "micro")
 DEFAULT_OUT = Path("qualification-report") / "bench.json"
 
 
@@ -92,6 +104,7 @@ def run_sections(workdir: Path, quick: bool, only: set[str]) -> tuple[list[Row],
     section("memory", lambda: memory.run(workdir, quick=quick))
     section("sessions", lambda: listing.run(workdir, quick=quick))
     section("gguf", lambda: gguf.run(workdir, quick=quick))
+    section("work", lambda: work.run(workdir, quick=quick))
     rows.sort(key=lambda row: SECTIONS.index(row.section))
     return rows, seconds
 

@@ -89,8 +89,12 @@ class PrivateCluster:
             raise RuntimeError(f"{tool} exited {done.returncode}: "
                                f"{(done.stderr or done.stdout)[-2000:]}\n{log}")
 
-    def start(self) -> PrivateCluster:
-        """initdb, then start the server and wait (bounded) until it accepts connections."""
+    def start(self, *, durable: bool = False) -> PrivateCluster:
+        """initdb, then start the server and wait (bounded) until it accepts connections.
+
+        ``durable`` keeps PostgreSQL's own defaults (fsync, synchronous commit), as a team's
+        server runs: the bench compares it with SQLite, which syncs every commit.
+        """
         self.socket_dir.mkdir()
         if self._as_postgres:
             user = pwd.getpwnam(SUPERUSER)
@@ -99,8 +103,9 @@ class PrivateCluster:
         self._must("initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust",
                    "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions")
         options = (f"-c listen_addresses='' -c unix_socket_directories='{self.socket_dir}' "
-                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
                    "-c shared_buffers=32MB")  # light on a shared test machine
+        if not durable:  # a test cluster: nothing in it needs to survive a power cut
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._must("pg_ctl", "start", "-D", str(self.data), "-l", str(self.log), "-w",
                    "-t", str(_DEADLINE_S), "-o", options)
         self._started = True
