@@ -269,3 +269,21 @@ def test_the_per_account_cap_goes_by_name() -> None:
     assert auth.login("t2") is not None
     assert first[0] is not None and auth.session(first[0].session_id) is None
     assert first[1] is not None and auth.session(first[1].session_id) == first[1]
+
+
+@pytest.mark.req("SV-03")
+def test_a_one_character_code_is_a_code_and_a_session_seen_late_is_expired() -> None:
+    auth = Authenticator("k", cookie="c", lifetime_seconds=10)
+    clock = Clock()
+    auth.clock = clock
+    session = auth.login("k")
+    assert session is not None and auth.bearer("k") is not None
+    clock.now = session.expires_at + 0.5  # first looked at well after its end
+    assert auth.session(session.session_id) is None
+
+
+@pytest.mark.req("SV-03")
+def test_an_account_cannot_be_altered_once_loaded() -> None:
+    account = Account("ada", token_hash("t"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        account.token_sha256 = token_hash("other")  # type: ignore[misc]
