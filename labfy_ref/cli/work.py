@@ -265,6 +265,6 @@ def add_work_commands(commands: argparse._SubParsersAction[Any],
                     '--older-than days ago, with their runs, messages, stored model replies, '
                     'effects, events and approvals; print {"pruned": N, "older_than_days": D}.')
     prune.add_argument("--older-than", type=_days, required=True, metavar="DAYS",
-                       help="age in days (fractions allowed, e.g. 0.5); required")
+                       help="age in days (fractions allowed, e.g. 0.5); default: none (required)")
     _database_options(prune, workspace_required=False)
     prune.set_defaults(handler=_refusals(_prune))
