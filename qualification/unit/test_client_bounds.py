@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx
@@ -304,3 +304,24 @@ def test_the_request_body_carries_exactly_what_was_asked() -> None:
         "model": "m", "messages": HELLO, "stream": False,
         "response_format": {"type": "json_object"}, "max_tokens": 12, "temperature": 0.0,
         "seed": 7, "repeat_penalty": 1.1}
+
+
+@respx.mock
+@pytest.mark.req("MC-03")
+def test_after_done_the_rest_is_drained_up_to_the_stream_bound_only() -> None:
+    # The connection goes back to the pool only once its reply is read; a server that keeps
+    # sending after [DONE] is read no further than the stream's byte bound allows.
+    head = _sse(_chunk("a"))
+    pulled: list[int] = []
+
+    async def endless() -> AsyncIterator[bytes]:
+        yield head
+        while True:
+            pulled.append(1)
+            yield b"x" * 100
+
+    respx.post(CHAT).mock(return_value=httpx.Response(200, content=endless()))
+    limits = ClientLimits(max_stream_bytes=1000, total_timeout=10)
+    assert (1000 - len(head)) % 100 != 0
+    assert [d.content for d in _run(_stream, limits=limits)] == ["a"]
+    assert len(pulled) == -(-(1000 - len(head)) // 100)  # ceil: the first read past the bound
