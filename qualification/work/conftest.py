@@ -15,6 +15,7 @@ import pytest
 
 from labfy_ref.clock import utcnow
 from labfy_ref.work import DatabaseUrl, WorkStore, sqlite_url
+from labfy_ref.workspace import init_workspace
 from qualification.work.postgres import PrivateCluster, absent_reason
 
 ENGINES = ("sqlite", "postgresql")
@@ -71,3 +72,11 @@ def store(work_url: DatabaseUrl, clock: Clock) -> Iterator[WorkStore]:
     opened = WorkStore.open(work_url, clock=clock)
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """An empty LIVE workspace (the interfaces' tests open its ``work.sqlite``)."""
+    path = tmp_path / "ws"
+    init_workspace(path, specimen=False)
+    return path

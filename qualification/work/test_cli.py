@@ -31,7 +31,6 @@ from labfy_ref.cli.work import HEARTBEAT_SECONDS, LEASE_SECONDS
 from labfy_ref.ids import id_pattern
 from labfy_ref.work import ENV_VAR, DatabaseUrl, State, WorkStore, sqlite_url
 from labfy_ref.work.worker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS
-from labfy_ref.workspace import init_workspace
 from qualification.conftest import ProviderFactory
 from qualification.harness import wait_until
 from qualification.work.wire import (
@@ -78,14 +77,6 @@ class Done:
 def no_ambient_database(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads a Work database named by the machine it runs on."""
     monkeypatch.delenv(ENV_VAR, raising=False)
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    """An empty LIVE workspace."""
-    path = tmp_path / "ws"
-    init_workspace(path, specimen=False)
-    return path
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.server.auth import token_hash
 from labfy_ref.work import ENV_VAR, DatabaseUrl, State, WorkStore
-from labfy_ref.workspace import init_workspace
 from qualification.conftest import ProviderFactory, ServerFactory
 from qualification.harness import ApiClient, LiveServer, ServeProcess
 from qualification.work.postgres import PrivateCluster
@@ -40,14 +39,6 @@ from qualification.work.workers import check_exactly_once, message, work_scenari
 USER_TOKEN = "carol-token-0123456789"
 PASSWORD = "S3cr3t-pw-4410"
 TASKS = "/api/v1/work/tasks"
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    """An empty LIVE workspace."""
-    path = tmp_path / "ws"
-    init_workspace(path, specimen=False)
-    return path
 
 
 @pytest.fixture
