@@ -234,11 +234,13 @@ def test_a_broken_stream_is_unavailable_and_a_surrogate_is_the_models_fault() ->
         httpx.Response(200, content=_sse('{"choices":[{"delta":{"content":"a"}}]} x')),
         httpx.Response(200, content=_sse('{"nope":1}')),
         httpx.Response(200, content=_sse('{"choices":[{"delta":{"reasoning":7}}]}')),
+        httpx.Response(200, content=_sse("")), httpx.Response(200, content=_sse("1")),
+        httpx.Response(200, content=_sse("[DONE ]")),
         httpx.Response(200, content=_sse('{"choices":[{"delta":{"content":"a\\udc00"}}]}')),
         httpx.Response(200, content=b"data: \xff\n\n"),
     ])
     assert _unavailable(_stream) == "stream ended before [DONE]"
-    for _ in range(4):
+    for _ in range(7):  # only the exact "[DONE]" ends a stream
         assert _unavailable(_stream) == "provider sent a malformed stream chunk"
 
     async def refused(client: LocalModelClient) -> str:
