@@ -57,9 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     document = record.build(sessions, at=at)
     record.write(document)
     for score in document["modules"]:
-        print(f"{score['name']}: {score['killed']}/{score['total']} killed")
-    print(f"{len(document['survivors'])} surviving; record: {record.RECORD_PATH}; "
-          f"wall time {time.monotonic() - started:.0f} s")
+        print(f"{score['name']}: {score['killed']}/{score['total']} killed "
+              f"({by_path(score['name']).describe()})")
+    equivalent = sum(s["justification"] is not None for s in document["survivors"])
+    print(f"{len(document['survivors'])} surviving ({equivalent} equivalent, counted in no "
+          f"score); record: {record.RECORD_PATH}; wall time {time.monotonic() - started:.0f} s")
     return 0
 
 
