@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from labfy_ref.errors import ReportInvalid
+from labfy_ref.report.sources import files_sha256
 from labfy_ref.report.validate import check, load_json
 
 SMOKE_RECORD = "smoke-record.json"
@@ -228,6 +229,8 @@ def read_mutation(results_dir: Path, current_sources: str | None) -> MutationRec
     survivors = tuple(Survivor(s["module"], s["location"], s["mutation"], tuple(s["reqs"]),
                                s["justification"]) for s in document["survivors"])
     measured = document["sources_sha256"]
+    if "mutated" in document:  # keyed by the modules it mutated: stale when one of them changed
+        current_sources = files_sha256(document["mutated"])
     return MutationRecord(at=document["at"], modules=scores("modules"),
                           requirements=scores("requirements"), survivors=survivors,
                           sources_sha256=measured,

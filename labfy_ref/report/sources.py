@@ -3,18 +3,36 @@
 The test runs, the bench and the mutation run each record the hash of the
 ``labfy_ref`` sources they exercised; the report marks a bench or mutation
 record *stale* when its hash differs from the newest test run's. Everything
-that records such a hash calls :func:`sources_sha256`, so the hashes compare.
+that records such a hash calls :func:`sources_sha256`, so the hashes compare. The
+mutation run keys its record by the modules it mutated only (:func:`files_sha256`):
+a change elsewhere in the product does not make its scores stale.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 
 import labfy_ref
 
 #: The package whose sources are hashed: the code actually imported.
 PRODUCT_DIR = Path(labfy_ref.__file__).resolve().parent
+
+
+def files_sha256(names: Iterable[str], root: Path = PRODUCT_DIR.parent) -> str | None:
+    """SHA-256 over the named files (POSIX paths relative to ``root``), as
+    :func:`sources_sha256` hashes a tree; a missing file counts as its name alone, so
+    removing or renaming one changes the digest. None for no names."""
+    digest = hashlib.sha256()
+    named = sorted(set(names))
+    for name in named:
+        path = root / name
+        data = path.read_bytes() if path.is_file() else None
+        encoded = name.encode("utf-8", "surrogateescape")
+        digest.update(len(encoded).to_bytes(8, "big") + encoded)
+        digest.update(b"\xff" * 8 if data is None else len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest() if named else None
 
 
 def sources_sha256(package_dir: Path = PRODUCT_DIR) -> str | None:

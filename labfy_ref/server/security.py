@@ -217,7 +217,9 @@ class SecurityMiddleware:
     async def _checked_body(self, scope: Scope, headers: dict[str, str], receive: Receive,
                             send: Send) -> Receive | None:
         declared = headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+        # ASCII digits only: "²" (latin-1 0xB2) is a digit to isdigit() but not to int()
+        if declared is not None and (not (declared.isascii() and declared.isdigit())
+                                     or int(declared) > self.max_body):
             await _refuse(scope, send, ErrorCode.BODY_TOO_LARGE,
                           f"bodies are limited to {self.max_body} bytes")
             return None

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from labfy_ref.report.sources import sources_sha256
+from labfy_ref.report.sources import files_sha256
 from qualification.mutation.scope import MODULES, ModuleScope
 from qualification.mutation.sessions import Mutant
 
@@ -106,10 +106,13 @@ def build(results: Mapping[str, Sequence[Mutant]], *, at: str | None = None,
                               "justification": f"{verdict}: {reason}"
                               if verdict == EQUIVALENT else None})
     complete = {scope.path for scope in scopes} <= set(results)
+    mutated = sorted(scope.path for scope in scopes)
     return {
         "schema": "labfy.mutation.v1",
         "at": at or datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat(),
-        "sources_sha256": sources_sha256(),
+        # keyed by the modules it mutated: a change elsewhere leaves the scores current
+        "sources_sha256": files_sha256(mutated),
+        "mutated": mutated,
         # Only a run over every module may back IDs: a partial run must not make them CURRENT.
         "reqs": sorted(per_req) if complete else [],
         "modules": modules,

@@ -333,7 +333,8 @@ def test_a_body_message_without_more_body_is_the_last() -> None:
 
 
 @pytest.mark.req("SV-05")
-@pytest.mark.parametrize("declared", [b"-1", b"+5", b"1e3", b" 7", b"", b"\xd9\xa1"])
+@pytest.mark.parametrize("declared", [b"-1", b"+5", b"1e3", b" 7", b"", b"\xd9\xa1",
+                                      b"\xb2", b"1\xb9"])  # latin-1 superscripts: isdigit()
 def test_a_content_length_that_is_not_digits_is_refused(declared: bytes) -> None:
     answer = Harness().post("/api/x", b'{"a":1}', (b"content-length", declared))
     assert (answer.status, answer.code) == (413, "BODY_TOO_LARGE")
