@@ -1,7 +1,10 @@
-"""The mutation run's map and its committed record (QR-04 groundwork; QR-04 itself stays TARGET).
+"""The mutation run's map and its committed record (QR-04-MAP), and what the record shows (QR-04).
 
-These prove the scope and the record, not that the tests have teeth: that is the
-record's own scores, which back IDs only once every module is measured.
+The map and record tests prove the scope and the record's consistency. QR-04 is
+the record's own scores: every listed module measured on the sources it holds
+now, each killing at least 90 % of its killable mutants, every survivor listed
+with its reason. A record measured on other sources of those modules is stale:
+that test is then NOT_RUN (rerun ``tox -e mutation``), never a pass.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from labfy_ref.report.sources import sources_sha256
+from labfy_ref.report.sources import files_sha256, sources_sha256
 from labfy_ref.report.validate import schema
 from qualification.mutation import record
 from qualification.mutation.scope import MODULES, REPO, function_lines, req_ids
@@ -88,6 +91,31 @@ def test_the_committed_record_validates_and_is_consistent_with_the_map() -> None
     # a partial run backs no ID: QR-04 and the module IDs cannot turn CURRENT on it
     if set(names) != set(scopes):
         assert document["reqs"] == []
+
+
+#: The least share of each module's killable mutants (all but the equivalent) the tests kill.
+GOAL = 0.90
+
+
+@pytest.mark.req("QR-04")
+def test_the_tests_kill_at_least_90_percent_of_each_modules_mutants() -> None:
+    document = _committed()
+    mutated = sorted(ISSUE_MODULES)
+    assert document.get("mutated") == mutated, "the record is keyed by the ten modules"
+    if document["sources_sha256"] != files_sha256(mutated):
+        pytest.skip("the mutation record is stale: one of the ten modules changed since it was "
+                    "measured; rerun tox -e mutation")
+    scores = {score["name"]: score for score in document["modules"]}
+    assert set(scores) == ISSUE_MODULES
+    for name, score in scores.items():
+        assert score["total"] > 0 and score["killed"] >= GOAL * score["total"], (
+            f"{name}: {score['killed']} of {score['total']} killable mutants killed")
+    triage = record.load_triage()
+    for survivor in document["survivors"]:  # each listed with its reason, justified or not
+        entry = next((v for k, v in triage.items()
+                      if k.split(" ", 1)[0] == survivor["location"]), None)
+        assert entry is not None and entry[1].strip(), f"{survivor['location']} has no reason"
+    assert document["reqs"], "a complete run backs the IDs its covering tests name"
 
 
 @pytest.mark.req("QR-04-MAP")
