@@ -38,6 +38,13 @@ class Mutant:
         return self.done and self.outcome != "SURVIVED"
 
 
+def _mark_skipped(connection: sqlite3.Connection, job: str, why: str) -> None:
+    """Record ``job`` as done without running it: cosmic-ray's exec passes it by."""
+    connection.execute(
+        "INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id)"
+        " VALUES ('SKIPPED', ?, NULL, NULL, ?)", (why, job))
+
+
 @contextlib.contextmanager
 def _open(session: Path) -> Iterator[sqlite3.Connection]:
     if not session.is_file():
@@ -72,9 +79,7 @@ def skip_outside(session: Path, ranges: list[tuple[int, int]], why: str) -> int:
             "(SELECT job_id FROM work_results)").fetchall()
         for job, line in pending:
             if not any(first <= line <= last for first, last in ranges):
-                connection.execute(
-                    "INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id)"
-                    " VALUES ('SKIPPED', ?, NULL, NULL, ?)", (why, job))
+                _mark_skipped(connection, job, why)
                 skipped += 1
         connection.commit()
     return skipped
@@ -107,9 +112,7 @@ def skip_within(session: Path, spans: list[tuple[tuple[int, int], tuple[int, int
         for job, row, col, end_row, end_col in rows:
             if any(first <= (row, col) and (end_row, end_col) <= last for first, last in spans):
                 connection.execute("DELETE FROM work_results WHERE job_id = ?", (job,))
-                connection.execute(
-                    "INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id)"
-                    " VALUES ('SKIPPED', ?, NULL, NULL, ?)", (why, job))
+                _mark_skipped(connection, job, why)
                 skipped += 1
         connection.commit()
     return skipped
@@ -125,9 +128,7 @@ def skip_unsampled(session: Path, keep: Callable[[str, int, int, int], bool], wh
         ).fetchall()
         for job, operator, line, column, occurrence in pending:
             if not keep(operator, int(line), int(column), int(occurrence)):
-                connection.execute(
-                    "INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id)"
-                    " VALUES ('SKIPPED', ?, NULL, NULL, ?)", (why, job))
+                _mark_skipped(connection, job, why)
                 skipped += 1
         connection.commit()
     return skipped
