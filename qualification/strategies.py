@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 from hypothesis import strategies as st
@@ -22,6 +23,17 @@ def instances(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         return st.one_of([instances(branch) for branch in schema["oneOf"]])
     kind = schema["type"]
     if kind == "string":
+        if "pattern" in schema:  # a shaped string (PR-07): sentences that fit its pattern
+            low, high = schema.get("minLength", 0), schema["maxLength"]
+            pattern = re.compile(schema["pattern"])
+            words = st.lists(st.one_of(st.text("abzXYé", min_size=2, max_size=16),
+                                       st.sampled_from(["a", "42", "3.5", "l'île", "mi-août"])),
+                             min_size=1, max_size=8)
+            paths = st.lists(st.text("abz09_.-", min_size=1, max_size=12), min_size=1,
+                             max_size=4).map(lambda parts: "/".join("a" + p for p in parts))
+            return st.one_of(words.map(" ".join), words.map(lambda w: ", ".join(w) + "."),
+                             paths).filter(lambda text: low <= len(text) <= high
+                                           and pattern.fullmatch(text) is not None)
         return st.text(st.characters(codec="utf-8"), min_size=schema.get("minLength", 0),
                        max_size=schema["maxLength"])
     if kind == "array":

@@ -34,6 +34,7 @@ from labfy_ref.protocol.narrowing import (
     call_key,
     max_json_bytes,
     narrow,
+    present,
 )
 from labfy_ref.protocol.prompt import ChatMessage, repair_message, system_prompt
 from labfy_ref.protocol.strict_json import Defect, loads_strict
@@ -69,6 +70,7 @@ __all__ = [
     "max_json_bytes",
     "message_bytes",
     "narrow",
+    "present",
     "repair_message",
     "request_action",
     "system_prompt",

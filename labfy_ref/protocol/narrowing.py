@@ -1,33 +1,55 @@
-"""State-aware constrained decoding (PR-06): the action schema narrowed to what is valid now.
+"""State-aware constrained decoding (PR-06), generalised (PR-07): what is valid *now*.
 
 Each round the model is sent, as ``response_format``, the published action
-schema cut down to the actions that make sense at this point of *this* turn:
+schema cut down to the actions that make sense at this point of *this* turn.
+Every rule reads the tools' catalog traits (:class:`~labfy_ref.tools.catalog.
+Traits`) and the turn's observations; none names a tool, a model or an object.
 
-* reference fields (``object_id``, ``object_refs``, ``campaign_id``, paths to
-  list or read) are enums of the values the turn's own results showed; a tool
-  whose required reference has no known value yet is not offered;
+PR-06's rules:
+
+* a consumed reference (an object id, a campaign id, a path to list or read)
+  is an enum of the values the turn's own results showed; a tool whose
+  required reference has no known value yet is not offered;
 * a tool the caller says is unavailable now (a write in ``read-only`` with no
   human to approve it, research outside the runtime) is not offered;
-* a call identical to one already answered in this turn is not offered again
-  (its reference value leaves the enum; a listing already made leaves the list);
-* ``research.prepare`` is offered only while the turn has no campaign;
-* budget-aware: after ``conclude_after`` tool calls, in the last round of the
-  round budget, and once the tool-call budget is spent, only concluding
-  actions are offered (``research.prepare`` while no campaign exists, and
-  ``final``), so a turn concludes instead of ending ``BUDGET_EXHAUSTED``.
-  ``research.prepare`` needs a round after it (the resumed turn answers in
-  it), so the very last round offers ``final`` alone;
-* free strings are bounded to what one turn needs, and the round's completion
-  limit (``max_tokens``) is the largest number of tokens any admitted action
-  can take — counted in UTF-8 bytes with JSON escapes and the whitespace a
-  grammar admits between tokens, since no token is shorter than one byte.
+* a call identical to one already answered in this turn is not offered again;
+* a tool that may run once per turn (trait ``once_per_turn``) is not offered
+  once the turn holds its reference; one whose success pauses the turn is not
+  offered when no round would be left to answer after the resume;
+* budget-aware: after ``conclude_after`` tool calls, in the last round, and
+  once the tool-call budget is spent, only concluding actions are offered;
+* the round's completion limit (``max_tokens``) is the largest number of
+  tokens any admitted action can take — counted in UTF-8 bytes with JSON
+  escapes and the whitespace a grammar admits between tokens.
 
-Everything here is a pure function of the turn's observations; the runtime
-and the bridge's agent loop call the same :func:`narrow`. The reply is still
-parsed against the *wide* published schema (PR-05): narrowing guides a model
-that honours ``response_format`` and changes nothing for one that ignores it.
-Every narrowed schema is a subset of the wide one (a property test holds it
-to that): values enter an enum only if the wide schema admits them.
+PR-07's rules, each of which an eval ablation can switch off (:data:`RULES`):
+
+* **information gain**: a listing is offered in its broadest form first (its
+  answer holds every filtered one), and not at all once that answer was
+  complete; a read already answered is never offered again;
+* **progress**: a tool that needs progress (research) is offered only once
+  the turn read something; past ``conclude_after`` a turn that read nothing
+  yet may first read what it listed; and ``final`` waits while the turn has
+  read nothing and an offered call can still lead to a read — a turn looks
+  before it answers (an empty workspace answers at once);
+* **text shape**: free strings (a topic, questions, the final text, a file's
+  content) are sentences of words in the conversation's scripts
+  (:mod:`~labfy_ref.protocol.text_shape`), so a degenerate string cannot be
+  emitted;
+* **relevance**: reference enums, and the listings the model reads
+  (:func:`present`), are ordered by a generic lexical score to the user's
+  message (:mod:`~labfy_ref.protocol.relevance`) — ordered, never cut;
+* **research task** (a candidate, not in force: :data:`CANDIDATE_RULES`): a
+  concluding round would offer ``final`` alone, so that research is never the
+  only tool left; measured, it cost the guided research task its research.
+
+Everything here is a pure function of the turn's observations; the runtime,
+the bridge's agent loop and Work call the same :func:`narrow`. The reply is
+still parsed against the *wide* published schema (PR-05): narrowing guides a
+model that honours ``response_format`` and changes nothing for one that
+ignores it. Every narrowed schema is a subset of the wide one (a property
+test holds it to that): values enter an enum only if the wide schema admits
+them, and a shaped string's pattern admits no more than its stated bounds.
 """
 
 from __future__ import annotations
@@ -42,52 +64,102 @@ from jsonschema import Draft202012Validator
 
 from labfy_ref.protocol.action import action_schema
 from labfy_ref.protocol.exchange import canonical
-from labfy_ref.tools.catalog import ToolCatalog
+from labfy_ref.protocol.relevance import ranked
+from labfy_ref.protocol.text_shape import (
+    ALL_SCRIPTS,
+    CONTENT,
+    FINAL,
+    PATH_CHARS,
+    PATH_PATTERN,
+    QUESTION,
+    TOPIC,
+    Shape,
+    scripts_of,
+)
+from labfy_ref.tools.catalog import ToolCatalog, ToolSpec, default_catalog
 
 #: After this many tool calls a turn is asked to conclude (``--conclude-after``; 0 = never).
+#: One default for every surface and every model (PR-07).
 DEFAULT_CONCLUDE_AFTER = 4
 #: The most reference values one enum offers (the newest are kept).
 MAX_REFERENCES = 100
-#: What one turn needs of the free strings (the wide schema allows more).
-FINAL_TEXT_CHARS = 600
-TOPIC_CHARS = 80
-QUESTIONS = 3
-QUESTION_CHARS = 160
+#: How many object references research may cite.
 OBJECT_REFS = 4
-WRITE_PATH_CHARS = 256
-WRITE_CONTENT_CHARS = 2000
+#: Bound on what a turn remembers of one reference (for relevance), in characters.
+LABEL_CHARS = 2000
 #: Bytes a JSON grammar may place between two tokens (llama.cpp's ``space`` rule:
 #: nothing, one space, or one or two newlines and up to 20 blanks).
 _SPACE_BYTES = 22
 #: The longest spelling of one character inside a JSON string: ``\\uXXXX``.
 _CHAR_BYTES = 6
-_CONCLUDING = frozenset({"research.prepare"})
+
+#: The narrowing rules PR-07 adds to PR-06's, each of which can be switched off to
+#: measure what it earns (``labfy-ref eval --ablate RULE``); the product runs them all.
+INFORMATION_GAIN = "information-gain"
+PROGRESS = "progress"
+TEXT_SHAPE = "text-shape"
+RELEVANCE = "relevance"
+RESEARCH_TASK = "research-task"
+RULES = (INFORMATION_GAIN, PROGRESS, TEXT_SHAPE, RELEVANCE)
+ALL_RULES = frozenset(RULES)
+#: Measured, not in force: a concluding round offering ``final`` alone. On the real-model
+#: stage the guided smoke question then prepared no research (0 of 1; 2 of 2 without it), so
+#: it waits for a rule that keeps the guided task and spares the reading ones.
+CANDIDATE_RULES = (RESEARCH_TASK,)
+
+# PR-06's bounds, used where the shape rule is off (an ablation).
+FINAL_TEXT_CHARS = 600
+TOPIC_CHARS = 80
+QUESTIONS = 3
+QUESTION_CHARS = 160
+WRITE_PATH_CHARS = 256
+WRITE_CONTENT_CHARS = 2000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Observations:
-    """What a turn's own results showed so far (the input of :func:`narrow`)."""
+    """What a turn's own results showed so far (the input of :func:`narrow`).
 
-    objects: tuple[str, ...] = ()
-    campaigns: tuple[str, ...] = ()
-    #: Directories known to exist (the workspace root ``""`` always does).
-    directories: tuple[str, ...] = ("",)
-    files: tuple[str, ...] = ()
+    Which result fields are references, and of which kind, is read from each
+    tool's catalog traits (:class:`~labfy_ref.tools.catalog.Produces`); this
+    class spells no tool id.
+    """
+
+    #: The user's message this turn answers (the query of the relevance order).
+    query: str = ""
+    #: Reference kind -> the values the turn's results showed, first seen first.
+    refs: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    #: Reference -> what the turn saw about it (title, kind, body, path), bounded.
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     #: Canonical ``[tool_id, arguments]`` of every call answered in this turn.
     answered: frozenset[str] = frozenset()
     tool_calls: int = 0
+    #: Successful calls of tools whose trait is ``progress`` (content, not references).
+    progress: int = 0
+    #: Tools whose broadest call (no filter) was answered in full (nothing left out).
+    complete: frozenset[str] = frozenset()
+
+    def known(self, kind: str) -> tuple[str, ...]:
+        """The references of ``kind`` the turn has seen."""
+        return self.refs.get(kind, ())
+
+    @property
+    def campaigns(self) -> tuple[str, ...]:
+        """Campaign references seen (research)."""
+        return self.known("campaign")
 
     def observe(self, tool_id: str, arguments: Mapping[str, Any],
-                result: Mapping[str, Any]) -> Observations:
+                result: Mapping[str, Any], catalog: ToolCatalog | None = None) -> Observations:
         """These observations plus one answered call and its wrapped result."""
         seen = dataclasses.replace(self, tool_calls=self.tool_calls + 1,
                                    answered=self.answered | {call_key(tool_id, arguments)})
         data = result.get("data")
-        if result.get("ok") is not True or not isinstance(data, Mapping):
+        spec = (catalog or default_catalog()).get(tool_id)
+        if result.get("ok") is not True or not isinstance(data, Mapping) or spec is None:
             return seen
         try:
-            return _learn(seen, tool_id, data)
-        except (KeyError, TypeError, AttributeError):
+            return _learn(seen, spec, arguments, data)
+        except (KeyError, TypeError, AttributeError, ValueError):
             return seen  # a result of another shape teaches nothing (it is data, not trusted)
 
 
@@ -96,31 +168,50 @@ def call_key(tool_id: str, arguments: Mapping[str, Any]) -> str:
     return canonical([tool_id, arguments])
 
 
-def _learn(seen: Observations, tool_id: str, data: Mapping[str, Any]) -> Observations:
-    if tool_id == "workspace.list_objects":
-        return dataclasses.replace(seen, objects=_merge(
-            seen.objects, (item["object_id"] for item in data["objects"])))
-    if tool_id == "workspace.read_object":
-        return dataclasses.replace(seen, objects=_merge(seen.objects, [data["object_id"]]))
-    if tool_id in ("research.prepare", "research.get_state"):
-        return dataclasses.replace(seen, campaigns=_merge(seen.campaigns, [data["campaign_id"]]))
-    if tool_id == "files.list":
-        base = str(data["path"])
-        prefix = f"{base}/" if base else ""
-        entries = [(str(e["type"]), prefix + str(e["name"])) for e in data["entries"]]
-        return dataclasses.replace(
-            seen,
-            directories=_merge(seen.directories, (p for kind, p in entries if kind == "directory")),
-            files=_merge(seen.files, (p for kind, p in entries if kind == "file")))
-    return seen
+def _learn(seen: Observations, spec: ToolSpec, arguments: Mapping[str, Any],
+           data: Mapping[str, Any]) -> Observations:
+    traits = spec.traits
+    refs = dict(seen.refs)
+    labels = dict(seen.labels)
+    complete = seen.complete
+    for produces in traits.produces:
+        entries = data[produces.items] if produces.items else [data]
+        if not isinstance(entries, list):
+            continue
+        base = str(data[produces.prefix]) if produces.prefix else ""
+        for entry in entries:
+            if not isinstance(entry, Mapping):
+                continue
+            value = entry.get(produces.id)
+            kind = produces.ref if produces.ref else entry.get(produces.ref_from or "")
+            if not isinstance(value, str) or not isinstance(kind, str):
+                continue
+            value = f"{base}/{value}" if base else value
+            refs[kind] = _merge(refs.get(kind, ()), [value])
+            said = " ".join(str(entry[field]) for field in produces.label
+                            if isinstance(entry.get(field), str))
+            labels[value] = _label(labels.get(value, ""), f"{value} {said}")
+        if produces.items and not (set(arguments) & set(traits.filters)):
+            maximum = spec.output_schema["properties"][produces.items].get("maxItems")
+            if maximum is None or len(entries) < int(maximum):
+                complete = complete | {spec.tool_id}
+    if len(labels) > MAX_REFERENCES * 4:
+        labels = {key: labels[key] for key in list(labels)[-MAX_REFERENCES * 4:]}
+    return dataclasses.replace(seen, refs=refs, labels=labels, complete=complete,
+                               progress=seen.progress + (1 if traits.progress else 0))
+
+
+def _label(old: str, new: str) -> str:
+    """What is known of a reference: the old text and the new, bounded."""
+    text = new if not old or new.startswith(old) else f"{old} {new}"
+    return text[:LABEL_CHARS]
 
 
 def _merge(known: tuple[str, ...], new: Iterable[Any]) -> tuple[str, ...]:
     """``known`` plus the new strings, first-seen order, no repeats, the newest kept."""
     merged = dict.fromkeys(known)
     for value in new:
-        if isinstance(value, str):
-            merged.pop(value, None)
+        if isinstance(value, str) and value not in merged:
             merged[value] = None
     values = tuple(merged)
     return values[-MAX_REFERENCES:] if len(values) > MAX_REFERENCES else values
@@ -134,6 +225,8 @@ class Budget:
     max_rounds: int
     max_tool_calls: int
     conclude_after: int = DEFAULT_CONCLUDE_AFTER
+    #: The PR-07 rules in force (all of them but in an ablation).
+    rules: frozenset[str] = ALL_RULES
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -166,11 +259,32 @@ def offered_tools(response_format: Mapping[str, Any] | None) -> frozenset[str] |
         return None
 
 
-def concluding(observations: Observations, budget: Budget) -> bool:
-    """Must this round conclude (PR-06's budget rule)?"""
+def concluding(observations: Observations, budget: Budget,
+               catalog: ToolCatalog | None = None, available: Iterable[str] = ()) -> bool:
+    """Must this round conclude (the budget rule of PR-06, with PR-07's progress rule)?
+
+    After ``conclude_after`` calls a turn concludes — unless (progress rule) it
+    has made no progress yet and a progress call is still on offer: then it
+    may first use what it gathered. The last round and a spent tool-call
+    budget conclude whatever the progress.
+    """
     calls = observations.tool_calls
-    return ((budget.conclude_after > 0 and calls >= budget.conclude_after)
-            or budget.round >= budget.max_rounds or calls >= budget.max_tool_calls)
+    if budget.round >= budget.max_rounds or calls >= budget.max_tool_calls:
+        return True
+    if budget.conclude_after <= 0 or calls < budget.conclude_after:
+        return False
+    if PROGRESS in budget.rules and observations.progress == 0 and catalog is not None:
+        return not _progress_offers(catalog, available, observations, budget)
+    return True
+
+
+def _progress_offers(catalog: ToolCatalog, available: Iterable[str], seen: Observations,
+                     budget: Budget) -> list[ToolSpec]:
+    """The available progress tools that have something left to offer now."""
+    usable = set(available)
+    return [spec for spec in catalog.values()
+            if spec.tool_id in usable and spec.traits.progress
+            and _arguments(spec, seen, budget) is not None]
 
 
 def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observations,
@@ -183,26 +297,43 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
     """
     base = action_schema()
     tool_branch, final_branch = base["oneOf"]
-    conclude = concluding(observations, budget)
-    usable = set(available)
+    usable = [tool_id for tool_id in available if tool_id in catalog]
+    conclude = concluding(observations, budget, catalog, usable)
+    rules = budget.rules
+    overdue = (PROGRESS in rules and budget.conclude_after > 0
+               and observations.tool_calls >= budget.conclude_after and not conclude)
+    any_progress = any(catalog[tool_id].traits.progress for tool_id in usable)
+    scripts = scripts_of(" ".join([observations.query, *observations.labels.values()]))
     branches: list[dict[str, Any]] = []
     for spec in catalog.values():
-        if spec.tool_id not in usable or (conclude and spec.tool_id not in _CONCLUDING):
+        traits = spec.traits
+        if spec.tool_id not in usable:
             continue
-        if spec.tool_id in _CONCLUDING and (observations.tool_calls >= budget.max_tool_calls
-                                            or budget.round >= budget.max_rounds):
+        if conclude and not (traits.concluding and RESEARCH_TASK not in rules):
+            continue  # concluding: final (and, without the research rule, research)
+        if overdue and not traits.progress:
+            continue  # past conclude_after with nothing used yet: use what was gathered
+        if traits.once_per_turn and observations.known(traits.once_per_turn):
+            continue  # one campaign per turn: the turn pauses on it
+        if (PROGRESS in rules and traits.needs_progress and any_progress
+                and observations.progress == 0):
+            continue  # a listing alone is not enough to prepare research on
+        if traits.pauses_turn and (observations.tool_calls + 1 >= budget.max_tool_calls
+                                   or budget.round >= budget.max_rounds):
             continue  # research pauses the turn: its resume needs a round left to answer
-        arguments = _arguments(spec.tool_id, spec.input_schema, observations)
+        arguments = _arguments(spec, observations, budget, scripts)
         if arguments is None:
             continue
         branches.append({**tool_branch, "properties": {
             "type": tool_branch["properties"]["type"],
             "tool_id": {"const": spec.tool_id},
             "arguments": arguments}})
-    final_text = {**final_branch["properties"]["text"], "minLength": 1,
-                  "maxLength": FINAL_TEXT_CHARS}
-    branches.append({**final_branch, "properties": {
-        "type": final_branch["properties"]["type"], "text": final_text}})
+    if not (PROGRESS in rules and not conclude and observations.progress == 0
+            and _leads_to_progress(catalog, usable, branches)):
+        final_text = _free_text(final_branch["properties"]["text"], FINAL, FINAL_TEXT_CHARS,
+                                rules, scripts)
+        branches.append({**final_branch, "properties": {
+            "type": final_branch["properties"]["type"], "text": final_text}})
     schema = {"$schema": base["$schema"], "title": base["title"], "oneOf": branches}
     return Decoding(
         response_format={"type": "json_schema",
@@ -211,49 +342,149 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
         max_tokens=max_json_bytes(schema), concluding=conclude)
 
 
-def _arguments(tool_id: str, wide: Mapping[str, Any],
-               seen: Observations) -> dict[str, Any] | None:
-    """The narrowed arguments schema of one tool, or None when it has nothing to offer now."""
-    def fresh(values: Iterable[str], field: str) -> list[str]:
-        return [value for value in _admitted(wide["properties"][field], values)
-                if call_key(tool_id, {field: value}) not in seen.answered]
+def _leads_to_progress(catalog: ToolCatalog, usable: Iterable[str],
+                      branches: list[dict[str, Any]]) -> bool:
+    """Does an offered call make progress, or produce what an available progress tool takes?
 
-    def closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-        return {"type": "object", "additionalProperties": False, "required": required,
-                "properties": properties}
+    While it does and the turn has made none, ``final`` waits (progress rule):
+    a turn looks before it answers. Once nothing offered can lead to content
+    (an empty workspace), ``final`` is offered at once.
+    """
+    offered = [catalog[b["properties"]["tool_id"]["const"]] for b in branches]
+    wanted = {kind for tool_id in usable for kind in catalog[tool_id].traits.consumes.values()
+              if catalog[tool_id].traits.progress}
+    return any(spec.traits.progress or {p.ref for p in spec.traits.produces} & wanted
+               or (any(p.ref_from for p in spec.traits.produces) and wanted)
+               for spec in offered)
 
-    if tool_id == "workspace.list_objects":
-        if call_key(tool_id, {}) in seen.answered:
+
+def present(catalog: ToolCatalog, tool_id: str, result: Mapping[str, Any],
+            seen: Observations, rules: frozenset[str] = ALL_RULES) -> str | None:
+    """How a listing reads to the model: its entries most relevant first (PR-07).
+
+    Only the order changes, never an entry; None when there is nothing to
+    order (the caller then sends the gateway's own text).
+    """
+    spec = catalog.get(tool_id)
+    data = result.get("data")
+    if RELEVANCE not in rules or not seen.query or spec is None or not isinstance(data, Mapping):
+        return None
+    ordered = dict(data)
+    for produces in spec.traits.produces:
+        entries = data.get(produces.items) if produces.items else None
+        if not isinstance(entries, list) or len(entries) < 2:
+            continue
+        base = data.get(produces.prefix) if produces.prefix else ""
+        keyed: dict[str, list[Any]] = {}
+        for entry in entries:
+            value = entry.get(produces.id) if isinstance(entry, Mapping) else None
+            key = (f"{base}/{value}" if isinstance(base, str) and base else str(value))
+            keyed.setdefault(key, []).append(entry)
+        order = ranked(seen.query, list(keyed), seen.labels)
+        ordered[produces.items] = [entry for key in order for entry in keyed[key]]
+    if ordered == dict(data) and all(ordered[k] is data[k] for k in data):
+        return None
+    return canonical({**result, "data": ordered})
+
+
+def _free_text(wide: Mapping[str, Any], shape: Shape, chars: int,
+               rules: frozenset[str], scripts: frozenset[str]) -> dict[str, Any]:
+    """A natural-language string: shaped (PR-07), or PR-06's length bound alone.
+
+    Its words are letters of the scripts the conversation used (the user's
+    message and what the turn read), Latin always.
+    """
+    wide_max = int(wide.get("maxLength", shape.max_chars))
+    if TEXT_SHAPE in rules:
+        return shape.within(scripts).schema(wide_max)
+    return {"type": "string", "minLength": 1, "maxLength": min(chars, wide_max)}
+
+
+#: The shape and PR-06 bound of each free-text argument, by its role.
+_TEXTS: dict[str, tuple[Shape, int]] = {
+    "topic": (TOPIC, TOPIC_CHARS), "questions": (QUESTION, QUESTION_CHARS),
+    "content": (CONTENT, WRITE_CONTENT_CHARS)}
+
+
+def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
+               scripts: frozenset[str] = ALL_SCRIPTS) -> dict[str, Any] | None:
+    """The narrowed arguments schema of one tool, or None when it has nothing to offer now.
+
+    Built from the tool's input schema and its traits: a consumed reference is
+    an enum of the values this turn saw (fresh ones for an idempotent tool,
+    most relevant first); a filter is dropped while the broadest call is
+    unanswered; free text is shaped; anything else is bounded as published.
+    """
+    traits, wide, rules = spec.traits, spec.input_schema, budget.rules
+    tool_id = spec.tool_id
+    required = list(wide.get("required", []))
+    properties: dict[str, Any] = {}
+    if traits.filters:
+        broadest = call_key(tool_id, {})
+        if broadest in seen.answered and (INFORMATION_GAIN not in rules
+                                          or tool_id in seen.complete):
             return None  # everything was listed; a filtered listing shows nothing new
-        kinds = [kind for kind in wide["properties"]["kind"]["enum"]
-                 if call_key(tool_id, {"kind": kind}) not in seen.answered]
-        return closed({"kind": {"type": "string", "enum": kinds}} if kinds else {}, [])
-    if tool_id in ("workspace.read_object", "research.get_state", "files.list", "files.read"):
-        field, pool = {"workspace.read_object": ("object_id", seen.objects),
-                       "research.get_state": ("campaign_id", seen.campaigns),
-                       "files.list": ("path", seen.directories),
-                       "files.read": ("path", seen.files)}[tool_id]
-        values = fresh(pool, field)
-        return closed({field: {"type": "string", "enum": values}}, [field]) if values else None
-    if tool_id == "research.prepare":
-        if seen.campaigns:
-            return None  # one campaign per turn: the turn pauses on it
-        properties: dict[str, Any] = {
-            "topic": {"type": "string", "minLength": 1, "maxLength": TOPIC_CHARS},
-            "questions": {"type": "array", "minItems": 1, "maxItems": QUESTIONS,
-                          "items": {"type": "string", "minLength": 1,
-                                    "maxLength": QUESTION_CHARS}}}
-        refs = _admitted(wide["properties"]["object_refs"]["items"], seen.objects)
-        if refs:
-            properties["object_refs"] = {"type": "array", "maxItems": OBJECT_REFS,
-                                         "uniqueItems": True,
-                                         "items": {"type": "string", "enum": refs}}
-        return closed(properties, ["topic", "questions"])
-    if tool_id == "files.write":
-        return closed({"path": {"type": "string", "minLength": 1, "maxLength": WRITE_PATH_CHARS},
-                       "content": {"type": "string", "maxLength": WRITE_CONTENT_CHARS}},
-                      ["path", "content"])
-    return dict(wide)  # a tool this module does not know is offered as published
+    for name, field in wide["properties"].items():
+        consumed = traits.consumes.get(name)
+        if consumed is not None:
+            narrowed = _reference(spec, name, field, consumed, seen=seen, budget=budget)
+            if narrowed is None:
+                if name in required:
+                    return None  # its required reference has no known (fresh) value
+                continue
+            properties[name] = narrowed
+        elif name in traits.filters:
+            if INFORMATION_GAIN in rules and call_key(tool_id, {}) not in seen.answered:
+                continue  # the broadest call first: its answer holds every filtered one
+            values = [value for value in field.get("enum", [])
+                      if call_key(tool_id, {name: value}) not in seen.answered]
+            if values:
+                properties[name] = {"type": field["type"], "enum": values}
+        elif name in traits.free_text:
+            shape, chars = _TEXTS.get(name, (FINAL, FINAL_TEXT_CHARS))
+            if field.get("type") == "array":
+                properties[name] = {
+                    "type": "array", "minItems": max(1, int(field.get("minItems", 0))),
+                    "maxItems": min(QUESTIONS, int(field["maxItems"])),
+                    "items": _free_text(field["items"], shape, chars, rules, scripts)}
+            else:
+                properties[name] = _free_text(field, shape, chars, rules, scripts)
+        elif name in required:
+            properties[name] = _bounded(field, rules)
+    if traits.filters and not properties and call_key(tool_id, {}) in seen.answered:
+        return None  # every filtered listing was answered too
+    return {"type": "object", "additionalProperties": False,
+            "required": [name for name in required if name in properties],
+            "properties": properties}
+
+
+def _reference(spec: ToolSpec, name: str, field: Mapping[str, Any], kind: str, *,
+               seen: Observations, budget: Budget) -> dict[str, Any] | None:
+    """An enum of the known references of ``kind`` this field admits, or None."""
+    items = field.get("items") if field.get("type") == "array" else None
+    pool = list(seen.known(kind)) + [value for value in spec.traits.known_refs.get(kind, ())
+                                     if value not in seen.known(kind)]
+    values = _admitted(items if items is not None else field, pool)
+    if items is None:
+        values = [value for value in values
+                  if call_key(spec.tool_id, {name: value}) not in seen.answered]
+    if RELEVANCE in budget.rules and seen.query:
+        values = ranked(seen.query, values, seen.labels)
+    if not values:
+        return None
+    if items is not None:
+        return {"type": "array", "maxItems": min(OBJECT_REFS, int(field.get("maxItems", 1))),
+                "uniqueItems": True, "items": {"type": "string", "enum": values}}
+    return {"type": "string", "enum": values}
+
+
+def _bounded(field: Mapping[str, Any], rules: frozenset[str]) -> dict[str, Any]:
+    """A required string that is no reference and no prose (a path to write): bounded."""
+    wide_max = int(field.get("maxLength", PATH_CHARS))
+    if TEXT_SHAPE in rules and field.get("type") == "string" and wide_max >= PATH_CHARS:
+        return {"type": "string", "minLength": 1, "maxLength": PATH_CHARS,
+                "pattern": PATH_PATTERN}
+    return {"type": "string", "minLength": 1, "maxLength": min(WRITE_PATH_CHARS, wide_max)}
 
 
 def _admitted(schema: Mapping[str, Any], values: Iterable[str]) -> list[str]:

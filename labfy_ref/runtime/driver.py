@@ -14,7 +14,8 @@ JSONL records). Every rule of a turn lives here, once:
   ``REPEATED_TOOL_FAILURE`` (GW-05);
 * rounds, tool calls and context bytes are budgets (RT-03), context bytes kept
   as a running total;
-* a successful ``research.prepare`` pauses the turn (RT-08): no further model
+* a successful call of a tool whose trait is ``pauses_turn`` (research) pauses the
+  turn (RT-08): no further model
   call until a human grant and a resume;
 * every model call — a repair too, failed or cancelled ones too — is recorded
   in the gateway's usage ledger (BR-14) with the port's model and caller.
@@ -48,13 +49,18 @@ from labfy_ref.protocol import (
     Usage,
     call_key,
     narrow,
+    present,
     request_action,
     tool_exchange,
 )
+from labfy_ref.protocol.narrowing import ALL_RULES
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
+from labfy_ref.tools.catalog import ToolCatalog
 
 ALLOWED_ONCE = "allowed-once"
+#: What of the user's message orders reference menus (a bound, not a meaning).
+MAX_QUERY_CHARS = 2000
 
 
 def new_call_id() -> str:
@@ -75,8 +81,15 @@ class Conversation:
 
     @classmethod
     def start(cls, messages: Sequence[ChatMessage]) -> Conversation:
-        """A conversation holding ``messages``, with its context size counted once."""
-        return cls(messages if isinstance(messages, MessageLog) else MessageLog(messages))
+        """A conversation holding ``messages``, with its context size counted once.
+
+        The newest user message is the turn's question: the query that orders
+        reference menus by relevance (PR-07).
+        """
+        query = next((str(m.get("content", "")) for m in reversed(messages)
+                      if m.get("role") == "user"), "")
+        return cls(messages if isinstance(messages, MessageLog) else MessageLog(messages),
+                   observations=Observations(query=query[:MAX_QUERY_CHARS]))
 
     @property
     def tool_calls(self) -> int:
@@ -92,12 +105,20 @@ class Conversation:
         """Append messages (the log counts their size as it encodes them)."""
         self.messages.add(messages)
 
-    def answer(self, outcome: ToolOutcome, *, exempt: bool = False) -> None:
-        """Give the model one call's wrapped result; ``exempt`` clears GW-05's memory."""
+    def answer(self, outcome: ToolOutcome, catalog: ToolCatalog, *, exempt: bool = False,
+               rules: frozenset[str] = ALL_RULES) -> None:
+        """Give the model one call's wrapped result; ``exempt`` clears GW-05's memory.
+
+        The model reads the result as :func:`present` orders it (the most
+        relevant references first); the record keeps the gateway's own order.
+        """
+        seen = self.observations.observe(outcome.tool_id, outcome.arguments, outcome.result,
+                                         catalog)
+        text = present(catalog, outcome.tool_id, outcome.result, seen,
+                       rules) if outcome.ok else None
         self.add(tool_exchange(outcome.tool_id, outcome.arguments, outcome.result,
-                               outcome.result_text))
-        self.observations = self.observations.observe(outcome.tool_id, outcome.arguments,
-                                                      outcome.result)
+                               text or outcome.result_text))
+        self.observations = seen
         self.last_failure = None if outcome.ok or exempt else call_key(outcome.tool_id,
                                                                         outcome.arguments)
 
@@ -184,7 +205,8 @@ class TurnDriver:
                       conversation.observations,
                       Budget(round=conversation.rounds, max_rounds=limits.max_rounds,
                              max_tool_calls=limits.max_tool_calls,
-                             conclude_after=limits.conclude_after))
+                             conclude_after=limits.conclude_after,
+                             rules=limits.narrowing_rules))
 
     async def drive(self, conversation: Conversation, port: TurnPort,
                     context: CallContext) -> Ending | None:
@@ -223,15 +245,17 @@ class TurnDriver:
             self.record(conversation, port, call_id, outcome)
             if conversation.context_bytes > limits.max_context_bytes:
                 return _budget(f"context exceeds {limits.max_context_bytes} bytes")
-            if action.tool_id == "research.prepare" and outcome.ok:
-                return Ending(TurnState.AUTHORIZATION_REQUIRED,
-                              campaign_id=str(outcome.result["data"]["campaign_id"]))
+            spec = self.gateway.catalog[action.tool_id]
+            if spec.traits.pauses_turn and outcome.ok:
+                paused_on = spec.produced(outcome.result["data"])
+                return Ending(TurnState.AUTHORIZATION_REQUIRED, campaign_id=paused_on[0])
         return None
 
     def record(self, conversation: Conversation, port: TurnPort, call_id: str,
                outcome: ToolOutcome, *, exempt: bool = False) -> None:
         """Give the model an outcome and tell the port (also used by a granted resume)."""
-        conversation.answer(outcome, exempt=exempt)
+        conversation.answer(outcome, self.gateway.catalog, exempt=exempt,
+                            rules=self.limits.narrowing_rules)
         port.answered(call_id, outcome)
 
     def _recorded(self, port: TurnPort) -> Ask:

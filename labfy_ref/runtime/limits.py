@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from labfy_ref.protocol.narrowing import ALL_RULES, DEFAULT_CONCLUDE_AFTER
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RuntimeLimits:
@@ -20,8 +22,12 @@ class RuntimeLimits:
     max_result_bytes: int = 256 * 1024
     max_message_chars: int = 8000
     #: After this many tool calls only concluding actions are offered (PR-06; 0 = never).
-    conclude_after: int = 4
+    conclude_after: int = DEFAULT_CONCLUDE_AFTER
+    #: The PR-07 narrowing rules in force: all of them, but in an eval's ablation.
+    narrowing_rules: frozenset[str] = ALL_RULES
 
     def as_json(self) -> dict[str, Any]:
         """The limits as reported by ``GET /api/v1/agent-runtime/status``."""
-        return dataclasses.asdict(self)
+        limits = dataclasses.asdict(self)
+        limits["narrowing_rules"] = sorted(self.narrowing_rules)
+        return limits

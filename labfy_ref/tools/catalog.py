@@ -4,6 +4,13 @@ Each entry states everything a client needs so that none ever infers it: id,
 version, description, input and output schema, effect, network contact and
 whether it requires a human authorization. The schemas read here are the very
 objects used for validation and the very ones published over HTTP.
+
+Each entry also carries its *traits* (PR-07): what the narrowing, the driver,
+the gateway and Work need to know about a tool — whether it is an idempotent
+read, which references its results produce and its arguments consume, what
+counts as progress, whether a success pauses the turn — so that none of them
+spells a tool id. The traits are internal: the published wire shape (SPEC
+§15) is unchanged.
 """
 
 from __future__ import annotations
@@ -30,6 +37,69 @@ class Effect(enum.StrEnum):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Produces:
+    """Where a tool's result shows references (PR-07).
+
+    ``items`` names the result's array of entries (None: the result itself is
+    the one entry); ``id`` the entry's field holding the reference; the
+    reference kind is ``ref``, or the value of the entry's ``ref_from`` field
+    (a listing of files and directories); ``prefix`` names a result field that
+    is joined before the id with ``/`` (a directory's path); ``label`` the
+    entry's fields that say what the reference is (for relevance).
+    """
+
+    id: str
+    ref: str | None = None
+    ref_from: str | None = None
+    items: str | None = None
+    prefix: str | None = None
+    label: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Traits:
+    """What a tool is, for the code that drives it (PR-07); none of it is wire shape."""
+
+    #: The same call answers the same within a turn (asking again adds nothing).
+    idempotent: bool = False
+    #: A successful call brings content the turn can use (not only references).
+    progress: bool = False
+    #: Offered only once the turn made progress (a listing alone is not enough).
+    needs_progress: bool = False
+    #: A successful call pauses the turn for a human (research).
+    pauses_turn: bool = False
+    #: Still offered when the turn must conclude.
+    concluding: bool = False
+    #: Offered only while the turn holds no reference of this kind.
+    once_per_turn: str | None = None
+    #: Optional arguments that narrow the call: the call without them answers a superset.
+    filters: tuple[str, ...] = ()
+    #: Argument name -> the reference kind it takes (a string, or an array of them).
+    consumes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    produces: tuple[Produces, ...] = ()
+    #: References known before any result (the workspace root of a file listing).
+    known_refs: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    #: Arguments that are natural-language text (bounded in shape, not only length).
+    free_text: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> Traits:
+        """Traits from the catalog file (unknown keys are a packaging bug: KeyError)."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = set(document) - known
+        if unknown:
+            raise KeyError(f"unknown tool traits: {sorted(unknown)}")
+        produces = tuple(Produces(**{**entry, "label": tuple(entry.get("label", ()))})
+                         for entry in document.get("produces", ()))
+        return cls(**{**document, "produces": produces,
+                      "filters": tuple(document.get("filters", ())),
+                      "free_text": tuple(document.get("free_text", ())),
+                      "consumes": dict(document.get("consumes", {})),
+                      "known_refs": {kind: tuple(values) for kind, values
+                                     in document.get("known_refs", {}).items()}})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ToolSpec:
     """One catalog entry; ``input_schema`` is closed at every level."""
 
@@ -41,12 +111,25 @@ class ToolSpec:
     requires_authorization: bool
     input_schema: Mapping[str, Any]
     output_schema: Mapping[str, Any]
+    traits: Traits = dataclasses.field(default_factory=Traits, compare=False)
     #: The compiled validator of ``input_schema`` (built once, never compared).
     input_validator: Draft202012Validator = dataclasses.field(
         init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_validator", Draft202012Validator(self.input_schema))
+
+    def produced(self, data: Mapping[str, Any]) -> list[str]:
+        """The references a result's data shows (its traits say where), in order."""
+        found: list[str] = []
+        for produces in self.traits.produces:
+            entries = data.get(produces.items) if produces.items else [data]
+            base = data.get(produces.prefix) if produces.prefix else ""
+            for entry in entries if isinstance(entries, list) else ():
+                value = entry.get(produces.id) if isinstance(entry, Mapping) else None
+                if isinstance(value, str):
+                    found.append(f"{base}/{value}" if isinstance(base, str) and base else value)
+        return found
 
     def describe(self, *, available: bool = True, reason: str | None = None) -> dict[str, Any]:
         """The published wire shape of this entry (SPEC §15)."""
@@ -97,6 +180,7 @@ def _spec_from(entry: dict[str, Any]) -> ToolSpec:
         requires_authorization=bool(entry["requires_authorization"]),
         input_schema=entry["input_schema"],
         output_schema=entry["output_schema"],
+        traits=Traits.from_json(entry.get("traits", {})),
     )
 
 

@@ -31,7 +31,7 @@ from labfy_ref.protocol import (
     max_json_bytes,
     narrow,
 )
-from labfy_ref.protocol.narrowing import FINAL_TEXT_CHARS
+from labfy_ref.protocol.text_shape import FINAL
 from labfy_ref.tools import default_catalog
 from labfy_ref.workspace import open_workspace
 from qualification.strategies import instances
@@ -132,7 +132,7 @@ def test_any_history_gives_a_valid_subset_schema_that_admits_no_unseen_reference
     assert len(text.encode("utf-8")) <= decoding.max_tokens, "the completion limit fits it"
     action = PARSER.parse(text)  # the wide schema accepts whatever the narrow one admits
     if isinstance(action, Final):
-        assert 1 <= len(action.text) <= FINAL_TEXT_CHARS
+        assert 1 <= len(action.text) <= FINAL.max_chars
         return
     assert isinstance(action, ToolCall)
     assert action.tool_id in decoding.offered
@@ -146,6 +146,7 @@ def test_any_history_gives_a_valid_subset_schema_that_admits_no_unseen_reference
         assert ref in values
     if action.tool_id == "research.prepare":
         assert not seen.campaigns, "one campaign per turn"
+        assert seen.progress, "a listing alone is not enough to prepare research on"
 
 
 @pytest.mark.req("PR-06")
@@ -161,6 +162,8 @@ def test_references_come_only_from_this_turns_results_and_leave_once_answered() 
     seen = Observations().observe("workspace.list_objects", {}, listing)
     second = narrow(CATALOG, CATALOG, seen, budget)
     assert "workspace.list_objects" not in second.offered, "the same listing is not offered again"
+    assert second.schema["oneOf"][-1]["properties"].get("type") != {"const": "final"}, \
+        "a turn that can still read looks before it answers (PR-07)"
     read = next(b for b in second.schema["oneOf"]
                 if b["properties"].get("tool_id") == {"const": "workspace.read_object"})
     assert read["properties"]["arguments"]["properties"]["object_id"]["enum"] == [obj]
@@ -188,7 +191,7 @@ def test_tools_unavailable_now_are_not_offered(specimen: Path) -> None:
         store.close()
 
 
-@pytest.mark.req("PR-06")
+@pytest.mark.req("PR-06", "PR-07")
 @pytest.mark.parametrize(("calls", "round_", "campaign", "expected"), [
     (4, 1, False, {"research.prepare"}),       # conclude after 4 tool calls
     (4, 15, False, {"research.prepare"}),      # concluding, a round left: a resume can answer
@@ -199,12 +202,12 @@ def test_tools_unavailable_now_are_not_offered(specimen: Path) -> None:
 ])
 def test_budget_rule_leaves_only_concluding_actions(
         calls: int, round_: int, campaign: bool, expected: set[str] | None) -> None:
-    seen = Observations(tool_calls=calls,
-                        campaigns=("camp_" + "B" * 26,) if campaign else ())
+    seen = Observations(tool_calls=calls, progress=1,
+                        refs={"campaign": ("camp_" + "B" * 26,)} if campaign else {})
     decoding = narrow(CATALOG, CATALOG, seen, Budget(round=round_, max_rounds=16,
                                                       max_tool_calls=64, conclude_after=4))
     if expected is None:
-        assert not decoding.concluding and "workspace.list_objects" in decoding.offered
+        assert not decoding.concluding and "files.list" in decoding.offered
     else:
         assert decoding.concluding and set(decoding.offered) == expected
     assert decoding.schema["oneOf"][-1]["properties"]["type"] == {"const": "final"}
@@ -220,11 +223,11 @@ def test_conclude_after_zero_never_concludes_early() -> None:
 
 @pytest.mark.req("PR-06")
 def test_the_completion_limit_is_the_largest_admitted_action_at_its_longest() -> None:
-    decoding = narrow(CATALOG, ["files.list"], Observations(),
+    decoding = narrow(CATALOG, ["files.list"], Observations(progress=1),
                       Budget(round=1, max_rounds=16, max_tool_calls=64))
-    # final: {"type":"final","text": 600 characters each as a 6-byte \\uXXXX escape}
+    # final: {"type":"final","text": its longest shaped text, each character as a 6-byte escape}
     longest_final = max_json_bytes(decoding.schema["oneOf"][-1])
     assert decoding.max_tokens == max(longest_final, max_json_bytes(decoding.schema["oneOf"][0]))
-    assert decoding.max_tokens >= 6 * FINAL_TEXT_CHARS
+    assert decoding.max_tokens >= 6 * FINAL.max_chars
     with pytest.raises(ValueError, match="unbounded"):
         max_json_bytes({"type": "string"})

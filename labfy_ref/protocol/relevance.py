@@ -1,0 +1,67 @@
+"""A generic lexical relevance score of a reference to the user's message (PR-07).
+
+A small model handed a menu of opaque ids picks by position: it copies the
+first ids it was shown. The narrowing therefore *orders* reference menus —
+and the listings a model reads — by how much of the user's message the turn
+has seen about each reference (its title, kind, body, path), most relevant
+first. It only orders: no option is ever removed on this basis.
+
+The score is Okapi BM25 (k1 = 1.2, b = 0.75) over character trigrams of the
+casefolded words (``\\w`` runs without digits or ``_``, so any script), each
+word padded with a space at both ends. Trigrams make inflections and
+compounds meet without a stemmer or a word list in any language: ``bee`` and
+``bees`` share `` be`` and ``bee``, ``albina`` and ``albinele`` share four.
+Documents are scored against each other only (the collection is the
+references the turn knows), so the figure needs no corpus and no language.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+_WORD = re.compile(r"[^\W\d_]+")
+K1 = 1.2
+B = 0.75
+
+
+def grams(text: str) -> Counter[str]:
+    """The character trigrams of ``text``'s words (casefolded, space-padded)."""
+    counts: Counter[str] = Counter()
+    for word in _WORD.findall(text.casefold()):
+        padded = f" {word} "
+        counts.update(padded[i:i + 3] for i in range(len(padded) - 2))
+    return counts
+
+
+def scores(query: str, documents: Mapping[str, str]) -> dict[str, float]:
+    """BM25 of each document (key -> text) against ``query``; 0 when nothing is shared."""
+    wanted = grams(query)
+    bags = {key: grams(text) for key, text in documents.items()}
+    if not wanted or not bags:
+        return dict.fromkeys(documents, 0.0)
+    count = len(bags)
+    average = sum(sum(bag.values()) for bag in bags.values()) / count or 1.0
+    frequency: Counter[str] = Counter()
+    for bag in bags.values():
+        frequency.update(set(bag) & set(wanted))
+    result: dict[str, float] = {}
+    for key, bag in bags.items():
+        size = sum(bag.values())
+        total = 0.0
+        for gram in wanted:
+            tf = bag.get(gram, 0)
+            if not tf:
+                continue
+            idf = math.log(1.0 + (count - frequency[gram] + 0.5) / (frequency[gram] + 0.5))
+            total += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * size / average))
+        result[key] = total
+    return result
+
+
+def ranked(query: str, keys: Sequence[str], documents: Mapping[str, str]) -> list[str]:
+    """``keys`` most relevant first; ties keep their order (a stable sort, nothing removed)."""
+    score = scores(query, {key: documents.get(key, "") for key in keys})
+    return sorted(keys, key=lambda key: -score.get(key, 0.0))

@@ -1,0 +1,157 @@
+"""Natural-language strings bounded in *shape* as well as length (PR-07).
+
+A small model under a grammar that admits "any string of at most 80
+characters" fills it with whatever is likeliest: a run of one digit
+(``"1000…0"``), a copy of a placeholder (``"field_10"``, a tool id,
+``"topic"``), a bracket (``"]["``). A :class:`Shape` is a regular expression
+of *sentences*: words of letters (any script the ranges below cover — Latin
+with every accent, so French and Romanian; Greek, Cyrillic, Armenian, Hebrew,
+Arabic, Devanagari, Thai, Georgian, kana, CJK ideographs and Hangul) joined
+by one space, or by a punctuation mark and a space; a few short numbers; no
+underscore, dot or bracket inside a token; at least ``min_words`` words.
+
+The pattern is written in the subset llama.cpp's ``json_schema`` grammar
+accepts (measured on llama-server: character classes with non-ASCII ranges,
+bounded repetition, groups, alternation; no look-around, no ``\\p{L}``).
+llama.cpp ignores ``maxLength`` on a string that has a ``pattern``, so every
+bound is in the pattern itself, and :attr:`Shape.max_chars` — the longest
+string it admits — is the ``maxLength`` the narrowed schema states, checked
+to fit the wide schema's bound. The wide published schema (PR-05) does not
+enforce the shape: a reply that ignores ``response_format`` is parsed as
+before, and the shape only guides a model that honours the grammar.
+
+Limits, said plainly: a language written without spaces (Chinese, Japanese,
+Thai) counts a run of up to :data:`WORD_LETTERS` letters as one word, so a
+longer unbroken run must be broken by punctuation; a word of one repeated
+letter up to that length is still a word.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+
+#: Letters, by script: Unicode block ranges (no digits, no punctuation, no symbols).
+SCRIPTS: tuple[tuple[str, str, str], ...] = (
+    ("latin", "a", "z"), ("latin", "A", "Z"),
+    ("latin-1", "\u00c0", "\u00d6"), ("latin-1", "\u00d8", "\u00f6"),
+    ("latin-1", "\u00f8", "\u024f"),                 # with Latin Extended-A/B (ă, ș, ț)
+    ("latin-1", "\u1e00", "\u1eff"),                 # Latin Extended Additional
+    ("greek", "\u0370", "\u03ff"), ("cyrillic", "\u0400", "\u052f"),
+    ("armenian", "\u0531", "\u0586"), ("hebrew", "\u05d0", "\u05ea"),
+    ("arabic", "\u0620", "\u064a"), ("devanagari", "\u0900", "\u0963"),
+    ("thai", "\u0e01", "\u0e4e"), ("georgian", "\u10a0", "\u10ff"),
+    ("kana", "\u3041", "\u30ff"), ("cjk", "\u4e00", "\u9fff"),
+    ("hangul", "\uac00", "\ud7a3"))
+#: Every script: what a shape admits when it is not told the conversation's scripts.
+ALL_SCRIPTS = frozenset(name for name, _, _ in SCRIPTS)
+#: One-letter words of the Latin scripts ("a", "I", French "à", Italian "è"…): any other
+#: lone Latin letter is more often a run of noise ("ÿ ÿ ÿ") than a word. A lone letter of
+#: another script the conversation uses is a word (Greek "η", one ideograph).
+_LATIN = frozenset({"latin", "latin-1"})
+_SINGLE = "A-Za-z\u00e0\u00e8\u00e9\u00c0\u00c8\u00c9"
+
+
+def scripts_of(text: str) -> frozenset[str]:
+    """The scripts of :data:`SCRIPTS` that ``text`` uses (Latin always)."""
+    found = {"latin"}
+    for char in set(text):
+        if char.isalpha():
+            found.update(name for name, low, high in SCRIPTS if low <= char <= high)
+    return frozenset(found)
+
+
+def letters(scripts: frozenset[str]) -> str:
+    """The character-class body of the letters of ``scripts``."""
+    return "".join(low if low == high else f"{low}-{high}"
+                   for name, low, high in SCRIPTS if name in scripts | {"latin"})
+
+
+LETTERS = letters(ALL_SCRIPTS)
+#: The longest run of letters one word may have, and the part after one joiner (l'île, mi-août).
+WORD_LETTERS = 16
+JOINED_LETTERS = 8
+#: A number: at most four digits, optionally a decimal part of two.
+_NUMBER = "[0-9]{1,4}(?:[.,][0-9]{1,2})?"
+_NUMBER_CHARS = 7
+_WORD_CHARS = WORD_LETTERS + 1 + JOINED_LETTERS
+#: Between two tokens: a space, or one punctuation mark and a space (a newline in a file).
+_GAP = "(?:[,;:]? |[.?!] )"
+_GAP_LINES = "(?:[,;:]? |[.?!] |[.?!,;:]?\\n)"
+_GAP_CHARS = 2
+_END = "[.?!]?"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Shape:
+    """Sentences of ``min_words``..``max_words`` words with at most ``numbers`` numbers.
+
+    A number may open the text and at most ``numbers`` more may follow, each
+    opening a run of at most ``words_per_run`` words.
+    """
+
+    min_words: int
+    words_per_run: int
+    numbers: int = 0
+    lines: bool = False
+    #: The scripts whose letters make words (the conversation's: PR-07 narrows to them).
+    scripts: frozenset[str] = ALL_SCRIPTS
+
+    def within(self, scripts: frozenset[str]) -> Shape:
+        """This shape with words of ``scripts`` only (Latin always)."""
+        return dataclasses.replace(self, scripts=frozenset(scripts) | {"latin"})
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_words <= self.words_per_run + 1 or self.numbers < 0:
+            raise ValueError("a shape needs 1 <= min_words <= words_per_run + 1")
+
+    @property
+    def pattern(self) -> str:
+        """The anchored regular expression (llama.cpp's grammar subset, and Python's)."""
+        gap = _GAP_LINES if self.lines else _GAP
+        body = letters(self.scripts)
+        single = _SINGLE + letters(self.scripts - _LATIN).removeprefix("a-zA-Z")
+        _WORD = (f"(?:[{single}]|[{body}]{{2,{WORD_LETTERS}}})"
+                 f"(?:['\u2019-][{body}]{{1,{JOINED_LETTERS}}})?")
+        run = f"(?:{gap}{_WORD}){{0,{self.words_per_run}}}"
+        first = f"(?:{gap}{_WORD}){{{self.min_words - 1},{self.words_per_run}}}"
+        numbered = f"(?:{gap}{_NUMBER}{run}){{0,{self.numbers}}}" if self.numbers else ""
+        return f"^(?:{_NUMBER}{gap})?{_WORD}{first}{numbered}{_END}$"
+
+    @property
+    def max_chars(self) -> int:
+        """The longest text the pattern admits, in characters."""
+        run = self.words_per_run * (_GAP_CHARS + _WORD_CHARS)
+        return (_NUMBER_CHARS + _GAP_CHARS + _WORD_CHARS + run
+                + self.numbers * (_GAP_CHARS + _NUMBER_CHARS + run) + 1)
+
+    def schema(self, wide_max: int) -> dict[str, str | int]:
+        """The narrowed string schema; ValueError if it could exceed the wide bound."""
+        if self.max_chars > wide_max:
+            raise ValueError(f"shape admits {self.max_chars} characters, the wide schema "
+                             f"{wide_max}")
+        return {"type": "string", "minLength": 1, "maxLength": self.max_chars,
+                "pattern": self.pattern}
+
+    def admits(self, text: str) -> bool:
+        """Does ``text`` have this shape?"""
+        return _compiled(self.pattern).fullmatch(text) is not None
+
+
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+#: A research topic: a short title of two to six words.
+TOPIC = Shape(min_words=2, words_per_run=5)
+#: A research question: a sentence of two to seventeen words, one number.
+QUESTION = Shape(min_words=2, words_per_run=8, numbers=1)
+#: A final answer: two or three sentences, two numbers.
+FINAL = Shape(min_words=2, words_per_run=10, numbers=2)
+#: The content of a file the model writes: lines of sentences.
+CONTENT = Shape(min_words=2, words_per_run=12, numbers=4, lines=True)
+#: A path the model names for a new file: segments of letters, digits, ``.``, ``_``, ``-``.
+PATH_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,62}){0,3}$"
+PATH_CHARS = 255

@@ -1,0 +1,232 @@
+"""PR-07: the rules that make narrowing generalise, one property test per rule.
+
+Each rule is a pure function of a turn's observations and the catalog's
+traits; each is shown here to hold for any history (Hypothesis), and shown
+to be *off* when an ablation switches it off, so the eval's ablation rows
+measure what they say.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from labfy_ref.protocol import Budget, Observations, narrow, present
+from labfy_ref.protocol.narrowing import (
+    ALL_RULES,
+    INFORMATION_GAIN,
+    PROGRESS,
+    RELEVANCE,
+    RESEARCH_TASK,
+    TEXT_SHAPE,
+)
+from labfy_ref.protocol.relevance import ranked, scores
+from labfy_ref.protocol.text_shape import FINAL, QUESTION, TOPIC, scripts_of
+from labfy_ref.tools import default_catalog
+
+CATALOG = default_catalog()
+ROOT = Path(__file__).resolve().parents[2]
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+object_ids = st.text(st.sampled_from(_CROCKFORD), min_size=26, max_size=26).map(
+    lambda body: f"obj_{body}")
+titles = st.text(st.characters(codec="utf-8"), max_size=30)
+any_text = st.text(st.characters(codec=None), max_size=60)
+BUDGET = Budget(round=1, max_rounds=16, max_tool_calls=64, conclude_after=4)
+
+
+def _listing(ids: list[str], names: list[str], kind: str = "note") -> dict[str, Any]:
+    return {"trust": "UNTRUSTED_DATA", "tool_id": "workspace.list_objects", "ok": True,
+            "data": {"objects": [{"object_id": i, "kind": kind, "title": t}
+                                 for i, t in zip(ids, names, strict=False)]}}
+
+
+def _branch(decoding: Any, tool_id: str) -> dict[str, Any] | None:
+    for branch in decoding.schema["oneOf"]:
+        if branch["properties"].get("tool_id") == {"const": tool_id}:
+            return dict(branch["properties"]["arguments"])
+    return None
+
+
+def _offers_final(decoding: Any) -> bool:
+    return any(b["properties"].get("type") == {"const": "final"} for b in decoding.schema["oneOf"])
+
+
+@pytest.mark.req("PR-07")
+def test_no_rule_spells_a_tool_id_a_model_or_a_specimen_object() -> None:
+    """The narrowing, the driver and the relevance/shape modules read traits, not ids."""
+    specimen = json.loads((ROOT / "labfy_ref/workspace/specimen/objects.json").read_text("utf-8"))
+    names = [*CATALOG, *(o["title"] for o in specimen["objects"]), "smollm", "gemma", "q4_",
+             "q8_"]
+    for module in ("protocol/narrowing.py", "protocol/relevance.py", "protocol/text_shape.py",
+                   "runtime/driver.py"):
+        source = (ROOT / "labfy_ref" / module).read_text("utf-8").casefold()
+        for name in names:
+            assert name.casefold() not in source, f"{module} names {name!r}"
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ids=st.lists(object_ids, min_size=1, max_size=8, unique=True),
+       names=st.lists(titles, min_size=8, max_size=8), kind=st.sampled_from(
+           ["fact", "observation", "source", "note"]))
+def test_information_gain_never_offers_a_listing_whose_answer_is_known(
+        ids: list[str], names: list[str], kind: str) -> None:
+    first = narrow(CATALOG, CATALOG, Observations(), BUDGET)
+    listing = _branch(first, "workspace.list_objects")
+    assert listing is not None and listing["properties"] == {}, \
+        "the broadest listing first: its answer holds every filtered one"
+    seen = Observations().observe("workspace.list_objects", {}, _listing(ids, names), CATALOG)
+    assert "workspace.list_objects" not in narrow(CATALOG, CATALOG, seen, BUDGET).offered, \
+        "a complete listing was answered: any filtered one is a subset of it"
+    # the rule off (an ablation): PR-06's filtered listings come back before the broadest
+    off = Budget(round=1, max_rounds=16, max_tool_calls=64, rules=ALL_RULES - {INFORMATION_GAIN})
+    filtered = Observations().observe("workspace.list_objects", {"kind": kind},
+                                      _listing(ids, names, kind), CATALOG)
+    branch = _branch(narrow(CATALOG, CATALOG, filtered, off), "workspace.list_objects")
+    assert branch is not None and kind not in branch["properties"]["kind"]["enum"]
+
+
+@pytest.mark.req("PR-07")
+def test_information_gain_offers_filters_when_the_broadest_listing_was_cut() -> None:
+    ids = [f"obj_{str(i).zfill(26)}" for i in range(100)]
+    seen = Observations().observe("workspace.list_objects", {}, _listing(ids, ["t"] * 100),
+                                  CATALOG)
+    branch = _branch(narrow(CATALOG, CATALOG, seen, BUDGET), "workspace.list_objects")
+    assert branch is not None and branch["properties"]["kind"]["enum"], \
+        "a full page may leave objects out: a filtered listing can add some"
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ids=st.lists(object_ids, min_size=1, max_size=6, unique=True),
+       calls=st.integers(0, 12), round_=st.integers(1, 15))
+def test_progress_comes_before_conclusion(ids: list[str], calls: int, round_: int) -> None:
+    """While nothing was read and a read is on offer, the turn is not cut off."""
+    seen = Observations().observe("workspace.list_objects", {}, _listing(ids, ["x"] * 6),
+                                  CATALOG)
+    seen = dataclasses.replace(seen, tool_calls=calls + 1)
+    budget = Budget(round=round_, max_rounds=16, max_tool_calls=64, conclude_after=1)
+    decoding = narrow(CATALOG, CATALOG, seen, budget)
+    assert not decoding.concluding
+    assert "workspace.read_object" in decoding.offered
+    assert "research.prepare" not in decoding.offered, "a listing alone is not enough"
+    assert not _offers_final(decoding), "it looks before it answers"
+    # the last round concludes whatever the progress
+    last = narrow(CATALOG, CATALOG, seen, Budget(round=16, max_rounds=16, max_tool_calls=64))
+    assert last.concluding and last.offered == frozenset() and _offers_final(last)
+    # the rule off: PR-06's count alone decides, and final is always offered
+    off = narrow(CATALOG, CATALOG, seen, Budget(round=round_, max_rounds=16, max_tool_calls=64,
+                                                conclude_after=1,
+                                                rules=ALL_RULES - {PROGRESS}))
+    assert off.concluding and _offers_final(off)
+
+
+@pytest.mark.req("PR-07")
+def test_an_empty_workspace_answers_at_once() -> None:
+    """Nothing offered can lead to content: final is not withheld."""
+    seen = Observations().observe("workspace.list_objects", {}, _listing([], []), CATALOG)
+    seen = seen.observe("files.list", {"path": ""}, {"ok": True, "data": {
+        "path": "", "entries": [], "skipped": 0}}, CATALOG)
+    decoding = narrow(CATALOG, CATALOG, seen, BUDGET)
+    assert _offers_final(decoding)
+
+
+DEGENERATE = ["1" * 80, "1000000000000000000000", "][", "field_10", "research.prepare",
+              "topic", "gardening-1048732695", "1234567890ABCDEFGHIJ", "ÿ ÿ ÿ ÿ ÿ", "", " ",
+              "\ud800 lone", "a\x00b", "obj_01JD0000000000000000000000", "the the", "???"]
+NATURAL = {"fr": "L'abeille du lierre précoce", "ro": "Albina de iederă timpurie în grădină",
+           "el": "Η μέλισσα του κισσού", "en": "Early ivy bee record",
+           "ru": "Ранняя пчела плюща"}
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=200, deadline=None)
+@given(text=any_text)
+def test_text_shape_admits_no_degenerate_string_in_any_script(text: str) -> None:
+    for shape in (TOPIC, QUESTION, FINAL):
+        if shape.admits(text):
+            assert re.search(r"[^\W\d_]{2}", text), "a shaped text holds a word of letters"
+            assert not re.search(r"(.)\1{16}", text), "no run of one character past a word"
+            assert not re.search(r"[_\[\]{}<>]|\.\w", text), "no placeholder punctuation"
+            assert len(text) <= shape.max_chars
+    for junk in DEGENERATE:
+        if junk in ("the the",):
+            continue
+        assert not TOPIC.admits(junk) and not FINAL.admits(junk), junk
+
+
+@pytest.mark.req("PR-07")
+@pytest.mark.parametrize("language", sorted(NATURAL))
+def test_text_shape_admits_the_scripts_of_the_conversation(language: str) -> None:
+    text = NATURAL[language]
+    assert TOPIC.within(scripts_of(text)).admits(text), "the user's script makes words"
+    if language in ("el", "ru"):
+        assert not TOPIC.within(scripts_of("an English question")).admits(text), \
+            "a script nobody used is not offered (it is how noise got in)"
+    seen = Observations(query=text, progress=1)
+    decoding = narrow(CATALOG, CATALOG, seen, BUDGET)
+    final = decoding.schema["oneOf"][-1]["properties"]["text"]
+    assert re.fullmatch(final["pattern"], text), "the pattern is what Python reads too"
+    off = narrow(CATALOG, CATALOG, seen, Budget(round=1, max_rounds=16, max_tool_calls=64,
+                                                rules=ALL_RULES - {TEXT_SHAPE}))
+    assert "pattern" not in off.schema["oneOf"][-1]["properties"]["text"]
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ids=st.lists(object_ids, min_size=1, max_size=8, unique=True),
+       names=st.lists(titles, min_size=8, max_size=8), query=any_text)
+def test_relevance_orders_and_never_removes(ids: list[str], names: list[str],
+                                            query: str) -> None:
+    result = _listing(ids, names)
+    seen = Observations(query=query).observe("workspace.list_objects", {}, result, CATALOG)
+    decoding = narrow(CATALOG, CATALOG, seen, BUDGET)
+    read = _branch(decoding, "workspace.read_object")
+    assert read is not None
+    offered = read["properties"]["object_id"]["enum"]
+    assert sorted(offered) == sorted(ids), "ordering only: every valid id stays offered"
+    shown = present(CATALOG, "workspace.list_objects", result, seen)
+    entries = json.loads(shown)["data"]["objects"] if shown else result["data"]["objects"]
+    def keys(items: list[Any]) -> list[str]:
+        return sorted(json.dumps(item, sort_keys=True) for item in items)
+
+    assert keys(entries) == keys(result["data"]["objects"]), "the same entries, reordered"
+    score = scores(query, {i: seen.labels.get(i, "") for i in ids})
+    assert [score[i] for i in offered] == sorted((score[i] for i in offered), reverse=True)
+    off = Observations(query=query).observe("workspace.list_objects", {}, result, CATALOG)
+    assert present(CATALOG, "workspace.list_objects", result, off,
+                   ALL_RULES - {RELEVANCE}) is None
+
+
+@pytest.mark.req("PR-07")
+def test_relevance_meets_inflections_in_any_language() -> None:
+    documents = {"a": "Species list size", "b": "Nest boxes", "c": "Study area"}
+    assert ranked("How many bee species were recorded?", list(documents), documents)[0] == "a"
+    assert ranked("Câte grădini acoperă studiul?", list(documents), documents)[0] == "c"
+    assert ranked("", list(documents), documents) == list(documents), "no query: no change"
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=60, deadline=None)
+@given(calls=st.integers(0, 70), round_=st.integers(1, 16), progress=st.integers(0, 3))
+def test_the_research_task_candidate_offers_final_alone_when_concluding(
+        calls: int, round_: int, progress: int) -> None:
+    seen = Observations(tool_calls=calls, progress=progress)
+    on = narrow(CATALOG, CATALOG, seen, Budget(round=round_, max_rounds=16, max_tool_calls=64,
+                                               conclude_after=4,
+                                               rules=ALL_RULES | {RESEARCH_TASK}))
+    if on.concluding:
+        assert on.offered == frozenset(), "the candidate rule: final alone"
+    default = narrow(CATALOG, CATALOG, seen, Budget(round=round_, max_rounds=16,
+                                                    max_tool_calls=64, conclude_after=4))
+    if default.concluding and progress and calls + 1 < 64 and round_ < 16:
+        assert default.offered == {"research.prepare"}, "in force: PR-06's concluding set"
+    if not progress:
+        assert "research.prepare" not in default.offered, "never before something was read"
