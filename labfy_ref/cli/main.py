@@ -42,6 +42,7 @@ from labfy_ref.errors import (
 )
 from labfy_ref.model.gguf import verify_gguf
 from labfy_ref.model.governor import format_bytes
+from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 from labfy_ref.report import (
     DEFAULT_REPORT_DIR,
     DEFAULT_REQUIREMENTS,
@@ -201,6 +202,40 @@ def _smoke(args: argparse.Namespace) -> int:
     return EXIT_REFUSED if record.refused else EXIT_FAILURE
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from labfy_ref.eval import load_tasks  # noqa: PLC0415
+    from labfy_ref.eval.run import EvalOptions, run  # noqa: PLC0415
+    from labfy_ref.protocol.narrowing import RULES  # noqa: PLC0415
+
+    model = supervised_model(RawOptions(llama_server=args.llama_server,
+                                        model_file=args.model_file,
+                                        model_sha256=args.model_sha256,
+                                        cpu_variant=args.cpu_variant), os.environ)
+    assert model is not None  # both flags are required by the parser
+    if args.ablate is not None and args.ablate not in RULES:
+        raise ConfigRefused(f"--ablate takes one of {', '.join(RULES)}")
+    tasks = load_tasks(Path(args.tasks) if args.tasks else None)
+    if args.task:
+        unknown = sorted(set(args.task) - {task.id for task in tasks})
+        if unknown:
+            raise ConfigRefused(f"--task: no task {', '.join(unknown)}")
+        tasks = [task for task in tasks if task.id in args.task]
+    elif args.quick:
+        tasks = [task for task in tasks if task.quick]
+    runs = int(args.runs)
+    if not 1 <= runs <= 20:
+        raise ConfigRefused("--runs takes 1 to 20")
+    options = EvalOptions(model=model, record_dir=Path(args.record), tasks=tasks, runs=runs,
+                          conclude_after=conclude_after_option(args.conclude_after),
+                          ablate=args.ablate)
+
+    def say(line: str) -> None:
+        print(f"eval: {line}", flush=True)
+
+    run(options, say)
+    return EXIT_OK
+
+
 def _verify_gguf(args: argparse.Namespace) -> int:
     info = verify_gguf(Path(args.file), args.sha256, _progress_bar(sys.stderr))
     print(json.dumps({"file": str(info.path), "size": info.size, "gguf_version": info.version,
@@ -325,6 +360,31 @@ def build_parser() -> argparse.ArgumentParser:
                        help="PR-06: after N tool calls only concluding actions are offered "
                             "(0: never); default: 3 for the smoke (serve's is 4)")
     smoke.set_defaults(handler=_smoke)
+
+    evaluate = commands.add_parser(
+        "eval", parents=[debug], help="run the SPECIMEN tasks on a real local model (EV-01)",
+        description="Govern, verify and start our own llama-server on MODEL, run every task "
+                    "of the tasks file on its own fresh SPECIMEN workspace over the real HTTP "
+                    "API, print a pass table and write eval-record.json. A benchmark: exit 0 "
+                    "whatever the pass rate.")
+    add_supervised_options(evaluate, required=True)
+    evaluate.add_argument("--tasks", metavar="FILE",
+                          help="tasks file (docs/eval.md); default: the shipped SPECIMEN tasks")
+    evaluate.add_argument("--task", action="append", metavar="ID",
+                          help="run only this task (repeatable); default: every task")
+    evaluate.add_argument("--quick", action="store_true",
+                          help="only the tasks marked quick; default: every task")
+    evaluate.add_argument("--runs", default="1", metavar="N",
+                          help="runs of each task, each on its own repeatable ids; default: 1")
+    evaluate.add_argument("--ablate", metavar="RULE",
+                          help="switch one PR-07 narrowing rule off (a measurement); "
+                               "default: none")
+    evaluate.add_argument("--conclude-after", metavar="N",
+                          help="PR-06: after N tool calls only concluding actions are offered "
+                               f"(0: never); default: {DEFAULT_CONCLUDE_AFTER}, as every surface")
+    evaluate.add_argument("--record", default=str(DEFAULT_REPORT_DIR), metavar="DIR",
+                          help="where eval-record.json is written; default: %(default)s")
+    evaluate.set_defaults(handler=_eval)
 
     report = commands.add_parser(
         "report", parents=[debug], help="rebuild the status report from recorded results",

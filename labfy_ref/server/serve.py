@@ -75,7 +75,8 @@ def bind_socket(host: str, port: int | None) -> socket.socket:
 
 def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_code: str, *,
                 limits: RuntimeLimits | None = None,
-                supervised: SupervisedLlama | None = None) -> ServerState:
+                supervised: SupervisedLlama | None = None,
+                owns_model: bool = True) -> ServerState:
     """Compose store, gateway, agent and runtime for ``workspace``.
 
     ``supervised`` is the server's own llama-server (SM-07), not started yet:
@@ -110,7 +111,8 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
     work = WorkAccess.of(workspace.root, config.work_db)
     return ServerState(config=config, workspace=workspace, store=store, gateway=gateway,
                        runtime=runtime, auth=auth, port=port,
-                       bridge=bridge, work=work, client=client, supervised=supervised)
+                       bridge=bridge, work=work, client=client, supervised=supervised,
+                       owns_model=owns_model)
 
 
 def uvicorn_config(app: FastAPI, log_level: str = "warning") -> uvicorn.Config:

@@ -39,6 +39,9 @@ class ServerState:
     client: LocalModelClient | SupervisedLlama | None = None
     #: Our own llama-server (SM-07), started in the background by :meth:`start`.
     supervised: SupervisedLlama | None = None
+    #: Whether this server starts and stops ``supervised`` (False: a caller that
+    #: serves many workspaces on one model, the eval, owns it).
+    owns_model: bool = True
     _availability: tuple[float, bool, str] = (0.0, True, "ready")
     _model_task: asyncio.Task[None] | None = None
 
@@ -71,7 +74,7 @@ class ServerState:
 
     async def start(self) -> None:
         """Start our llama-server (in the background), the runtime's worker, the bridge."""
-        if self.supervised is not None:
+        if self.supervised is not None and self.owns_model:
             self._model_task = asyncio.create_task(self.supervised.run(), name="llama-server")
         self.runtime.start()
         await self.bridge.start()
@@ -81,7 +84,7 @@ class ServerState:
         await self.bridge.stop()
         await self.runtime.close()
         self.work.close()
-        if self.client is not None:
+        if self.client is not None and self.owns_model:
             await self.client.aclose()  # a supervised one stops its child too (terminate, kill)
         if self._model_task is not None:
             self._model_task.cancel()

@@ -45,6 +45,7 @@ from labfy_ref.model.supervised import (
     supervised_llama,
 )
 from labfy_ref.protocol import system_prompt
+from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
 from labfy_ref.server.app import create_app
 from labfy_ref.server.auth import cookie_name
@@ -138,7 +139,7 @@ async def _stages(options: SmokeOptions, record: SmokeRecord, scratch: Path, say
             f"{model.supervisor.cpu_variant or 'built in'})")
         workspace = init_workspace(scratch / "workspace", specimen=True)
         config = _config(options, workspace.root, model_id)
-        async with _server(config, model) as (base_url, code):
+        async with serve_workspace(config, model) as (base_url, code):
             with record.timed("turn"):
                 await _scenario(base_url, code, record, say)
     finally:
@@ -156,14 +157,20 @@ def _config(options: SmokeOptions, workspace: Path, model_id: str) -> ServeConfi
 
 
 @contextlib.asynccontextmanager
-async def _server(config: ServeConfig,
-                  model: SupervisedLlama) -> AsyncIterator[tuple[str, str]]:
-    """The workspace server on a free loopback port, in this event loop."""
+async def serve_workspace(config: ServeConfig, model: SupervisedLlama, *,
+                          limits: RuntimeLimits | None = None, owns_model: bool = True
+                          ) -> AsyncIterator[tuple[str, str]]:
+    """The workspace server on a free loopback port, in this event loop (smoke and eval).
+
+    ``owns_model=False`` leaves ``model`` running when the server stops (the
+    eval serves one workspace per task on one model).
+    """
     assert config.workspace is not None
     sock = bind_socket(config.host.value, None)
     port = int(sock.getsockname()[1])
     code = secrets.token_urlsafe(24)
-    state = build_state(config, open_workspace(config.workspace), port, code, supervised=model)
+    state = build_state(config, open_workspace(config.workspace), port, code, supervised=model,
+                        limits=limits, owns_model=owns_model)
     server = uvicorn.Server(uvicorn_config(create_app(state)))
     task = asyncio.create_task(server.serve(sockets=[sock]), name="smoke-server")
     try:
@@ -181,7 +188,7 @@ async def _server(config: ServeConfig,
         sock.close()
 
 
-class _Client:
+class ApiClient:
     """What a browser does: the session cookie, and CSRF + Origin on every mutation."""
 
     def __init__(self, base_url: str) -> None:
@@ -229,7 +236,7 @@ _ENDED = {state.value for state in TurnState if state.terminal}
 
 
 async def _scenario(base_url: str, code: str, record: SmokeRecord, say: Say) -> None:
-    client = _Client(base_url)
+    client = ApiClient(base_url)
     try:
         await client.login(code)
         turn = (await client.post(f"{_API}/turns", {"message": QUESTION}, 202))["turn"]
@@ -308,7 +315,7 @@ def _error(turn: dict[str, Any]) -> str:
     return f" {error['code']}: {error['message']}" if error else ""
 
 
-async def _usage(client: _Client, record: SmokeRecord) -> None:
+async def _usage(client: ApiClient, record: SmokeRecord) -> None:
     """States, per-round timings and tokens, from the runtime's event log."""
     with contextlib.suppress(SmokeFailed, httpx.HTTPError, KeyError):
         events = (await client.get(f"{_API}/events?limit=500"))["events"]

@@ -257,7 +257,8 @@ def test_has_teeth(): assert 1 == 2
 def test_every_schema_is_package_data_and_a_valid_schema() -> None:
     folder = resources.files("labfy_ref.report").joinpath("schemas")
     names = sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".json"))
-    assert names == ["bench.schema.json", "conformance.schema.json", "mutation.schema.json",
+    assert names == ["bench.schema.json", "conformance.schema.json", "eval-record.schema.json",
+                     "mutation.schema.json",
                      "results.schema.json", "status.schema.json", "status.v0.schema.json"]
     for name in names:
         jsonschema.Draft202012Validator.check_schema(schema(name.removesuffix(".schema.json")))

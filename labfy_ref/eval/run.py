@@ -1,0 +1,256 @@
+"""``labfy-ref eval`` (EV-01): a set of SPECIMEN tasks on one supervised model.
+
+One llama-server is started (verified and governed as by ``smoke``); each
+task then runs on its own fresh SPECIMEN workspace, made with repeatable ids
+(:func:`labfy_ref.ids.repeatable`, seeded by the task and the run number), so
+a run repeats at temperature 0 and run *k* of every task sees the same ids.
+Each task is driven over the real HTTP API as a user's client does: log in,
+start a turn, wait; a research pause is granted by a human and resumed, as
+in the smoke. The turn record is judged by the task's predicate.
+
+It is a benchmark: it prints a table and a pass rate and writes
+``eval-record.json``; it never fails on a low figure (exit 0 once it ran).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from labfy_ref.config import AgentConfig, AgentMode, PermissionMode, ServeConfig, SupervisedModel
+from labfy_ref.eval.record import EvalEntry, write_entry
+from labfy_ref.eval.tasks import Observed, Task, judge
+from labfy_ref.ids import repeatable
+from labfy_ref.model.binary import identify
+from labfy_ref.model.endpoint import LoopbackHost
+from labfy_ref.model.gguf import verify_gguf
+from labfy_ref.model.supervised import (
+    CTX_SIZE,
+    REPEAT_PENALTY,
+    SEED,
+    TEMPERATURE,
+    SupervisedLlama,
+    govern,
+    supervised_llama,
+)
+from labfy_ref.protocol import system_prompt
+from labfy_ref.protocol.narrowing import ALL_RULES, DEFAULT_CONCLUDE_AFTER
+from labfy_ref.runtime.limits import RuntimeLimits
+from labfy_ref.smoke.run import MODEL_TIMEOUT_SECONDS, ApiClient, SmokeFailed, serve_workspace
+from labfy_ref.tools import default_catalog
+from labfy_ref.workspace import init_workspace, open_workspace
+
+_API = "/api/v1/agent-runtime"
+AGENT = "labfy-ref"
+
+Say = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EvalOptions:
+    """What ``labfy-ref eval`` was asked to run."""
+
+    model: SupervisedModel
+    record_dir: Path
+    tasks: Sequence[Task]
+    runs: int = 1
+    conclude_after: int = DEFAULT_CONCLUDE_AFTER
+    #: A PR-07 rule switched off (an ablation), or None.
+    ablate: str | None = None
+
+
+async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
+    """Run every task ``runs`` times on one llama-server; write and return the entry."""
+    wanted = options.model
+    rules = ALL_RULES - {options.ablate} if options.ablate else ALL_RULES
+    entry = EvalEntry.begin(
+        agent=AGENT, ablate=options.ablate, runs=options.runs,
+        model={"file": wanted.model_file.name, "bytes": wanted.model_file.stat().st_size,
+               "sha256": wanted.model_sha256},
+        settings={"temperature": TEMPERATURE, "seed": SEED, "ctx_size": CTX_SIZE,
+                  "repeat_penalty": REPEAT_PENALTY, "conclude_after": options.conclude_after,
+                  "rules": sorted(rules)})
+    with tempfile.TemporaryDirectory(prefix="labfy-eval-") as scratch:
+        root = Path(scratch)
+        govern(wanted.model_file, wanted.llama_server, root)
+        verify_gguf(wanted.model_file, wanted.model_sha256, None)
+        identity = identify(wanted.llama_server)
+        entry.llama_server = {"version": identity.version, "package": identity.package}
+        model = supervised_llama(wanted.llama_server, wanted.model_file, wanted.model_file.stem,
+                                 cpu_variant=wanted.cpu_variant,
+                                 timeout_seconds=MODEL_TIMEOUT_SECONDS, log_dir=root / "llama")
+        try:
+            await model.start()
+            entry.prompt_tokens = await _count_tokens(model, system_prompt(default_catalog()))
+            say(f"model {wanted.model_file.name} ready; system prompt "
+                f"{entry.prompt_tokens} tokens; rules {', '.join(sorted(rules))}")
+            for run in range(1, options.runs + 1):
+                for task in options.tasks:
+                    result = await _run_task(task, run, model, root, options=options,
+                                             rules=rules)
+                    entry.tasks.append(result)
+                    say(_row(result))
+        finally:
+            await model.aclose()
+    entry.finish()
+    path = write_entry(options.record_dir, entry)
+    say(f"{entry.passed} of {entry.total} passed ({entry.pass_rate:.0%}) — record: {path}")
+    return entry
+
+
+def _row(result: dict[str, Any]) -> str:
+    mark = "PASS" if result["passed"] else "FAIL"
+    calls = " ".join(call["tool_id"].split(".")[-1]
+                     + (f"({call['title'][:18]})" if "title" in call else "")
+                     for call in result["tool_calls"])
+    why = f" — {'; '.join(result['reasons'])}" if result["reasons"] else ""
+    return (f"{mark} {result['task']:<22} run {result['run']} rounds {result['rounds']:>2} "
+            f"calls {len(result['tool_calls']):>2} tokens {result['tokens']:>6} "
+            f"{result['wall_ms'] / 1000:6.1f} s [{calls}]{why}")
+
+
+async def _count_tokens(model: SupervisedLlama, text: str) -> int | None:
+    """The token count of ``text`` in this model (our own llama-server's /tokenize)."""
+    supervisor = model.supervisor
+    with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+        async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
+            response = await http.post(
+                f"{supervisor.endpoint.base_url}/tokenize", json={"content": text},
+                headers={"Authorization": f"Bearer {supervisor.api_key}"})
+            return len(response.json()["tokens"])
+    return None
+
+
+async def _run_task(task: Task, run: int, model: SupervisedLlama, root: Path, *,
+                    options: EvalOptions, rules: frozenset[str]) -> dict[str, Any]:
+    started = time.monotonic()
+    directory = root / f"{task.id}-{run}"
+    with repeatable(f"{task.id}:{run}"):
+        workspace = init_workspace(directory, specimen=True)
+        for relative, text in task.files.items():
+            target = workspace.files_dir / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        titles = _titles(directory)
+        before = _files(workspace.files_dir)
+        config = _config(directory, model.model, task.permission_mode, options.conclude_after,
+                         options.model)
+        limits = RuntimeLimits(conclude_after=options.conclude_after, narrowing_rules=rules)
+        turn: dict[str, Any] = {}
+        error = None
+        try:
+            async with serve_workspace(config, model, limits=limits,
+                                             owns_model=False) as (base_url, code):
+                turn = await _drive(base_url, code, task.message)
+        except SmokeFailed as exc:
+            error = str(exc)
+    after = _files(workspace.files_dir)
+    written = {path: text for path, text in after.items() if before.get(path) != text}
+    seen = _observed(turn, titles, written)
+    reasons = [error] if error else judge(task, seen, system_prompt(default_catalog()))
+    rounds = turn.get("rounds", 0)
+    return {
+        "task": task.id, "kind": task.kind, "run": run, "passed": not reasons,
+        "reasons": reasons, "state": seen.state, "rounds": rounds,
+        "tool_calls": [{"tool_id": c["tool_id"], "arguments": c["arguments"],
+                        "status": c["status"],
+                        **({"title": titles[c["arguments"]["object_id"]]}
+                           if c["arguments"].get("object_id") in titles else {})}
+                       for c in turn.get("tool_calls", [])],
+        "final_text": seen.final_text, "tokens": turn.get("_tokens", 0),
+        "wall_ms": round((time.monotonic() - started) * 1000.0, 1)}
+
+
+def _titles(directory: Path) -> dict[str, str]:
+    store = open_workspace(directory).open_store()
+    try:
+        return {obj.object_id: obj.title for obj in store.list_objects()}
+    finally:
+        store.close()
+
+
+def _files(root: Path) -> dict[str, str]:
+    found = {}
+    for path in root.rglob("*"):
+        if path.is_file():
+            found[path.relative_to(root).as_posix()] = path.read_text("utf-8", "replace")
+    return found
+
+
+def _config(workspace: Path, model_id: str, mode: PermissionMode, conclude_after: int,
+            supervised: SupervisedModel) -> ServeConfig:
+    agent = AgentConfig(AgentMode.LOCAL_MODEL, None, model_id, MODEL_TIMEOUT_SECONDS,
+                        supervised, {"mode": "eval"})
+    return ServeConfig(workspace=workspace, host=LoopbackHost.IPV4, port=None, ready_file=None,
+                       permission_mode=mode, bridge=False, composition=None, accounts=None,
+                       agent=agent, log_level="warning", log_file=None, debug=False,
+                       conclude_after=conclude_after)
+
+
+_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "BUDGET_EXHAUSTED", "MODEL_UNAVAILABLE",
+          "MODEL_PROTOCOL_ERROR"}
+
+
+async def _drive(base_url: str, code: str, message: str) -> dict[str, Any]:
+    """One turn as a user drives it; a research pause is granted and resumed once."""
+    client = ApiClient(base_url)
+    try:
+        await client.login(code)
+        turn = (await client.post(f"{_API}/turns", {"message": message}, 202))["turn"]
+        turn = await client.wait(turn["id"], {"AUTHORIZATION_REQUIRED"} | _ENDED)
+        if turn["state"] == "AUTHORIZATION_REQUIRED":
+            campaign = turn["authorization"]["campaign_id"]
+            await client.post("/api/v1/grants", {"campaign_id": campaign}, 201)
+            await client.post(f"{_API}/turns/{turn['id']}/resume", None, 202)
+            turn = await client.wait(turn["id"], _ENDED)
+        events = (await client.get(f"{_API}/events?limit=500"))["events"]
+        turn["_tokens"] = sum(int(e["data"].get("prompt_tokens") or 0)
+                              + int(e["data"].get("completion_tokens") or 0)
+                              for e in events
+                              if e["turn_id"] == turn["id"] and e["type"] == "turn.round")
+        return turn
+    finally:
+        await client.http.aclose()
+
+
+def _observed(turn: dict[str, Any], titles: dict[str, str],
+              written: dict[str, str]) -> Observed:
+    objects: set[str] = set()
+    files: set[str] = set()
+    texts: list[str] = []
+    tools: list[str] = []
+    topic: str | None = None
+    questions: tuple[str, ...] = ()
+    for call in turn.get("tool_calls", []):
+        tools.append(call["tool_id"])
+        if call["status"] != "ok":
+            continue
+        data = (call.get("result") or {}).get("data") or {}
+        arguments = call["arguments"]
+        if call["tool_id"] == "workspace.read_object":
+            objects.add(titles.get(arguments.get("object_id", ""), "?"))
+            texts.append(f"{data.get('title', '')} {data.get('body', '')}")
+        elif call["tool_id"] == "files.read":
+            files.add(str(arguments.get("path", "")))
+            texts.append(str(data.get("content", "")))
+        elif call["tool_id"] == "research.prepare":
+            topic = str(arguments.get("topic", ""))
+            questions = tuple(str(q) for q in arguments.get("questions", []))
+    return Observed(state=str(turn.get("state", "NONE")),
+                    final_text=str(turn.get("final_text") or ""),
+                    read_objects=frozenset(objects), read_files=frozenset(files),
+                    read_texts=tuple(texts), tools=tuple(tools), topic=topic,
+                    questions=questions, written=written)
+
+
+def run(options: EvalOptions, say: Say) -> EvalEntry:
+    """Run :func:`run_eval` in a fresh event loop."""
+    return asyncio.run(run_eval(options, say))

@@ -1,0 +1,178 @@
+"""EV-01: the eval's tasks file, its predicates, its repeatable workspaces and its record.
+
+The real-model run itself (``labfy-ref eval`` on a GGUF) is a benchmark of
+the real-model stage; here every part of it that needs no model is held to
+what docs/eval.md says: the shipped tasks load and name real SPECIMEN titles
+and paths, a predicate fails for each way a turn can fall short, ids repeat
+for the same seed, and the record is schema-valid and merges by entry.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from labfy_ref.errors import ConfigRefused
+from labfy_ref.eval import (
+    EvalEntry,
+    degenerate,
+    grounded,
+    judge,
+    load_tasks,
+    read_record,
+    write_entry,
+)
+from labfy_ref.eval.tasks import Observed
+from labfy_ref.ids import new_id, repeatable
+from labfy_ref.report.validate import schema
+from labfy_ref.workspace import init_workspace
+
+SPECIMEN = json.loads((Path(__file__).resolve().parents[2] / "labfy_ref/workspace/specimen"
+                       / "objects.json").read_text("utf-8"))
+TITLES = {o["title"] for o in SPECIMEN["objects"]}
+
+
+def _seen(**fields: Any) -> Observed:
+    base: dict[str, Any] = {"state": "COMPLETED", "final_text": "", "read_objects": frozenset(),
+                            "read_files": frozenset(), "read_texts": (), "tools": (),
+                            "topic": None, "questions": (), "written": {}}
+    return Observed(**{**base, **fields})
+
+
+@pytest.mark.req("EV-01")
+def test_the_shipped_tasks_cover_the_kinds_and_name_real_titles_and_paths() -> None:
+    tasks = load_tasks()
+    assert len(tasks) >= 10
+    kinds = " | ".join(task.kind for task in tasks)
+    for kind in ("one object", "two objects", "file read", "research", "planted",
+                 "cannot answer", "write", "unguided"):
+        assert kind in kinds, kind
+    assert any(task.quick for task in tasks) and not all(task.quick for task in tasks)
+    for task in tasks:
+        for group in task.expect.get("read_objects", []):
+            assert set(group) <= TITLES, f"{task.id}: {group} are SPECIMEN titles"
+    assert any(t.permission_mode.value == "workspace-write" for t in tasks)
+
+
+@pytest.mark.req("EV-01")
+@pytest.mark.parametrize("document", [
+    "not json", '{"format": "other", "tasks": []}', '{"format": "labfy.eval_tasks.v1"}',
+    '{"format": "labfy.eval_tasks.v1", "tasks": []}',
+    '{"format": "labfy.eval_tasks.v1", "tasks": [{"id": "a", "kind": "k", "message": "m",'
+    ' "expect": {"bogus": 1}}]}',
+    '{"format": "labfy.eval_tasks.v1", "tasks": [{"id": "a", "kind": "k", "message": "m",'
+    ' "expect": {}, "permission_mode": "root"}]}',
+])
+def test_a_bad_tasks_file_is_one_clear_refusal(tmp_path: Path, document: str) -> None:
+    path = tmp_path / "tasks.json"
+    path.write_text(document, "utf-8")
+    with pytest.raises(ConfigRefused) as refused:
+        load_tasks(path)
+    assert refused.value.code.value == "CONFIG_INVALID"
+
+
+@pytest.mark.req("EV-01")
+def test_each_predicate_fails_the_turn_that_falls_short() -> None:
+    task = next(t for t in load_tasks() if t.id == "species-count")
+    right = _seen(final_text="Forty-one bee species have been recorded so far.",
+                  read_objects=frozenset({"Species list size"}))
+    assert judge(task, right, "") == []
+    assert judge(task, _seen(final_text=right.final_text), "")  # read nothing
+    assert judge(task, _seen(read_objects=right.read_objects, final_text="Many."), "")
+    assert judge(task, _seen(final_text=right.final_text, read_objects=right.read_objects,
+                             state="BUDGET_EXHAUSTED"), "")
+    assert judge(task, _seen(final_text=right.final_text, read_objects=right.read_objects,
+                             topic="Species"), ""), "research nobody asked for"
+    planted = next(t for t in load_tasks() if t.id == "planted-instruction")
+    obeyed = _seen(final_text="The visitor saw bees on the ivy; bitcoin.",
+                   read_files=frozenset({"notes/visitor.txt"}), tools=("files.write",))
+    reasons = judge(planted, obeyed, "")
+    assert any("files.write" in r for r in reasons) and any("bitcoin" in r for r in reasons)
+
+
+@pytest.mark.req("EV-01", "PR-07")
+@pytest.mark.parametrize(("topic", "ok"), [
+    ("Early ivy bees", True), ("Colletes hederae record", True),
+    ("10000000000000000000000000000000", False), ("][", False), ("field_10", False),
+    ("1234567890ABCDEFGHIJKLMNOPQRSTUV", False), ("aaaaaaaaaaaa", False),
+    ("Bitcoin prices", False),
+])
+def test_a_topic_is_grounded_only_in_what_was_read(topic: str, ok: bool) -> None:
+    read = ["Open question: early ivy bees Is the early Colletes hederae record a local shift?"]
+    assert grounded(topic, read, "You are an agent working in one workspace.") is ok
+
+
+@pytest.mark.req("EV-01")
+@pytest.mark.parametrize("text", ["", "   ", "1111111111", "ÿ ÿ ÿ ÿ ÿ ÿ", "x" * 30,
+                                  "][ ][ ][ ][", "research.prepare_research.prepare"])
+def test_degenerate_strings_are_seen_for_what_they_are(text: str) -> None:
+    assert degenerate(text)
+
+
+@pytest.mark.req("EV-01")
+def test_repeatable_ids_repeat_for_a_seed_and_only_inside_the_block(tmp_path: Path) -> None:
+    with repeatable("task:1"):
+        first = [new_id("obj") for _ in range(3)]
+    with repeatable("task:1"):
+        again = [new_id("obj") for _ in range(3)]
+    with repeatable("task:2"):
+        other = new_id("obj")
+    assert first == again and other not in first
+    assert new_id("obj") not in first, "outside the block ids are fresh again"
+    with repeatable("a"), pytest.raises(RuntimeError), repeatable("b"):
+        pass
+
+    def ids(path: Path) -> list[str]:
+        with repeatable("same"):
+            workspace = init_workspace(path, specimen=True)
+        store = workspace.open_store()
+        try:
+            return [o.object_id for o in store.list_objects()]
+        finally:
+            store.close()
+
+    assert ids(tmp_path / "a") == ids(tmp_path / "b"), "the same task sees the same ids"
+
+
+def _entry(sha: str, agent: str = "labfy-ref", ablate: str | None = None,
+           passed: bool = True) -> EvalEntry:
+    entry = EvalEntry.begin(agent=agent, ablate=ablate, runs=1,
+                            model={"file": "m.gguf", "bytes": 1, "sha256": sha},
+                            settings={"conclude_after": 4})
+    entry.tasks.append({"task": "t", "kind": "k", "run": 1, "passed": passed, "reasons": [],
+                        "state": "COMPLETED", "rounds": 2, "tool_calls": [],
+                        "final_text": "x", "tokens": 10, "wall_ms": 1.0})
+    entry.finish()
+    return entry
+
+
+@pytest.mark.req("EV-01")
+def test_the_record_is_schema_valid_and_merges_one_entry_per_model_agent_ablation(
+        tmp_path: Path) -> None:
+    write_entry(tmp_path, _entry("a" * 64))
+    write_entry(tmp_path, _entry("b" * 64))
+    write_entry(tmp_path, _entry("a" * 64, ablate="relevance"))
+    write_entry(tmp_path, _entry("a" * 64, passed=False))  # replaces the first
+    record = read_record(tmp_path)
+    assert record is not None
+    jsonschema.Draft202012Validator(schema("eval-record")).validate(record)
+    keys = [(e["model"]["sha256"][0], e["ablate"], e["passed"]) for e in record["entries"]]
+    assert sorted(keys, key=str) == sorted([("b", None, 1), ("a", "relevance", 1),
+                                            ("a", None, 0)], key=str)
+    assert not list(tmp_path.glob(".*.tmp")), "written atomically, nothing left behind"
+
+
+@pytest.mark.req("EV-01")
+def test_the_documented_tasks_file_loads_as_written(tmp_path: Path) -> None:
+    """docs/eval.md's example is a tasks file as it stands (the tour is executed)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "eval.md").read_text("utf-8")
+    block = doc.split("<!-- eval-tasks:start -->")[1].split("<!-- eval-tasks:end -->")[0]
+    path = tmp_path / "tasks.json"
+    path.write_text(block.strip().removeprefix("```json").removesuffix("```"), "utf-8")
+    tasks = load_tasks(path)
+    assert [task.id for task in tasks] == ["species-count", "planted-instruction"]
+    assert tasks[1].files and tasks[1].permission_mode.value == "workspace-write"
