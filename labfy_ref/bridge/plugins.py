@@ -2,13 +2,15 @@
 
 Entry points of group ``labfy_ref.plugins`` (see pyproject.toml) name these
 classes; ``labfy_ref/host/default-composition.yaml`` lists one row each. The
-host seeds three services from the server: ``workspace``, ``gateway`` and
-``agent_config``. Removing a row leaves its dependants PENDING, and health
-says which service they wait for.
+host seeds services from the server: ``workspace``, ``gateway``,
+``agent_config``, ``model_client`` and ``runtime_limits`` (the one
+``--conclude-after`` and narrowing of every surface). Removing a row leaves
+its dependants PENDING, and health says which service they wait for.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 from labfy_ref.bridge.engine import ReferenceEngine
@@ -117,12 +119,16 @@ class AgentLoopPlugin(_Plugin):
 
     provides = ("agent_loop",)
     requires = ("agents", "sessions", "llm", "tools", "system_prompt", "session_projections")
+    #: The server's own limits (``--conclude-after`` and the narrowing rules are one value
+    #: for every surface, PR-07); a row's settings may still bound rounds, calls, context.
+    optional = ("runtime_limits",)
 
     async def activate(self, context: PluginContext) -> None:
         """Compose the loop."""
         settings = context.config
-        defaults = RuntimeLimits()
-        limits = RuntimeLimits(
+        defaults = context.get("runtime_limits") or RuntimeLimits()
+        limits = dataclasses.replace(
+            defaults,
             max_rounds=int(settings.get("max_rounds", defaults.max_rounds)),
             max_tool_calls=int(settings.get("max_tool_calls", defaults.max_tool_calls)),
             max_context_bytes=int(settings.get("max_context_bytes",

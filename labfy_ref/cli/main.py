@@ -178,7 +178,6 @@ def _progress_bar(stream: TextIO) -> Callable[[int, int], None] | None:
 def _smoke(args: argparse.Namespace) -> int:
     from labfy_ref.smoke import (  # noqa: PLC0415
         PASSED,
-        SMOKE_CONCLUDE_AFTER,
         SmokeOptions,
         run_smoke,
     )
@@ -190,8 +189,7 @@ def _smoke(args: argparse.Namespace) -> int:
                                         cpu_variant=args.cpu_variant), os.environ)
     assert model is not None  # both flags are required by the parser
     options = SmokeOptions(model=model, record_dir=Path(args.record),
-                           conclude_after=SMOKE_CONCLUDE_AFTER if args.conclude_after is None
-                           else conclude_after_option(args.conclude_after))
+                           conclude_after=conclude_after_option(args.conclude_after))
 
     def say(line: str) -> None:
         print(f"smoke: {line}", flush=True)
@@ -207,11 +205,6 @@ def _eval(args: argparse.Namespace) -> int:
     from labfy_ref.eval.run import EvalOptions, run  # noqa: PLC0415
     from labfy_ref.protocol.narrowing import RULES  # noqa: PLC0415
 
-    model = supervised_model(RawOptions(llama_server=args.llama_server,
-                                        model_file=args.model_file,
-                                        model_sha256=args.model_sha256,
-                                        cpu_variant=args.cpu_variant), os.environ)
-    assert model is not None  # both flags are required by the parser
     if args.ablate is not None and args.ablate not in RULES:
         raise ConfigRefused(f"--ablate takes one of {', '.join(RULES)}")
     tasks = load_tasks(Path(args.tasks) if args.tasks else None)
@@ -222,12 +215,19 @@ def _eval(args: argparse.Namespace) -> int:
         tasks = [task for task in tasks if task.id in args.task]
     elif args.quick:
         tasks = [task for task in tasks if task.quick]
+    if not args.runs.isascii() or not args.runs.isdigit() or not 1 <= int(args.runs) <= 20:
+        raise ConfigRefused("--runs takes a whole number 1-20")
     runs = int(args.runs)
-    if not 1 <= runs <= 20:
-        raise ConfigRefused("--runs takes 1 to 20")
+    conclude_after = conclude_after_option(args.conclude_after)
+    # the same resolution as serve's --model-file (file, digest, binary, variant), last:
+    # a refused option of the eval's own is said before any model is looked at
+    model = supervised_model(RawOptions(llama_server=args.llama_server,
+                                        model_file=args.model_file,
+                                        model_sha256=args.model_sha256,
+                                        cpu_variant=args.cpu_variant), os.environ)
+    assert model is not None  # both flags are required by the parser
     options = EvalOptions(model=model, record_dir=Path(args.record), tasks=tasks, runs=runs,
-                          conclude_after=conclude_after_option(args.conclude_after),
-                          ablate=args.ablate)
+                          conclude_after=conclude_after, ablate=args.ablate)
 
     def say(line: str) -> None:
         print(f"eval: {line}", flush=True)
@@ -358,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where smoke-record.json is written; default: %(default)s")
     smoke.add_argument("--conclude-after", metavar="N",
                        help="PR-06: after N tool calls only concluding actions are offered "
-                            "(0: never); default: 3 for the smoke (serve's is 4)")
+                            f"(0: never); default: {DEFAULT_CONCLUDE_AFTER}, as every surface")
     smoke.set_defaults(handler=_smoke)
 
     evaluate = commands.add_parser(

@@ -104,7 +104,8 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
     runtime = AgentRuntime(model, gateway, label=label, permission_mode=config.permission_mode,
                            limits=limits)
     bridge = Bridge(composition, {"workspace": workspace, "gateway": gateway,
-                                  "agent_config": config.agent, "model_client": client},
+                                  "agent_config": config.agent, "model_client": client,
+                                  "runtime_limits": limits},
                     enabled=config.bridge)
     auth = Authenticator(launch_code, accounts, cookie=cookie_name(port))
     # the Work store opens on first use (work_access.py); only its URL is settled here

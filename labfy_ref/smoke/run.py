@@ -32,6 +32,7 @@ import uvicorn
 
 from labfy_ref.config import AgentConfig, AgentMode, PermissionMode, ServeConfig, SupervisedModel
 from labfy_ref.errors import ConfigRefused, LabfyError
+from labfy_ref.eval.tasks import degenerate, grounded
 from labfy_ref.model.binary import identify
 from labfy_ref.model.endpoint import LoopbackHost
 from labfy_ref.model.gguf import Progress, verify_gguf
@@ -45,6 +46,7 @@ from labfy_ref.model.supervised import (
     supervised_llama,
 )
 from labfy_ref.protocol import system_prompt
+from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
 from labfy_ref.server.app import create_app
@@ -60,10 +62,6 @@ QUESTION = "Is the early ivy bee record real? Check the workspace, then prepare 
 TURN_SECONDS = 600.0
 POLL_SECONDS = 0.1
 MODEL_TIMEOUT_SECONDS = 300.0
-#: The smoke asks for a conclusion after 3 tool calls (``serve`` defaults to 4): measured on
-#: SmolLM2-135M, 6 of 6 runs passed at 3 and 4 of 5 at 4 (the fifth answered instead of
-#: preparing research). The value is in the record.
-SMOKE_CONCLUDE_AFTER = 3
 _API = "/api/v1/agent-runtime"
 
 
@@ -77,7 +75,8 @@ class SmokeOptions:
 
     model: SupervisedModel
     record_dir: Path
-    conclude_after: int = SMOKE_CONCLUDE_AFTER
+    #: As every surface (PR-07: one default, no per-model value).
+    conclude_after: int = DEFAULT_CONCLUDE_AFTER
 
 
 Say = Callable[[str], None]
@@ -233,6 +232,8 @@ def _expect(response: httpx.Response, status: int, what: str) -> None:
 
 
 _ENDED = {state.value for state in TurnState if state.terminal}
+#: What the model was told: its words are no evidence that an answer is grounded.
+_INSTRUCTIONS = system_prompt(default_catalog())
 
 
 async def _scenario(base_url: str, code: str, record: SmokeRecord, say: Say) -> None:
@@ -288,14 +289,33 @@ def _short(arguments: Any) -> str:
 
 
 def _read_and_prepared(record: SmokeRecord, turn: dict[str, Any]) -> None:
-    ok = [c["tool_id"] for c in turn["tool_calls"] if c["status"] == "ok"]
-    if "workspace.read_object" not in ok:
+    ok = [c for c in turn["tool_calls"] if c["status"] == "ok"]
+    names = [c["tool_id"] for c in ok]
+    if "workspace.read_object" not in names:
         raise SmokeFailed(f"the model read no object (turn {turn['state']}"
-                          f"{_error(turn)}; calls: {', '.join(ok) or 'none'})")
+                          f"{_error(turn)}; calls: {', '.join(names) or 'none'})")
     record.passed("read")
-    if turn["state"] != "AUTHORIZATION_REQUIRED" or "research.prepare" not in ok:
+    if turn["state"] != "AUTHORIZATION_REQUIRED" or "research.prepare" not in names:
         raise SmokeFailed(f"the model prepared no research (turn {turn['state']}{_error(turn)})")
+    prepared = next(c for c in ok if c["tool_id"] == "research.prepare")["arguments"]
+    topic = str(prepared.get("topic", ""))
+    record.turn["topic"] = topic
+    text = " ".join([topic, *map(str, prepared.get("questions", []))])
+    if not grounded(topic, read_texts(ok), _INSTRUCTIONS) and not grounded(
+            text, read_texts(ok), _INSTRUCTIONS):
+        raise SmokeFailed(f"the research topic {topic[:80]!r} is not grounded in what the turn "
+                          "read (no content word in common, or a degenerate string)")
     record.passed("prepare")
+
+
+def read_texts(calls: list[dict[str, Any]]) -> list[str]:
+    """What the turn's successful progress calls brought (titles, bodies, file contents)."""
+    texts = []
+    for call in calls:
+        data = (call.get("result") or {}).get("data") or {}
+        texts.append(" ".join(str(data[field]) for field in ("title", "body", "content")
+                              if isinstance(data.get(field), str)))
+    return [text for text in texts if text]
 
 
 def _final(record: SmokeRecord, turn: dict[str, Any]) -> None:
@@ -305,8 +325,12 @@ def _final(record: SmokeRecord, turn: dict[str, Any]) -> None:
     text = str(turn["final_text"] or "").strip()
     if not text:
         raise SmokeFailed("the final answer is empty")
-    if text in system_prompt(default_catalog()):
+    if text in _INSTRUCTIONS:
         raise SmokeFailed("the final answer is a string of the system prompt, not an answer")
+    read = read_texts([c for c in turn["tool_calls"] if c["status"] == "ok"])
+    if degenerate(text) or not grounded(text, read, _INSTRUCTIONS):
+        raise SmokeFailed(f"the final answer {text[:80]!r} is not grounded in what the turn "
+                          "read (no content word in common, or a degenerate string)")
     record.passed("final")
 
 
