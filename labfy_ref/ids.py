@@ -35,9 +35,10 @@ def new_id(prefix: str) -> str:
         seeded = _seeded[0]
         if seeded is None:
             value = max((int(time.time() * 1000) << 80) | secrets.randbits(80), _last[0] + 1)
-        else:  # one "millisecond" per id: they sort in the order they were made
-            _count[0] += 1
-            value = ((_EPOCH_MS + _count[0]) << 80) | seeded.getrandbits(80)
+        elif _count[0] == 0:  # as a real init: one millisecond, then ULID's +1 rule
+            _count[0] = value = (_EPOCH_MS << 80) | seeded.getrandbits(79)
+        else:
+            _count[0] = value = _count[0] + 1
         _last[0] = max(value, _last[0])
     chars = []
     for _ in range(26):
@@ -52,8 +53,10 @@ def repeatable(seed: str) -> Iterator[None]:
 
     Only ``labfy-ref eval`` uses it, so that a task's workspace — and so the
     prompt a model sees — is the same at every run (temperature 0 then
-    repeats). Such ids are well formed and sort in the order they were made,
-    from a fixed clock; they never serve a real workspace.
+    repeats). Such ids are made as a real workspace init makes them — all in
+    one millisecond of a fixed clock, each the previous one plus one (ULID's
+    monotonic rule), from a seeded start — so they differ in their last
+    characters as real ones do; they never serve a real workspace.
     """
     with _lock:
         if _seeded[0] is not None:

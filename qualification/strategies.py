@@ -26,7 +26,8 @@ def instances(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         if "pattern" in schema:  # a shaped string (PR-07): sentences that fit its pattern
             low, high = schema.get("minLength", 0), schema["maxLength"]
             pattern = re.compile(schema["pattern"])
-            words = st.lists(st.one_of(st.text("abzXYé", min_size=2, max_size=16),
+            lower = st.text("abzéy", min_size=2, max_size=14)
+            words = st.lists(st.one_of(lower, lower.map(str.capitalize), st.just("ADN"),
                                        st.sampled_from(["a", "42", "3.5", "l'île", "mi-août"])),
                              min_size=1, max_size=8)
             paths = st.lists(st.text("abz09_.-", min_size=1, max_size=12), min_size=1,

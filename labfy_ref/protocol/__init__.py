@@ -35,6 +35,7 @@ from labfy_ref.protocol.narrowing import (
     max_json_bytes,
     narrow,
     present,
+    recap,
 )
 from labfy_ref.protocol.prompt import ChatMessage, repair_message, system_prompt
 from labfy_ref.protocol.strict_json import Defect, loads_strict
@@ -71,6 +72,7 @@ __all__ = [
     "message_bytes",
     "narrow",
     "present",
+    "recap",
     "repair_message",
     "request_action",
     "system_prompt",

@@ -100,12 +100,14 @@ PROGRESS = "progress"
 TEXT_SHAPE = "text-shape"
 RELEVANCE = "relevance"
 RESEARCH_TASK = "research-task"
+RECAP = "recap"
 RULES = (INFORMATION_GAIN, PROGRESS, TEXT_SHAPE, RELEVANCE)
 ALL_RULES = frozenset(RULES)
-#: Measured, not in force: a concluding round offering ``final`` alone. On the real-model
-#: stage the guided smoke question then prepared no research (0 of 1; 2 of 2 without it), so
-#: it waits for a rule that keeps the guided task and spares the reading ones.
-CANDIDATE_RULES = (RESEARCH_TASK,)
+#: Measured, not in force (``labfy-ref eval --with RULE`` measures them): a concluding round
+#: offering ``final`` alone (the guided research questions then prepared no research on
+#: either model: 0 of 4, and 0 of 1 smoke), and the recap of the most relevant reads in a
+#: concluding round (no task it was meant for passed more often: 0 of 4 on each model).
+CANDIDATE_RULES = (RESEARCH_TASK, RECAP)
 
 # PR-06's bounds, used where the shape rule is off (an ablation).
 FINAL_TEXT_CHARS = 600
@@ -138,6 +140,8 @@ class Observations:
     progress: int = 0
     #: Tools whose broadest call (no filter) was answered in full (nothing left out).
     complete: frozenset[str] = frozenset()
+    #: References whose content a progress call brought, first read first.
+    read: tuple[str, ...] = ()
 
     def known(self, kind: str) -> tuple[str, ...]:
         """The references of ``kind`` the turn has seen."""
@@ -197,7 +201,10 @@ def _learn(seen: Observations, spec: ToolSpec, arguments: Mapping[str, Any],
                 complete = complete | {spec.tool_id}
     if len(labels) > MAX_REFERENCES * 4:
         labels = {key: labels[key] for key in list(labels)[-MAX_REFERENCES * 4:]}
-    return dataclasses.replace(seen, refs=refs, labels=labels, complete=complete,
+    read = seen.read
+    if traits.progress:
+        read = _merge(read, spec.produced(data))
+    return dataclasses.replace(seen, refs=refs, labels=labels, complete=complete, read=read,
                                progress=seen.progress + (1 if traits.progress else 0))
 
 
@@ -342,6 +349,31 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
         max_tokens=max_json_bytes(schema), concluding=conclude)
 
 
+#: How the recap is introduced, and how much of what was read it repeats.
+RECAP_PREFIX = "\n\nRead so far, most relevant to the question last: "
+RECAP_CHARS = 1200
+RECAP_ITEMS = 2
+
+
+def recap(observations: Observations, rules: frozenset[str] = ALL_RULES) -> str:
+    """What a concluding round repeats of the turn's reads (PR-07's recap rule), or "".
+
+    A small model answers from the last text it saw: when the turn must
+    conclude, the contents it read are repeated after the newest result, the
+    most relevant to the user's message last (at most :data:`RECAP_ITEMS`,
+    :data:`RECAP_CHARS` in all). They are the tools' own results again —
+    data, never instructions — in the order :mod:`relevance` gives them.
+    """
+    if RECAP not in rules or not observations.read:
+        return ""
+    order = (ranked(observations.query, list(observations.read), observations.labels)
+             if RELEVANCE in rules and observations.query else list(reversed(observations.read)))
+    chosen = list(reversed(order[:RECAP_ITEMS]))
+    parts = [observations.labels.get(ref, ref).removeprefix(ref).strip() for ref in chosen]
+    text = " | ".join(part for part in parts if part)
+    return f"{RECAP_PREFIX}{text[-RECAP_CHARS:]}" if text else ""
+
+
 def _leads_to_progress(catalog: ToolCatalog, usable: Iterable[str],
                       branches: list[dict[str, Any]]) -> bool:
     """Does an offered call make progress, or produce what an available progress tool takes?
@@ -362,8 +394,10 @@ def present(catalog: ToolCatalog, tool_id: str, result: Mapping[str, Any],
             seen: Observations, rules: frozenset[str] = ALL_RULES) -> str | None:
     """How a listing reads to the model: its entries most relevant first (PR-07).
 
-    Only the order changes, never an entry; None when there is nothing to
-    order (the caller then sends the gateway's own text).
+    Each entry says what it is before its reference (its label fields, then
+    the rest, the id last), so the id a model copies follows the title it
+    read. Only orders change, never an entry or a value; None when there is
+    nothing to order (the caller then sends the gateway's own text).
     """
     spec = catalog.get(tool_id)
     data = result.get("data")
@@ -381,10 +415,22 @@ def present(catalog: ToolCatalog, tool_id: str, result: Mapping[str, Any],
             key = (f"{base}/{value}" if isinstance(base, str) and base else str(value))
             keyed.setdefault(key, []).append(entry)
         order = ranked(seen.query, list(keyed), seen.labels)
-        ordered[produces.items] = [entry for key in order for entry in keyed[key]]
+        ordered[produces.items] = [_labelled_first(entry, produces.label, produces.id)
+                                   for key in order for entry in keyed[key]]
     if ordered == dict(data) and all(ordered[k] is data[k] for k in data):
         return None
-    return canonical({**result, "data": ordered})
+    document = {key: (ordered if key == "data" else result[key]) for key in sorted(result)}
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+
+
+def _labelled_first(entry: Any, label: tuple[str, ...], reference: str) -> Any:
+    """``entry`` with its label fields first and its reference last (the same pairs)."""
+    if not isinstance(entry, Mapping):
+        return entry
+    first = [key for key in label if key in entry]
+    rest = sorted(key for key in entry if key not in first and key != reference)
+    tail = [reference] if reference in entry else []
+    return {key: entry[key] for key in [*first, *rest, *tail]}
 
 
 def _free_text(wide: Mapping[str, Any], shape: Shape, chars: int,

@@ -33,19 +33,24 @@ import functools
 import re
 
 #: Letters, by script: Unicode block ranges (no digits, no punctuation, no symbols).
-SCRIPTS: tuple[tuple[str, str, str], ...] = (
-    ("latin", "a", "z"), ("latin", "A", "Z"),
-    ("latin-1", "\u00c0", "\u00d6"), ("latin-1", "\u00d8", "\u00f6"),
-    ("latin-1", "\u00f8", "\u024f"),                 # with Latin Extended-A/B (ă, ș, ț)
-    ("latin-1", "\u1e00", "\u1eff"),                 # Latin Extended Additional
-    ("greek", "\u0370", "\u03ff"), ("cyrillic", "\u0400", "\u052f"),
-    ("armenian", "\u0531", "\u0586"), ("hebrew", "\u05d0", "\u05ea"),
-    ("arabic", "\u0620", "\u064a"), ("devanagari", "\u0900", "\u0963"),
-    ("thai", "\u0e01", "\u0e4e"), ("georgian", "\u10a0", "\u10ff"),
-    ("kana", "\u3041", "\u30ff"), ("cjk", "\u4e00", "\u9fff"),
-    ("hangul", "\uac00", "\ud7a3"))
+#: Each range is ``(script, low, high, case)``: ``upper``, ``lower``, or ``any`` where a block
+#: mixes the two (Latin Extended alternates them) or the script has no case.
+SCRIPTS: tuple[tuple[str, str, str, str], ...] = (
+    ("latin", "A", "Z", "upper"), ("latin", "a", "z", "lower"),
+    ("latin-1", "\u00c0", "\u00d6", "upper"), ("latin-1", "\u00d8", "\u00de", "upper"),
+    ("latin-1", "\u00df", "\u00f6", "lower"), ("latin-1", "\u00f8", "\u00ff", "lower"),
+    ("latin-1", "\u0100", "\u024f", "any"),       # Latin Extended-A/B (ă, ș, ț)
+    ("latin-1", "\u1e00", "\u1eff", "any"),       # Latin Extended Additional
+    ("greek", "\u0386", "\u03ab", "upper"), ("greek", "\u03ac", "\u03ff", "lower"),
+    ("cyrillic", "\u0400", "\u042f", "upper"), ("cyrillic", "\u0430", "\u045f", "lower"),
+    ("cyrillic", "\u0460", "\u052f", "any"),
+    ("armenian", "\u0531", "\u0586", "any"), ("hebrew", "\u05d0", "\u05ea", "any"),
+    ("arabic", "\u0620", "\u064a", "any"), ("devanagari", "\u0900", "\u0963", "any"),
+    ("thai", "\u0e01", "\u0e4e", "any"), ("georgian", "\u10a0", "\u10ff", "any"),
+    ("kana", "\u3041", "\u30ff", "any"), ("cjk", "\u4e00", "\u9fff", "any"),
+    ("hangul", "\uac00", "\ud7a3", "any"))
 #: Every script: what a shape admits when it is not told the conversation's scripts.
-ALL_SCRIPTS = frozenset(name for name, _, _ in SCRIPTS)
+ALL_SCRIPTS = frozenset(name for name, _, _, _ in SCRIPTS)
 #: One-letter words of the Latin scripts ("a", "I", French "à", Italian "è"…): any other
 #: lone Latin letter is more often a run of noise ("ÿ ÿ ÿ") than a word. A lone letter of
 #: another script the conversation uses is a word (Greek "η", one ideograph).
@@ -58,19 +63,22 @@ def scripts_of(text: str) -> frozenset[str]:
     found = {"latin"}
     for char in set(text):
         if char.isalpha():
-            found.update(name for name, low, high in SCRIPTS if low <= char <= high)
+            found.update(name for name, low, high, _ in SCRIPTS if low <= char <= high)
     return frozenset(found)
 
 
-def letters(scripts: frozenset[str]) -> str:
-    """The character-class body of the letters of ``scripts``."""
+def letters(scripts: frozenset[str], cases: tuple[str, ...] = ("upper", "lower", "any")) -> str:
+    """The character-class body of the letters of ``scripts`` in ``cases``."""
     return "".join(low if low == high else f"{low}-{high}"
-                   for name, low, high in SCRIPTS if name in scripts | {"latin"})
+                   for name, low, high, case in SCRIPTS
+                   if name in scripts | {"latin"} and case in cases)
 
 
 LETTERS = letters(ALL_SCRIPTS)
 #: The longest run of letters one word may have, and the part after one joiner (l'île, mi-août).
 WORD_LETTERS = 16
+#: An all-capitals word (an acronym) is at most this long.
+ACRONYM_LETTERS = 6
 JOINED_LETTERS = 8
 #: A number: at most four digits, optionally a decimal part of two.
 _NUMBER = "[0-9]{1,4}(?:[.,][0-9]{1,2})?"
@@ -110,10 +118,13 @@ class Shape:
     def pattern(self) -> str:
         """The anchored regular expression (llama.cpp's grammar subset, and Python's)."""
         gap = _GAP_LINES if self.lines else _GAP
-        body = letters(self.scripts)
-        single = _SINGLE + letters(self.scripts - _LATIN).removeprefix("a-zA-Z")
-        _WORD = (f"(?:[{single}]|[{body}]{{2,{WORD_LETTERS}}})"
-                 f"(?:['\u2019-][{body}]{{1,{JOINED_LETTERS}}})?")
+        upper = letters(self.scripts, ("upper",))
+        lower = letters(self.scripts, ("lower", "any"))
+        single = _SINGLE + letters(self.scripts - _LATIN).removeprefix("A-Za-z")
+        # a word: capitalised or lower case, or a short acronym — never case noise
+        _WORD = (f"(?:[{single}]|[{upper}]{{2,{ACRONYM_LETTERS}}}"
+                 f"|[{upper}]?[{lower}]{{2,{WORD_LETTERS - 1}}})"
+                 f"(?:['\u2019-][{lower}]{{1,{JOINED_LETTERS}}})?")
         run = f"(?:{gap}{_WORD}){{0,{self.words_per_run}}}"
         first = f"(?:{gap}{_WORD}){{{self.min_words - 1},{self.words_per_run}}}"
         numbered = f"(?:{gap}{_NUMBER}{run}){{0,{self.numbers}}}" if self.numbers else ""

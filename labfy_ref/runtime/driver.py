@@ -50,6 +50,7 @@ from labfy_ref.protocol import (
     call_key,
     narrow,
     present,
+    recap,
     request_action,
     tool_exchange,
 )
@@ -219,7 +220,8 @@ class TurnDriver:
             decoding = self.decoding(conversation, port, context)
             started = time.monotonic()
             try:
-                accepted = await request_action(self._recorded(port), conversation.messages,
+                accepted = await request_action(self._recorded(port),
+                                                self._asked(conversation, decoding),
                                                 self.parser, decoding)
             except ModelUnavailable as exc:
                 return Ending(TurnState.MODEL_UNAVAILABLE, error=exc)
@@ -250,6 +252,23 @@ class TurnDriver:
                 paused_on = spec.produced(outcome.result["data"])
                 return Ending(TurnState.AUTHORIZATION_REQUIRED, campaign_id=paused_on[0])
         return None
+
+    def _asked(self, conversation: Conversation,
+               decoding: Decoding) -> Sequence[ChatMessage]:
+        """What the model is sent this round: the conversation, and in a concluding round
+        the recap of what it read (PR-07), appended to the newest result message.
+
+        Appended, not added as a message: some chat templates refuse two user
+        messages in a row. Only the request carries it; the log is unchanged,
+        so the next round's cached prefix still holds.
+        """
+        messages = conversation.messages
+        text = recap(conversation.observations, self.limits.narrowing_rules) \
+            if decoding.concluding else ""
+        if not text or not messages or messages[-1].get("role") != "user":
+            return messages
+        last = messages[-1]
+        return [*messages[:-1], {**last, "content": f"{last.get('content', '')}{text}"}]
 
     def record(self, conversation: Conversation, port: TurnPort, call_id: str,
                outcome: ToolOutcome, *, exempt: bool = False) -> None:
