@@ -22,9 +22,11 @@ import jsonschema
 
 from labfy_ref import __version__
 from labfy_ref.clock import iso, utcnow
+from labfy_ref.errors import ReportInvalid
+from labfy_ref.report.evidence import EVAL_RECORD, read_eval
 from labfy_ref.report.validate import schema
 
-RECORD_NAME = "eval-record.json"
+RECORD_NAME = EVAL_RECORD
 SCHEMA_VERSION = 1
 
 
@@ -96,12 +98,7 @@ def _commit() -> str | None:
 
 def read_record(directory: Path) -> dict[str, Any] | None:
     """The record in ``directory``, checked against its schema (None: there is none)."""
-    path = directory / RECORD_NAME
-    if not path.is_file():
-        return None
-    document: dict[str, Any] = json.loads(path.read_text("utf-8"))
-    jsonschema.Draft202012Validator(schema("eval-record")).validate(document)
-    return document
+    return read_eval(directory)
 
 
 def write_entry(directory: Path, entry: EvalEntry) -> Path:
@@ -109,7 +106,7 @@ def write_entry(directory: Path, entry: EvalEntry) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     try:
         document = read_record(directory) or {}
-    except (ValueError, jsonschema.ValidationError):
+    except ReportInvalid:
         document = {}  # an unreadable record is replaced, not merged
     entries = [e for e in document.get("entries", [])
                if (str(e["model"].get("sha256")), e["agent"], e["ablate"]) != entry.key]

@@ -10,6 +10,7 @@ from labfy_ref.report.compare import Changes, OldReport, compare
 from labfy_ref.report.evidence import (
     read_bench,
     read_conformance,
+    read_eval,
     read_mutation,
     read_screenshots,
     read_smoke_record,
@@ -87,7 +88,8 @@ def collect(results_dir: Path, requirements_path: Path,
                           bench=read_bench(results_dir, sources),
                           mutation=read_mutation(results_dir, sources),
                           screenshots=read_screenshots(results_dir),
-                          conformance=read_conformance(results_dir))
+                          conformance=read_conformance(results_dir),
+                          eval_record=read_eval(results_dir))
     if old is None:
         return report
     return dataclasses.replace(report, changes=compare(old, report.requirements, report.stages))

@@ -190,6 +190,20 @@ def read_smoke_record(results_dir: Path) -> dict[str, Any] | None:
     return record
 
 
+EVAL_RECORD = "eval-record.json"
+
+
+def read_eval(results_dir: Path) -> dict[str, Any] | None:
+    """eval-record.json (``labfy-ref eval``, EV-01), checked against its schema, if present."""
+    path = results_dir / EVAL_RECORD
+    if not path.is_file():
+        return None
+    record = load_json(path, "eval record")
+    check(record, "eval-record", f"eval record {path}")
+    assert isinstance(record, dict)  # the schema says it is an object
+    return record
+
+
 def _reqs(document: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(document.get("reqs", ()))
 

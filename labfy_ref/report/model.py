@@ -264,6 +264,8 @@ class StatusReport:
     screenshots: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     mutation: MutationRecord | None = None
     conformance: Conformance | None = None
+    #: eval-record.json as written (EV-01): a figure per model, never a status.
+    eval_record: Mapping[str, Any] | None = None
     changes: Changes | None = None  # only with --compare
 
     def proven(self) -> tuple[str, ...]:
@@ -381,7 +383,8 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: Mapping[str
                  generated_at: str, *, bench: BenchRecord | None = None,
                  mutation: MutationRecord | None = None,
                  screenshots: Mapping[str, tuple[str, ...]] | None = None,
-                 conformance: Conformance | None = None) -> StatusReport:
+                 conformance: Conformance | None = None,
+                 eval_record: Mapping[str, Any] | None = None) -> StatusReport:
     """Fold recorded runs and the evidence records into the status of every ID and stage."""
     tests = merge_runs(runs)
     by_req: dict[str, list[TestResult]] = {req: [] for req in requirements.titles}
@@ -416,4 +419,4 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: Mapping[str
                         build=build_of([(r.name, r.build) for r in runs], conformance),
                         smoke=smoke, bench=bench,
                         screenshots=dict(screenshots or {}), mutation=mutation,
-                        conformance=conformance)
+                        conformance=conformance, eval_record=eval_record)

@@ -256,9 +256,37 @@ def conformance(target: Conformance | None) -> str:
                   + f"<h4>Its GET /api/version</h4>{answer or '<p>(empty)</p>'}")
 
 
+def evaluation(record: Mapping[str, Any] | None) -> str:
+    """The eval record (EV-01): a pass rate per model and agent, then each task's outcome."""
+    if record is None:
+        return ""
+    entries = [e for e in record.get("entries", []) if isinstance(e, dict)]
+    rows = "".join(
+        f"<tr><td>{esc(e['model']['file'])}</td><td>{esc(e['agent'])}"
+        f"{esc(' without ' + e['ablate']) if e.get('ablate') else ''}</td>"
+        f"<td>{e['passed']} / {e['total']}</td><td>{e['pass_rate']:.0%}</td>"
+        f"<td>{esc(e.get('prompt_tokens') if e.get('prompt_tokens') is not None else '')}</td>"
+        f"<td>{esc(e['finished_at'])}</td><td><code>{esc(str(e.get('commit'))[:12])}</code>"
+        "</td></tr>" for e in entries)
+    body = table("Eval pass rates", ("Model", "Agent", "Passed", "Rate", "Prompt tokens",
+                                     "Finished", "Commit"), rows)
+    for e in entries:
+        tasks = "".join(
+            f"<tr><td>{esc(t['task'])}</td><td>{esc(t['run'])}</td>"
+            f"<td>{badge('PASS' if t['passed'] else 'FAIL')}</td><td>{esc(t['rounds'])}</td>"
+            f"<td>{esc(' '.join(c['tool_id'] for c in t['tool_calls']))}</td>"
+            f"<td>{esc('; '.join(t['reasons']))}</td></tr>" for t in e["tasks"])
+        title = f"{e['model']['file']} · {e['agent']}" + (
+            f" without {e['ablate']}" if e.get("ablate") else "")
+        body += f"<h4>{esc(title)}</h4>" + table(
+            f"Eval tasks: {title}", ("Task", "Run", "Outcome", "Rounds", "Calls", "Why"), tasks)
+    return _panel("eval", "Real-model eval", body)
+
+
 def evidence(report: StatusReport) -> str:
     """Every evidence panel whose record exists, under one heading; empty when none does."""
-    panels = (smoke(report.smoke) + screenshots(report.screenshots) + bench(report.bench)
+    panels = (smoke(report.smoke) + evaluation(report.eval_record)
+              + screenshots(report.screenshots) + bench(report.bench)
               + mutation(report.mutation) + conformance(report.conformance))
     if not panels:
         return ""

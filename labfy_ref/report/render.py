@@ -101,7 +101,12 @@ def _sources(freshness: str, sha: str | None) -> str:
 
 
 def _md_evidence(report: StatusReport) -> list[str]:
-    out = []
+    out = [f"- Eval ({entry['finished_at']}, commit {str(entry.get('commit'))[:12]}): "
+           f"{_md_cell(entry['model']['file'])} · {_md_cell(entry['agent'])}"
+           + (f" without {_md_cell(entry['ablate'])}" if entry.get("ablate") else "")
+           + f": {entry['passed']} of {entry['total']} tasks passed "
+           f"({entry['pass_rate']:.0%}, {entry['runs']} run(s) each)."
+           for entry in (report.eval_record or {}).get("entries", [])]
     if report.bench is not None:
         bench = report.bench.as_json()
         missed = [row.figure for row in report.bench.rows if row.met is False]

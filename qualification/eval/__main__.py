@@ -1,0 +1,36 @@
+"""``python -m qualification.eval [eval options]``: ``labfy-ref eval`` on every matrix model.
+
+Every option is passed to ``labfy-ref eval`` (``--quick``, ``--runs N``, ``--ablate RULE``,
+``--record DIR``…). A model that is not installed is said on one line and skipped; none at
+all is exit 2. Like the command it runs, it is a benchmark: exit 0 once every model ran.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from labfy_ref.cli.main import main
+from qualification.eval.models import matrix
+
+MODELS_DIR = Path(".tox") / "models"
+
+
+def run(argv: list[str]) -> int:
+    """Run ``labfy-ref eval`` on each installed model; the worst exit code wins."""
+    found, missing = matrix(MODELS_DIR.resolve())
+    for line in missing:
+        sys.stderr.write(f"eval: model not installed: {line}\n")
+    if not found:
+        sys.stderr.write("CONFIG_INVALID: no model of the matrix is installed\n")
+        return 2
+    worst = 0
+    for model in found:
+        print(f"eval: == {model.name} ({model.path.name}) ==", flush=True)
+        worst = max(worst, main(["eval", "--model-file", str(model.path),
+                                 "--model-sha256", model.sha256, *argv]))
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))
