@@ -203,10 +203,14 @@ def _smoke(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from labfy_ref.eval import load_tasks  # noqa: PLC0415
     from labfy_ref.eval.run import EvalOptions, run  # noqa: PLC0415
-    from labfy_ref.protocol.narrowing import RULES  # noqa: PLC0415
+    from labfy_ref.protocol.narrowing import CANDIDATE_RULES, RULES  # noqa: PLC0415
 
     if args.ablate is not None and args.ablate not in RULES:
         raise ConfigRefused(f"--ablate takes one of {', '.join(RULES)}")
+    if args.with_rule is not None and args.with_rule not in CANDIDATE_RULES:
+        raise ConfigRefused(f"--with takes one of {', '.join(CANDIDATE_RULES)}")
+    if args.ablate is not None and args.with_rule is not None:
+        raise ConfigRefused("--ablate and --with measure one change at a time: give one")
     tasks = load_tasks(Path(args.tasks) if args.tasks else None)
     if args.task:
         unknown = sorted(set(args.task) - {task.id for task in tasks})
@@ -227,7 +231,8 @@ def _eval(args: argparse.Namespace) -> int:
                                         cpu_variant=args.cpu_variant), os.environ)
     assert model is not None  # both flags are required by the parser
     options = EvalOptions(model=model, record_dir=Path(args.record), tasks=tasks, runs=runs,
-                          conclude_after=conclude_after, ablate=args.ablate)
+                          conclude_after=conclude_after, ablate=args.ablate,
+                          add=args.with_rule)
 
     def say(line: str) -> None:
         print(f"eval: {line}", flush=True)
@@ -378,6 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="runs of each task, each on its own repeatable ids; default: 1")
     evaluate.add_argument("--ablate", metavar="RULE",
                           help="switch one PR-07 narrowing rule off (a measurement); "
+                               "default: none")
+    evaluate.add_argument("--with", dest="with_rule", metavar="RULE",
+                          help="switch one candidate narrowing rule on (a measurement); "
                                "default: none")
     evaluate.add_argument("--conclude-after", metavar="N",
                           help="PR-06: after N tool calls only concluding actions are offered "

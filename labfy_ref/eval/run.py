@@ -65,14 +65,20 @@ class EvalOptions:
     conclude_after: int = DEFAULT_CONCLUDE_AFTER
     #: A PR-07 rule switched off (an ablation), or None.
     ablate: str | None = None
+    #: A candidate rule switched on (a measurement), or None.
+    add: str | None = None
 
 
 async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
     """Run every task ``runs`` times on one llama-server; write and return the entry."""
     wanted = options.model
     rules = ALL_RULES - {options.ablate} if options.ablate else ALL_RULES
+    if options.add:
+        rules = rules | {options.add}
+    # the entry's variant: "RULE" for one rule off, "+RULE" for a candidate on
+    variant = options.ablate or (f"+{options.add}" if options.add else None)
     entry = EvalEntry.begin(
-        agent=AGENT, ablate=options.ablate, runs=options.runs,
+        agent=AGENT, ablate=variant, runs=options.runs,
         model={"file": wanted.model_file.name, "bytes": wanted.model_file.stat().st_size,
                "sha256": wanted.model_sha256},
         settings={"temperature": TEMPERATURE, "seed": SEED, "ctx_size": CTX_SIZE,

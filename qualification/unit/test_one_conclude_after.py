@@ -99,3 +99,16 @@ def test_the_smoke_passes_only_a_grounded_research_topic(topic: str, passes: boo
     else:
         with pytest.raises(SmokeFailed, match="not grounded"):
             _read_and_prepared(record, turn)
+
+
+@pytest.mark.req("EV-01")
+@pytest.mark.parametrize(("extra", "said"), [
+    (["--with", "relevance"], "--with takes one of"),
+    (["--with", "recap", "--ablate", "relevance"], "one change at a time"),
+])
+def test_eval_measures_one_change_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            extra: list[str], said: str) -> None:
+    code = main(["eval", "--model-file", str(tmp_path / "absent.gguf"), "--model-sha256",
+                 "0" * 64, *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err
