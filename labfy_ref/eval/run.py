@@ -25,12 +25,11 @@ from typing import Any
 
 import httpx
 
-from labfy_ref.config import AgentConfig, AgentMode, PermissionMode, ServeConfig, SupervisedModel
+from labfy_ref.config import SupervisedModel
 from labfy_ref.eval.record import EvalEntry, write_entry
 from labfy_ref.eval.tasks import Observed, Task, judge
 from labfy_ref.ids import repeatable
 from labfy_ref.model.binary import identify
-from labfy_ref.model.endpoint import LoopbackHost
 from labfy_ref.model.gguf import verify_gguf
 from labfy_ref.model.supervised import (
     CTX_SIZE,
@@ -44,7 +43,14 @@ from labfy_ref.model.supervised import (
 from labfy_ref.protocol import system_prompt
 from labfy_ref.protocol.narrowing import ALL_RULES, DEFAULT_CONCLUDE_AFTER
 from labfy_ref.runtime.limits import RuntimeLimits
-from labfy_ref.smoke.run import MODEL_TIMEOUT_SECONDS, ApiClient, SmokeFailed, serve_workspace
+from labfy_ref.smoke.run import (
+    ENDED,
+    MODEL_TIMEOUT_SECONDS,
+    ApiClient,
+    SmokeFailed,
+    serve_config,
+    serve_workspace,
+)
 from labfy_ref.tools import default_catalog
 from labfy_ref.workspace import init_workspace, open_workspace
 
@@ -147,8 +153,9 @@ async def _run_task(task: Task, run: int, model: SupervisedLlama, root: Path, *,
             target.write_text(text, encoding="utf-8")
         titles = _titles(directory)
         before = _files(workspace.files_dir)
-        config = _config(directory, model.model, task.permission_mode, options.conclude_after,
-                         options.model)
+        config = serve_config(directory, model.model, options.model,
+                              mode=task.permission_mode,
+                              conclude_after=options.conclude_after, origin="eval")
         limits = RuntimeLimits(conclude_after=options.conclude_after, narrowing_rules=rules)
         turn: dict[str, Any] = {}
         error = None
@@ -191,32 +198,18 @@ def _files(root: Path) -> dict[str, str]:
     return found
 
 
-def _config(workspace: Path, model_id: str, mode: PermissionMode, conclude_after: int,
-            supervised: SupervisedModel) -> ServeConfig:
-    agent = AgentConfig(AgentMode.LOCAL_MODEL, None, model_id, MODEL_TIMEOUT_SECONDS,
-                        supervised, {"mode": "eval"})
-    return ServeConfig(workspace=workspace, host=LoopbackHost.IPV4, port=None, ready_file=None,
-                       permission_mode=mode, bridge=False, composition=None, accounts=None,
-                       agent=agent, log_level="warning", log_file=None, debug=False,
-                       conclude_after=conclude_after)
-
-
-_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "BUDGET_EXHAUSTED", "MODEL_UNAVAILABLE",
-          "MODEL_PROTOCOL_ERROR"}
-
-
 async def _drive(base_url: str, code: str, message: str) -> dict[str, Any]:
     """One turn as a user drives it; a research pause is granted and resumed once."""
     client = ApiClient(base_url)
     try:
         await client.login(code)
         turn = (await client.post(f"{_API}/turns", {"message": message}, 202))["turn"]
-        turn = await client.wait(turn["id"], {"AUTHORIZATION_REQUIRED"} | _ENDED)
+        turn = await client.wait(turn["id"], {"AUTHORIZATION_REQUIRED"} | ENDED)
         if turn["state"] == "AUTHORIZATION_REQUIRED":
             campaign = turn["authorization"]["campaign_id"]
             await client.post("/api/v1/grants", {"campaign_id": campaign}, 201)
             await client.post(f"{_API}/turns/{turn['id']}/resume", None, 202)
-            turn = await client.wait(turn["id"], _ENDED)
+            turn = await client.wait(turn["id"], ENDED)
         events = (await client.get(f"{_API}/events?limit=500"))["events"]
         turn["_tokens"] = sum(int(e["data"].get("prompt_tokens") or 0)
                               + int(e["data"].get("completion_tokens") or 0)

@@ -24,6 +24,7 @@ import json
 import secrets
 import tempfile
 from collections.abc import AsyncIterator, Callable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,9 @@ async def _stages(options: SmokeOptions, record: SmokeRecord, scratch: Path, say
         say(f"start: llama-server ready ({identity.version}; cpu variant "
             f"{model.supervisor.cpu_variant or 'built in'})")
         workspace = init_workspace(scratch / "workspace", specimen=True)
-        config = _config(options, workspace.root, model_id)
+        config = serve_config(workspace.root, model_id, options.model,
+                              mode=PermissionMode.READ_ONLY,
+                              conclude_after=options.conclude_after, origin="smoke")
         async with serve_workspace(config, model) as (base_url, code):
             with record.timed("turn"):
                 await _scenario(base_url, code, record, say)
@@ -145,14 +148,15 @@ async def _stages(options: SmokeOptions, record: SmokeRecord, scratch: Path, say
         await model.aclose()
 
 
-def _config(options: SmokeOptions, workspace: Path, model_id: str) -> ServeConfig:
+def serve_config(workspace: Path, model_id: str, supervised: SupervisedModel, *,
+                 mode: PermissionMode, conclude_after: int, origin: str) -> ServeConfig:
+    """The configuration of a workspace server on a supervised model (smoke and eval)."""
     agent = AgentConfig(AgentMode.LOCAL_MODEL, None, model_id, MODEL_TIMEOUT_SECONDS,
-                        options.model,
-                        {"mode": "smoke"})
+                        supervised, {"mode": origin})
     return ServeConfig(workspace=workspace, host=LoopbackHost.IPV4, port=None, ready_file=None,
-                       permission_mode=PermissionMode.READ_ONLY, bridge=False, composition=None,
+                       permission_mode=mode, bridge=False, composition=None,
                        accounts=None, agent=agent, log_level="warning", log_file=None,
-                       debug=False, conclude_after=options.conclude_after)
+                       debug=False, conclude_after=conclude_after)
 
 
 @contextlib.asynccontextmanager
@@ -215,7 +219,7 @@ class ApiClient:
         document: dict[str, Any] = response.json()
         return document
 
-    async def wait(self, turn_id: str, states: set[str]) -> dict[str, Any]:
+    async def wait(self, turn_id: str, states: AbstractSet[str]) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TURN_SECONDS
         while loop.time() < deadline:
@@ -231,7 +235,7 @@ def _expect(response: httpx.Response, status: int, what: str) -> None:
         raise SmokeFailed(f"{what} answered {response.status_code}: {response.text[:200]}")
 
 
-_ENDED = {state.value for state in TurnState if state.terminal}
+ENDED = frozenset(state.value for state in TurnState if state.terminal)
 #: What the model was told: its words are no evidence that an answer is grounded.
 _INSTRUCTIONS = system_prompt(default_catalog())
 
@@ -245,7 +249,7 @@ async def _scenario(base_url: str, code: str, record: SmokeRecord, say: Say) -> 
         record.passed("turn")
         say(f"turn: {turn['id']} started: {QUESTION!r}")
         try:
-            paused = await client.wait(turn["id"], {"AUTHORIZATION_REQUIRED"} | _ENDED)
+            paused = await client.wait(turn["id"], {"AUTHORIZATION_REQUIRED"} | ENDED)
             _calls(record, paused, say)
             _read_and_prepared(record, paused)
             campaign_id = str(paused["authorization"]["campaign_id"])
@@ -260,7 +264,7 @@ async def _scenario(base_url: str, code: str, record: SmokeRecord, say: Say) -> 
             await client.post(f"{_API}/turns/{turn['id']}/resume", None, 202)
             record.passed("resume")
             say("resume: the same turn continues")
-            done = await client.wait(turn["id"], _ENDED)
+            done = await client.wait(turn["id"], ENDED)
             _calls(record, done, say)
             campaign = (await client.get(f"/api/v1/research/campaigns/{campaign_id}"))["campaign"]
             if campaign["status"] != "COMPLETED" or not campaign["evidence"]:
