@@ -133,11 +133,9 @@ def judge(task: Task, seen: Observed, instructions: str) -> list[str]:
     prepared = seen.topic is not None
     if expect.get("prepared") is not None and prepared != bool(expect["prepared"]):
         reasons.append("prepared research" if prepared else "prepared no research")
-    if expect.get("topic_grounded") and prepared:
-        text = " ".join([seen.topic or "", *seen.questions])
-        if not grounded(seen.topic or "", seen.read_texts, instructions) and not grounded(
-                text, seen.read_texts, instructions):
-            reasons.append(f"topic {seen.topic!r} is not grounded in what was read")
+    if (expect.get("topic_grounded") and prepared
+            and not grounded(seen.topic or "", seen.read_texts, instructions)):
+        reasons.append(f"topic {seen.topic!r} is not grounded in what was read")
     if seen.state != "COMPLETED":
         reasons.append(f"turn ended {seen.state}")
     for group in expect.get("final_any", []):

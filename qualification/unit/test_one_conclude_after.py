@@ -112,3 +112,15 @@ def test_eval_measures_one_change_at_a_time(tmp_path: Path, capsys: pytest.Captu
                  "0" * 64, *extra])
     err = capsys.readouterr().err
     assert code == 2 and said in err
+
+
+@pytest.mark.req("SM-03", "PR-07")
+def test_a_tool_id_copied_as_a_topic_is_no_grounding() -> None:
+    """Gemma's "research. prepare": its words are the system prompt's, not the workspace's."""
+    record = SmokeRecord(model={}, llama_server={}, settings={}, conclude_after=4)
+    for stage in ("governor", "verify", "start", "turn"):
+        record.passed(stage)
+    turn = _turn("research. prepare", "Is the early Colletes hederae record a local shift?")
+    turn["tool_calls"][-1]["arguments"]["questions"] = ["early ivy bee records"]
+    with pytest.raises(SmokeFailed, match="not grounded"):
+        _read_and_prepared(record, turn)
