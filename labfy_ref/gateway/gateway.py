@@ -160,7 +160,7 @@ class AgentGateway:
             assert decision.code is not None
             return _failure(tool_id, arguments, "refused",
                             ToolError(decision.reason, code=decision.code))
-        cited = self._cited_objects(tool_id, arguments)
+        cited = _cited(spec, arguments, "object")
         missing = self._objects.missing(cited)
         if missing:
             return _failure(tool_id, arguments, "refused", ToolError(
@@ -182,14 +182,6 @@ class AgentGateway:
                 code=ErrorCode.RESULT_TOO_LARGE))
         return ToolOutcome(tool_id, arguments, "ok", result, text)
 
-    @staticmethod
-    def _cited_objects(tool_id: str, arguments: dict[str, Any]) -> list[str]:
-        if tool_id == "workspace.read_object":
-            return [arguments["object_id"]]
-        if tool_id == "research.prepare":
-            return list(arguments.get("object_refs", []))
-        return []
-
     # -- human-side operations (never reachable by a model) ----------------------------
 
     def run_research(self, campaign_id: str) -> None:
@@ -208,3 +200,13 @@ class AgentGateway:
         """A human grant for a campaign of this workspace."""
         return self.grants.create(campaign_id, expires_at)
 
+
+def _cited(spec: ToolSpec, arguments: dict[str, Any], kind: str) -> list[str]:
+    """The references of ``kind`` a call's arguments cite (its catalog traits say which)."""
+    cited: list[str] = []
+    for name, consumed in spec.traits.consumes.items():
+        value = arguments.get(name)
+        if consumed != kind or value is None:
+            continue
+        cited.extend(value if isinstance(value, list) else [value])
+    return [str(item) for item in cited]

@@ -34,6 +34,8 @@ from typing import Any, Protocol
 from labfy_ref.errors import ErrorCode, ToolError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.gateway.files import split_path
+from labfy_ref.tools.catalog import Effect as ToolEffect
+from labfy_ref.tools.catalog import default_catalog
 from labfy_ref.work.crash import CrashPoints
 from labfy_ref.work.model import Claim, Effect, EffectStatus
 from labfy_ref.work.store import WorkStore
@@ -42,9 +44,10 @@ from labfy_ref.workspace.store import WorkspaceStore
 
 AUDIT_EVENT = "files.write.audit"
 TARGET_EVENT = "effect.target"
-#: Tools whose call changes nothing: a started, unfinished one is simply run again.
-READ_ONLY = frozenset({"workspace.list_objects", "workspace.read_object", "research.get_state",
-                       "files.list", "files.read"})
+#: Tools whose call changes nothing (effect ``read`` in the catalog): a started,
+#: unfinished one is simply run again.
+READ_ONLY = frozenset(spec.tool_id for spec in default_catalog().values()
+                      if spec.effect is ToolEffect.READ)
 Service = Callable[..., dict[str, Any]]
 
 
