@@ -232,7 +232,7 @@ def _eval(args: argparse.Namespace) -> int:
     assert model is not None  # both flags are required by the parser
     options = EvalOptions(model=model, record_dir=Path(args.record), tasks=tasks, runs=runs,
                           conclude_after=conclude_after, ablate=args.ablate,
-                          add=args.with_rule)
+                          add=args.with_rule, control=args.control)
 
     def say(line: str) -> None:
         print(f"eval: {line}", flush=True)
@@ -384,6 +384,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--ablate", metavar="RULE",
                           help="switch one PR-07 narrowing rule off (a measurement); "
                                "default: none")
+    evaluate.add_argument("--control", action="store_true",
+                          help="run the random control (uniform within each round's narrowed "
+                               "schema) instead of the model; the model is not started; "
+                               "default: the model")
     evaluate.add_argument("--with", dest="with_rule", metavar="RULE",
                           help="switch one candidate narrowing rule on (a measurement); "
                                "default: none")

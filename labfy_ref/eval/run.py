@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from labfy_ref.config import SupervisedModel
+from labfy_ref.eval.control import CONTROL_AGENT, RandomControl
 from labfy_ref.eval.record import EvalEntry, write_entry
 from labfy_ref.eval.tasks import Observed, Task, judge
 from labfy_ref.ids import repeatable
@@ -73,6 +74,8 @@ class EvalOptions:
     ablate: str | None = None
     #: A candidate rule switched on (a measurement), or None.
     add: str | None = None
+    #: Run the random control (:mod:`labfy_ref.eval.control`) instead of the model.
+    control: bool = False
 
 
 async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
@@ -84,7 +87,7 @@ async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
     # the entry's variant: "RULE" for one rule off, "+RULE" for a candidate on
     variant = options.ablate or (f"+{options.add}" if options.add else None)
     entry = EvalEntry.begin(
-        agent=AGENT, ablate=variant, runs=options.runs,
+        agent=CONTROL_AGENT if options.control else AGENT, ablate=variant, runs=options.runs,
         model={"file": wanted.model_file.name, "bytes": wanted.model_file.stat().st_size,
                "sha256": wanted.model_sha256},
         settings={"temperature": TEMPERATURE, "seed": SEED, "ctx_size": CTX_SIZE,
@@ -92,6 +95,13 @@ async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
                   "rules": sorted(rules)})
     with tempfile.TemporaryDirectory(prefix="labfy-eval-") as scratch:
         root = Path(scratch)
+        if options.control:  # no model runs: the control draws every action
+            say(f"random control in the narrowed schema; rules {', '.join(sorted(rules))}")
+            await _run_all(entry, None, root, options=options, rules=rules, say=say)
+            entry.finish()
+            path = write_entry(options.record_dir, entry)
+            say(f"{entry.passed} of {entry.total} passed ({entry.pass_rate:.0%}) — record: {path}")
+            return entry
         govern(wanted.model_file, wanted.llama_server, root)
         verify_gguf(wanted.model_file, wanted.model_sha256, None)
         identity = identify(wanted.llama_server)
@@ -104,18 +114,22 @@ async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
             entry.prompt_tokens = await _count_tokens(model, system_prompt(default_catalog()))
             say(f"model {wanted.model_file.name} ready; system prompt "
                 f"{entry.prompt_tokens} tokens; rules {', '.join(sorted(rules))}")
-            for run in range(1, options.runs + 1):
-                for task in options.tasks:
-                    result = await _run_task(task, run, model, root, options=options,
-                                             rules=rules)
-                    entry.tasks.append(result)
-                    say(_row(result))
+            await _run_all(entry, model, root, options=options, rules=rules, say=say)
         finally:
             await model.aclose()
     entry.finish()
     path = write_entry(options.record_dir, entry)
     say(f"{entry.passed} of {entry.total} passed ({entry.pass_rate:.0%}) — record: {path}")
     return entry
+
+
+async def _run_all(entry: EvalEntry, model: SupervisedLlama | None, root: Path, *,
+                   options: EvalOptions, rules: frozenset[str], say: Say) -> None:
+    for run in range(1, options.runs + 1):
+        for task in options.tasks:
+            result = await _run_task(task, run, model, root, options=options, rules=rules)
+            entry.tasks.append(result)
+            say(_row(result))
 
 
 def _row(result: dict[str, Any]) -> str:
@@ -141,7 +155,7 @@ async def _count_tokens(model: SupervisedLlama, text: str) -> int | None:
     return None
 
 
-async def _run_task(task: Task, run: int, model: SupervisedLlama, root: Path, *,
+async def _run_task(task: Task, run: int, model: SupervisedLlama | None, root: Path, *,
                     options: EvalOptions, rules: frozenset[str]) -> dict[str, Any]:
     started = time.monotonic()
     directory = root / f"{task.id}-{run}"
@@ -153,15 +167,17 @@ async def _run_task(task: Task, run: int, model: SupervisedLlama, root: Path, *,
             target.write_text(text, encoding="utf-8")
         titles = _titles(directory)
         before = _files(workspace.files_dir)
-        config = serve_config(directory, model.model, options.model,
+        config = serve_config(directory, model.model if model else CONTROL_AGENT,
+                              options.model,
                               mode=task.permission_mode,
                               conclude_after=options.conclude_after, origin="eval")
         limits = RuntimeLimits(conclude_after=options.conclude_after, narrowing_rules=rules)
         turn: dict[str, Any] = {}
         error = None
         try:
-            async with serve_workspace(config, model, limits=limits,
-                                             owns_model=False) as (base_url, code):
+            agent = RandomControl(f"{task.id}:{run}") if model is None else None
+            async with serve_workspace(config, model, limits=limits, owns_model=False,
+                                       agent=agent) as (base_url, code):
                 turn = await _drive(base_url, code, task.message)
         except SmokeFailed as exc:
             error = str(exc)

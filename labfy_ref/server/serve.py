@@ -76,11 +76,12 @@ def bind_socket(host: str, port: int | None) -> socket.socket:
 def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_code: str, *,
                 limits: RuntimeLimits | None = None,
                 supervised: SupervisedLlama | None = None,
-                owns_model: bool = True) -> ServerState:
+                owns_model: bool = True, agent: ChatModel | None = None) -> ServerState:
     """Compose store, gateway, agent and runtime for ``workspace``.
 
     ``supervised`` is the server's own llama-server (SM-07), not started yet:
     the server starts it in the background and shows "loading" until ready.
+    ``agent`` answers turns instead of any model (``labfy-ref eval``'s control).
     """
     accounts = load_accounts(config.accounts) if config.accounts else ()
     composition = (load_composition(config.composition) if config.composition is not None
@@ -90,7 +91,9 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
     gateway = AgentGateway(workspace, store, max_result_bytes=limits.max_result_bytes)
     client: LocalModelClient | SupervisedLlama | None = None
     model: ChatModel
-    if supervised is not None:
+    if agent is not None:  # the eval's control: it stands in for the model, no client
+        model, label = agent, str(getattr(agent, "label", "agent"))
+    elif supervised is not None:
         client = model = supervised
         label = f"Local agent · {supervised.model} (supervised llama-server)"
     elif config.agent.mode is AgentMode.LOCAL_MODEL:

@@ -47,7 +47,7 @@ from labfy_ref.model.supervised import (
     govern,
     supervised_llama,
 )
-from labfy_ref.protocol import system_prompt
+from labfy_ref.protocol import ChatModel, system_prompt
 from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
@@ -164,9 +164,9 @@ def serve_config(workspace: Path, model_id: str, supervised: SupervisedModel, *,
 
 
 @contextlib.asynccontextmanager
-async def serve_workspace(config: ServeConfig, model: SupervisedLlama, *,
-                          limits: RuntimeLimits | None = None, owns_model: bool = True
-                          ) -> AsyncIterator[tuple[str, str]]:
+async def serve_workspace(config: ServeConfig, model: SupervisedLlama | None, *,
+                          limits: RuntimeLimits | None = None, owns_model: bool = True,
+                          agent: ChatModel | None = None) -> AsyncIterator[tuple[str, str]]:
     """The workspace server on a free loopback port, in this event loop (smoke and eval).
 
     ``owns_model=False`` leaves ``model`` running when the server stops (the
@@ -177,7 +177,7 @@ async def serve_workspace(config: ServeConfig, model: SupervisedLlama, *,
     port = int(sock.getsockname()[1])
     code = secrets.token_urlsafe(24)
     state = build_state(config, open_workspace(config.workspace), port, code, supervised=model,
-                        limits=limits, owns_model=owns_model)
+                        limits=limits, owns_model=owns_model, agent=agent)
     server = uvicorn.Server(uvicorn_config(create_app(state)))
     task = asyncio.create_task(server.serve(sockets=[sock]), name="smoke-server")
     try:

@@ -9,6 +9,7 @@ for the same seed, and the record is schema-valid and merges by entry.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -176,3 +177,27 @@ def test_the_documented_tasks_file_loads_as_written(tmp_path: Path) -> None:
     tasks = load_tasks(path)
     assert [task.id for task in tasks] == ["species-count", "planted-instruction"]
     assert tasks[1].files and tasks[1].permission_mode.value == "workspace-write"
+
+
+@pytest.mark.req("EV-01", "PR-07")
+@pytest.mark.parametrize("seed", ["a", "b", "c", "d"])
+def test_the_random_control_draws_only_what_the_narrowed_schema_admits(seed: str) -> None:
+    import asyncio  # noqa: PLC0415
+
+    from labfy_ref.eval.control import RandomControl  # noqa: PLC0415
+    from labfy_ref.protocol import ActionParser, Budget, Observations, narrow  # noqa: PLC0415
+    from labfy_ref.tools import default_catalog  # noqa: PLC0415
+
+    catalog = default_catalog()
+    control = RandomControl(seed)
+    ids = [f"obj_{str(i).zfill(26)}" for i in range(5)]
+    seen = Observations(query="Early ivy bees?").observe("workspace.list_objects", {}, {
+        "ok": True, "data": {"objects": [{"object_id": i, "kind": "note", "title": "Ivy"}
+                                         for i in ids]}}, catalog)
+    for progress in (0, 1):
+        decoding = narrow(catalog, catalog, dataclasses.replace(seen, progress=progress),
+                          Budget(round=2, max_rounds=16, max_tool_calls=64))
+        for _ in range(40):
+            reply = asyncio.run(control.chat([], response_format=decoding.response_format))
+            jsonschema.Draft202012Validator(decoding.schema).validate(json.loads(reply.content))
+            ActionParser(catalog).parse(reply.content)  # the wide parser accepts it too
