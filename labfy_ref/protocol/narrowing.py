@@ -142,6 +142,8 @@ class Observations:
     complete: frozenset[str] = frozenset()
     #: References whose content a progress call brought, first read first.
     read: tuple[str, ...] = ()
+    #: The scripts of everything the results showed (kept as they come, not rescanned).
+    scripts: frozenset[str] = frozenset()
 
     def known(self, kind: str) -> tuple[str, ...]:
         """The references of ``kind`` the turn has seen."""
@@ -204,7 +206,9 @@ def _learn(seen: Observations, spec: ToolSpec, arguments: Mapping[str, Any],
     read = seen.read
     if traits.progress:
         read = _merge(read, spec.produced(data))
+    shown = " ".join(labels[key] for key in labels if labels[key] != seen.labels.get(key))
     return dataclasses.replace(seen, refs=refs, labels=labels, complete=complete, read=read,
+                               scripts=seen.scripts | scripts_of(shown),
                                progress=seen.progress + (1 if traits.progress else 0))
 
 
@@ -310,7 +314,7 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
     overdue = (PROGRESS in rules and budget.conclude_after > 0
                and observations.tool_calls >= budget.conclude_after and not conclude)
     any_progress = any(catalog[tool_id].traits.progress for tool_id in usable)
-    scripts = scripts_of(" ".join([observations.query, *observations.labels.values()]))
+    scripts = observations.scripts | scripts_of(observations.query)
     branches: list[dict[str, Any]] = []
     for spec in catalog.values():
         traits = spec.traits
@@ -404,6 +408,7 @@ def present(catalog: ToolCatalog, tool_id: str, result: Mapping[str, Any],
     if RELEVANCE not in rules or not seen.query or spec is None or not isinstance(data, Mapping):
         return None
     ordered = dict(data)
+    changed = False
     for produces in spec.traits.produces:
         entries = data.get(produces.items) if produces.items else None
         if not isinstance(entries, list) or len(entries) < 2:
@@ -417,7 +422,8 @@ def present(catalog: ToolCatalog, tool_id: str, result: Mapping[str, Any],
         order = ranked(seen.query, list(keyed), seen.labels)
         ordered[produces.items] = [_labelled_first(entry, produces.label, produces.id)
                                    for key in order for entry in keyed[key]]
-    if ordered == dict(data) and all(ordered[k] is data[k] for k in data):
+        changed = True
+    if not changed:
         return None
     document = {key: (ordered if key == "data" else result[key]) for key in sorted(result)}
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
