@@ -8,6 +8,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from labfy_ref.protocol.text_shape import PATH_PATTERN
+
 
 def instances(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     """Values matching ``schema`` (the keywords narrowing uses), strings of any character.
@@ -23,18 +25,8 @@ def instances(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         return st.one_of([instances(branch) for branch in schema["oneOf"]])
     kind = schema["type"]
     if kind == "string":
-        if "pattern" in schema:  # a shaped string (PR-07): sentences that fit its pattern
-            low, high = schema.get("minLength", 0), schema["maxLength"]
-            pattern = re.compile(schema["pattern"])
-            lower = st.text("abzéy", min_size=2, max_size=14)
-            words = st.lists(st.one_of(lower, lower.map(str.capitalize), st.just("ADN"),
-                                       st.sampled_from(["a", "42", "3.5", "l'île", "mi-août"])),
-                             min_size=1, max_size=8)
-            paths = st.lists(st.text("abz09_.-", min_size=1, max_size=12), min_size=1,
-                             max_size=4).map(lambda parts: "/".join("a" + p for p in parts))
-            return st.one_of(words.map(" ".join), words.map(lambda w: ", ".join(w) + "."),
-                             paths).filter(lambda text: low <= len(text) <= high
-                                           and pattern.fullmatch(text) is not None)
+        if "pattern" in schema:  # a shaped string (PR-07): built to fit, then checked
+            return _shaped(schema["pattern"], schema.get("minLength", 0), schema["maxLength"])
         return st.text(st.characters(codec="utf-8"), min_size=schema.get("minLength", 0),
                        max_size=schema["maxLength"])
     if kind == "array":
@@ -47,6 +39,34 @@ def instances(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
          if key in required},
         optional={key: instances(value) for key, value in schema["properties"].items()
                   if key not in required})
+
+
+def _shaped(source: str, low: int, high: int) -> st.SearchStrategy[str]:
+    """Strings of a PR-07 pattern, built to fit rather than filtered out of noise.
+
+    A path pattern gets slash-joined segments; a sentence pattern gets two to
+    five words (every shape admits that many), optionally after a number, in
+    the letters the pattern admits (accents only where the conversation's
+    scripts bring Latin-1 in). The few draws still outside the pattern — a
+    word it bounds more tightly — are filtered, a small fraction.
+    """
+    pattern = re.compile(source)
+    if source == PATH_PATTERN:
+        strings = st.lists(st.text("abz09_.-", min_size=1, max_size=12), min_size=1,
+                           max_size=4).map(lambda parts: "/".join("a" + p for p in parts))
+    else:
+        alphabet = "abzy" + ("\u00e9" if pattern.fullmatch("Ab\u00e9 ab\u00e9") else "")
+        lower = st.text(alphabet, min_size=2, max_size=14)
+        joined = ["l'ab", "mi-ab"] + (["l'\u00eele", "mi-ao\u00fbt"] if "\u00e9" in alphabet
+                                      else [])
+        word = st.one_of(lower, lower.map(str.capitalize), st.just("ADN"),
+                         st.sampled_from(["a", *joined]))
+        words = st.lists(word, min_size=2, max_size=5)
+        sentence = st.one_of(words.map(" ".join), words.map(lambda w: ", ".join(w) + "."))
+        strings = st.builds(lambda number, text: f"{number} {text}" if number else text,
+                            st.sampled_from(["", "42", "3.5"]), sentence)
+    return strings.filter(lambda text: low <= len(text) <= high
+                          and pattern.fullmatch(text) is not None)
 
 
 def random_instance(schema: dict[str, Any], rng: random.Random) -> Any:
