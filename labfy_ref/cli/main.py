@@ -211,6 +211,14 @@ def _eval(args: argparse.Namespace) -> int:
         raise ConfigRefused(f"--with takes one of {', '.join(CANDIDATE_RULES)}")
     if args.ablate is not None and args.with_rule is not None:
         raise ConfigRefused("--ablate and --with measure one change at a time: give one")
+    if args.baseline is not None:
+        from labfy_ref.eval.baseline import BASELINES  # noqa: PLC0415
+
+        if args.baseline not in BASELINES:
+            raise ConfigRefused(f"--baseline takes one of {', '.join(BASELINES)}")
+        if args.control or args.ablate is not None or args.with_rule is not None:
+            raise ConfigRefused("--baseline runs a framework, not the narrowing: give it alone "
+                                "(no --control, --ablate or --with)")
     tasks = load_tasks(Path(args.tasks) if args.tasks else None)
     if args.task:
         unknown = sorted(set(args.task) - {task.id for task in tasks})
@@ -232,7 +240,7 @@ def _eval(args: argparse.Namespace) -> int:
     assert model is not None  # both flags are required by the parser
     options = EvalOptions(model=model, record_dir=Path(args.record), tasks=tasks, runs=runs,
                           conclude_after=conclude_after, ablate=args.ablate,
-                          add=args.with_rule, control=args.control)
+                          add=args.with_rule, control=args.control, baseline=args.baseline)
 
     def say(line: str) -> None:
         print(f"eval: {line}", flush=True)
@@ -391,6 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--with", dest="with_rule", metavar="RULE",
                           help="switch one candidate narrowing rule on (a measurement); "
                                "default: none")
+    evaluate.add_argument("--baseline", metavar="FRAMEWORK",
+                          help="run the tasks through a framework instead of labfy-ref (EV-02): "
+                               "smolagents (ToolCallingAgent, native tool calls) or "
+                               "smolagents-code (CodeAgent); needs smolagents installed; "
+                               "default: labfy-ref")
     evaluate.add_argument("--conclude-after", metavar="N",
                           help="PR-06: after N tool calls only concluding actions are offered "
                                f"(0: never); default: {DEFAULT_CONCLUDE_AFTER}, as every surface")

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from labfy_ref.config import SupervisedModel
+from labfy_ref.eval.baseline import agent_name, run_baseline_async, smolagents_module, tool_template
 from labfy_ref.eval.control import CONTROL_AGENT, RandomControl
 from labfy_ref.eval.record import EvalEntry, write_entry
 from labfy_ref.eval.tasks import Observed, Task, judge
@@ -76,6 +77,8 @@ class EvalOptions:
     add: str | None = None
     #: Run the random control (:mod:`labfy_ref.eval.control`) instead of the model.
     control: bool = False
+    #: A framework baseline (:data:`labfy_ref.eval.baseline.BASELINES`) instead of labfy-ref.
+    baseline: str | None = None
 
 
 async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
@@ -86,8 +89,13 @@ async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
         rules = rules | {options.add}
     # the entry's variant: "RULE" for one rule off, "+RULE" for a candidate on
     variant = options.ablate or (f"+{options.add}" if options.add else None)
+    if options.baseline:
+        smolagents_module()  # refused before any model starts when it is absent
+        agent = agent_name(options.baseline)
+    else:
+        agent = CONTROL_AGENT if options.control else AGENT
     entry = EvalEntry.begin(
-        agent=CONTROL_AGENT if options.control else AGENT, ablate=variant, runs=options.runs,
+        agent=agent, ablate=variant, runs=options.runs,
         model={"file": wanted.model_file.name, "bytes": wanted.model_file.stat().st_size,
                "sha256": wanted.model_sha256},
         settings={"temperature": TEMPERATURE, "seed": SEED, "ctx_size": CTX_SIZE,
@@ -106,9 +114,15 @@ async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
         verify_gguf(wanted.model_file, wanted.model_sha256, None)
         identity = identify(wanted.llama_server)
         entry.llama_server = {"version": identity.version, "package": identity.package}
+        template = None
+        if options.baseline == "smolagents":  # native tool calls need a tool template
+            template = await _tool_template(wanted, root)
+            entry.notes.append(f"llama-server --jinja --chat-template-file {template.name} "
+                               "(shipped in labfy_ref/eval/templates)")
         model = supervised_llama(wanted.llama_server, wanted.model_file, wanted.model_file.stem,
                                  cpu_variant=wanted.cpu_variant,
-                                 timeout_seconds=MODEL_TIMEOUT_SECONDS, log_dir=root / "llama")
+                                 timeout_seconds=MODEL_TIMEOUT_SECONDS, log_dir=root / "llama",
+                                 chat_template_file=template)
         try:
             await model.start()
             entry.prompt_tokens = await _count_tokens(model, system_prompt(default_catalog()))
@@ -143,6 +157,19 @@ def _row(result: dict[str, Any]) -> str:
             f"{result['wall_ms'] / 1000:6.1f} s [{calls}]{why}")
 
 
+async def _tool_template(wanted: SupervisedModel, root: Path) -> Path:
+    """The shipped tool template for this model's chat format (read from a first start)."""
+    probe = supervised_llama(wanted.llama_server, wanted.model_file, wanted.model_file.stem,
+                             cpu_variant=wanted.cpu_variant,
+                             timeout_seconds=MODEL_TIMEOUT_SECONDS, log_dir=root / "probe")
+    try:
+        await probe.start()
+        supervisor = probe.supervisor
+        return await tool_template(supervisor.endpoint.base_url, supervisor.api_key)
+    finally:
+        await probe.aclose()
+
+
 async def _count_tokens(model: SupervisedLlama, text: str) -> int | None:
     """The token count of ``text`` in this model (our own llama-server's /tokenize)."""
     supervisor = model.supervisor
@@ -167,20 +194,8 @@ async def _run_task(task: Task, run: int, model: SupervisedLlama | None, root: P
             target.write_text(text, encoding="utf-8")
         titles = _titles(directory)
         before = _files(workspace.files_dir)
-        config = serve_config(directory, model.model if model else CONTROL_AGENT,
-                              options.model,
-                              mode=task.permission_mode,
-                              conclude_after=options.conclude_after, origin="eval")
         limits = RuntimeLimits(conclude_after=options.conclude_after, narrowing_rules=rules)
-        turn: dict[str, Any] = {}
-        error = None
-        try:
-            agent = RandomControl(f"{task.id}:{run}") if model is None else None
-            async with serve_workspace(config, model, limits=limits, owns_model=False,
-                                       agent=agent) as (base_url, code):
-                turn = await _drive(base_url, code, task.message)
-        except SmokeFailed as exc:
-            error = str(exc)
+        turn, error = await _turn(task, run, model, directory, options=options, limits=limits)
     after = _files(workspace.files_dir)
     written = {path: text for path, text in after.items() if before.get(path) != text}
     seen = _observed(turn, titles, written)
@@ -196,6 +211,27 @@ async def _run_task(task: Task, run: int, model: SupervisedLlama | None, root: P
                        for c in turn.get("tool_calls", [])],
         "final_text": seen.final_text, "tokens": turn.get("_tokens", 0),
         "wall_ms": round((time.monotonic() - started) * 1000.0, 1)}
+
+
+async def _turn(task: Task, run: int, model: SupervisedLlama | None, directory: Path, *,
+                options: EvalOptions, limits: RuntimeLimits) -> tuple[dict[str, Any], str | None]:
+    """Drive one task's turn: labfy-ref (or the control) over HTTP, or a framework baseline."""
+    if options.baseline and model is not None:
+        done = await run_baseline_async(
+            options.baseline, base_url=model.supervisor.endpoint.base_url,
+            api_key=model.supervisor.api_key, model_id=model.model, directory=directory,
+            mode=task.permission_mode, message=task.message, limits=limits)
+        return done.as_turn(), done.error
+    config = serve_config(directory, model.model if model else CONTROL_AGENT, options.model,
+                          mode=task.permission_mode, conclude_after=options.conclude_after,
+                          origin="eval")
+    agent = RandomControl(f"{task.id}:{run}") if model is None else None
+    try:
+        async with serve_workspace(config, model, limits=limits, owns_model=False,
+                                   agent=agent) as (base_url, code):
+            return await _drive(base_url, code, task.message), None
+    except SmokeFailed as exc:
+        return {}, str(exc)
 
 
 def _titles(directory: Path) -> dict[str, str]:

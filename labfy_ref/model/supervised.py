@@ -167,10 +167,10 @@ def govern(model_file: Path, binary: Path, scratch: Path) -> ResourceReport:
 
 def supervised_llama(binary: Path, model_file: Path, model_id: str, *,
                      cpu_variant: str | None, timeout_seconds: float,
-                     log_dir: Path) -> SupervisedLlama:
+                     log_dir: Path, chat_template_file: Path | None = None) -> SupervisedLlama:
     """Our llama-server for ``model_file`` (not started), with deterministic sampling."""
     options = LaunchOptions(ctx_size=CTX_SIZE, seed=SEED, parallel=1, cpu_variant=cpu_variant,
-                            model_alias=model_id)
+                            model_alias=model_id, chat_template_file=chat_template_file)
     supervisor = LocalModelSupervisor(binary, model_file, options, log_dir=log_dir)
     return SupervisedLlama(supervisor, model_id,
                            limits=ClientLimits.with_timeout(timeout_seconds),

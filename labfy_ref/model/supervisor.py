@@ -81,6 +81,8 @@ class LaunchOptions:
     start_timeout: float = 120.0  # per attempt: the SIGILL retry gets its own
     cpu_variant: str | None = None
     model_alias: str = ""  # --alias: the model id the client sends
+    #: --jinja --chat-template-file: a chat template other than the model's own (None: its own)
+    chat_template_file: Path | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.ctx_size <= 1 << 24:
@@ -295,6 +297,8 @@ class LocalModelSupervisor:
             argv += ["--api-key", self._api_key]
         if options.model_alias:
             argv += ["--alias", options.model_alias]
+        if options.chat_template_file is not None:
+            argv += ["--jinja", "--chat-template-file", str(options.chat_template_file)]
         ui_off = next((flag for flag in ("--no-webui", "--no-ui") if flag in flags), None)
         return argv + ([ui_off] if ui_off else [])
 

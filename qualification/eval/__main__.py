@@ -1,8 +1,11 @@
 """``python -m qualification.eval [eval options]``: ``labfy-ref eval`` on every matrix model.
 
 Every option is passed to ``labfy-ref eval`` (``--quick``, ``--runs N``, ``--ablate RULE``,
-``--record DIR``…). A model that is not installed is said on one line and skipped; none at
-all is exit 2. Like the command it runs, it is a benchmark: exit 0 once every model ran.
+``--record DIR``…). ``--matrix`` runs, on each model, every variant of the comparison into
+one record: labfy-ref, the random control, both smolagents baselines (EV-02) and one
+ablation per narrowing rule (PR-07). A model that is not installed is said on one line and
+skipped; none at all is exit 2. Like the command it runs, it is a benchmark: exit 0 once
+every model ran.
 """
 
 from __future__ import annotations
@@ -11,9 +14,21 @@ import sys
 from pathlib import Path
 
 from labfy_ref.cli.main import main
+from labfy_ref.eval.baseline import BASELINES
+from labfy_ref.protocol.narrowing import RULES
 from qualification.eval.models import matrix
 
 MODELS_DIR = Path(".tox") / "models"
+
+
+def variants(argv: list[str]) -> list[list[str]]:
+    """The eval runs one model gets: ``argv`` alone, or the whole comparison (``--matrix``)."""
+    if "--matrix" not in argv:
+        return [argv]
+    rest = [arg for arg in argv if arg != "--matrix"]
+    return [rest, [*rest, "--control"],
+            *([*rest, "--baseline", name] for name in BASELINES),
+            *([*rest, "--ablate", rule] for rule in RULES)]
 
 
 def run(argv: list[str]) -> int:
@@ -26,9 +41,11 @@ def run(argv: list[str]) -> int:
         return 2
     worst = 0
     for model in found:
-        print(f"eval: == {model.name} ({model.path.name}) ==", flush=True)
-        worst = max(worst, main(["eval", "--model-file", str(model.path),
-                                 "--model-sha256", model.sha256, *argv]))
+        for variant in variants(argv):
+            print(f"eval: == {model.name} ({model.path.name}) {' '.join(variant)} ==",
+                  flush=True)
+            worst = max(worst, main(["eval", "--model-file", str(model.path),
+                                     "--model-sha256", model.sha256, *variant]))
     return worst
 
 
