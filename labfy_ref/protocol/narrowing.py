@@ -36,6 +36,11 @@ PR-07's rules, each of which an eval ablation can switch off (:data:`RULES`):
   content) are sentences of words in the conversation's scripts
   (:mod:`~labfy_ref.protocol.text_shape`), so a degenerate string cannot be
   emitted;
+* **grounding**: what a model writes about the workspace — a research topic,
+  its questions, a file's content — is made of the words of the contents the
+  turn read (:func:`grounded_words`), within the text shape: a copy of the
+  request ("research. prepare"), of a placeholder or of a tool id cannot be
+  emitted, while any word read can;
 * **relevance**: reference enums, and the listings the model reads
   (:func:`present`), are ordered by a generic lexical score to the user's
   message (:mod:`~labfy_ref.protocol.relevance`) — ordered, never cut;
@@ -75,6 +80,7 @@ from labfy_ref.protocol.text_shape import (
     TOPIC,
     Shape,
     scripts_of,
+    vocabulary,
 )
 from labfy_ref.tools.catalog import ToolCatalog, ToolSpec, default_catalog
 
@@ -101,13 +107,15 @@ TEXT_SHAPE = "text-shape"
 RELEVANCE = "relevance"
 RESEARCH_TASK = "research-task"
 RECAP = "recap"
-RULES = (INFORMATION_GAIN, PROGRESS, TEXT_SHAPE, RELEVANCE)
+COVERAGE = "coverage"
+GROUNDING = "grounding"
+RULES = (INFORMATION_GAIN, PROGRESS, TEXT_SHAPE, RELEVANCE, GROUNDING)
 ALL_RULES = frozenset(RULES)
 #: Measured, not in force (``labfy-ref eval --with RULE`` measures them): a concluding round
 #: offering ``final`` alone (the guided research questions then prepared no research on
 #: either model: 0 of 4, and 0 of 1 smoke), and the recap of the most relevant reads in a
 #: concluding round (no task it was meant for passed more often: 0 of 4 on each model).
-CANDIDATE_RULES = (RESEARCH_TASK, RECAP)
+CANDIDATE_RULES = (RESEARCH_TASK, RECAP, COVERAGE)
 
 # PR-06's bounds, used where the shape rule is off (an ablation).
 FINAL_TEXT_CHARS = 600
@@ -339,7 +347,8 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
             "type": tool_branch["properties"]["type"],
             "tool_id": {"const": spec.tool_id},
             "arguments": arguments}})
-    if not (PROGRESS in rules and not conclude and observations.progress == 0
+    unread = observations.progress == 0 or COVERAGE in rules
+    if not (PROGRESS in rules and not conclude and unread
             and _leads_to_progress(catalog, usable, branches)):
         final_text = _free_text(final_branch["properties"]["text"], FINAL, FINAL_TEXT_CHARS,
                                 rules, scripts)
@@ -439,6 +448,19 @@ def _labelled_first(entry: Any, label: tuple[str, ...], reference: str) -> Any:
     return {key: entry[key] for key in [*first, *rest, *tail]}
 
 
+def grounded_words(seen: Observations) -> tuple[str, ...]:
+    """The words the user's message and the turn's reads said (grounding rule, PR-07).
+
+    What a model writes *about* the workspace (a research topic, its
+    questions, a file's content) is then made of the words of the contents
+    the turn read — never a placeholder, a tool id, or the user's request
+    copied back ("prepare research"); the user's message only while nothing
+    was read. References themselves are left out.
+    """
+    texts = [seen.labels.get(ref, "").replace(ref, " ") for ref in seen.read]
+    return vocabulary(*texts) if any(texts) else vocabulary(seen.query)
+
+
 def _free_text(wide: Mapping[str, Any], shape: Shape, chars: int,
                rules: frozenset[str], scripts: frozenset[str]) -> dict[str, Any]:
     """A natural-language string: shaped (PR-07), or PR-06's length bound alone.
@@ -494,6 +516,8 @@ def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
                 properties[name] = {"type": field["type"], "enum": values}
         elif name in traits.free_text:
             shape, chars = _TEXTS.get(name, (FINAL, FINAL_TEXT_CHARS))
+            if GROUNDING in rules and TEXT_SHAPE in rules:
+                shape = shape.using(grounded_words(seen))
             if field.get("type") == "array":
                 properties[name] = {
                     "type": "array", "minItems": max(1, int(field.get("minItems", 0))),

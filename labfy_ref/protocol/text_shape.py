@@ -105,10 +105,17 @@ class Shape:
     lines: bool = False
     #: The scripts whose letters make words (the conversation's: PR-07 narrows to them).
     scripts: frozenset[str] = ALL_SCRIPTS
+    #: When not empty, the only words the shape admits (:func:`vocabulary`): text made of
+    #: what the conversation said. Empty: any word of ``scripts``.
+    words: tuple[str, ...] = ()
 
     def within(self, scripts: frozenset[str]) -> Shape:
         """This shape with words of ``scripts`` only (Latin always)."""
         return dataclasses.replace(self, scripts=frozenset(scripts) | {"latin"})
+
+    def using(self, words: tuple[str, ...]) -> Shape:
+        """This shape with only ``words`` (from :func:`vocabulary`); all words when too few."""
+        return dataclasses.replace(self, words=words if len(words) >= MIN_VOCABULARY else ())
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_words <= self.words_per_run + 1 or self.numbers < 0:
@@ -125,6 +132,8 @@ class Shape:
         _WORD = (f"(?:[{single}]|[{upper}]{{2,{ACRONYM_LETTERS}}}"
                  f"|[{upper}]?[{lower}]{{2,{WORD_LETTERS - 1}}})"
                  f"(?:['\u2019-][{lower}]{{1,{JOINED_LETTERS}}})?")
+        if self.words:  # the conversation's own words (each as said, and capitalised)
+            _WORD = f"(?:{'|'.join(self.words)})"
         run = f"(?:{gap}{_WORD}){{0,{self.words_per_run}}}"
         first = f"(?:{gap}{_WORD}){{{self.min_words - 1},{self.words_per_run}}}"
         numbered = f"(?:{gap}{_NUMBER}{run}){{0,{self.numbers}}}" if self.numbers else ""
@@ -148,6 +157,35 @@ class Shape:
     def admits(self, text: str) -> bool:
         """Does ``text`` have this shape?"""
         return _compiled(self.pattern).fullmatch(text) is not None
+
+
+#: The most words a vocabulary holds, and the fewest worth narrowing to.
+MAX_VOCABULARY = 400
+MIN_VOCABULARY = 8
+_VOCABULARY_WORD = re.compile(r"[^\W\d_]+(?:['\u2019-][^\W\d_]+)*")
+
+
+def vocabulary(*texts: str) -> tuple[str, ...]:
+    """The words of ``texts`` (any script), each as said and capitalised, first seen first.
+
+    A word is a run of Unicode letters, joined by an apostrophe or a hyphen
+    (l'île, mi-août); it is kept when it is no longer than the longest word a
+    shape admits, so :attr:`Shape.max_chars` still bounds the text. At most
+    :data:`MAX_VOCABULARY` entries. Every entry is letters and joiners only, so
+    it is a literal in both Python's and llama.cpp's regular expressions.
+    """
+    found: dict[str, None] = {}
+    for text in texts:
+        for match in _VOCABULARY_WORD.finditer(text):
+            word = match.group()
+            if len(word) > _WORD_CHARS or not word.replace("-", "").replace("'", "").replace(
+                    "\u2019", "").isalpha():
+                continue  # \w also holds marks and numerals (¹, Ⅳ): only letters make words
+            for form in (word, word[:1].upper() + word[1:]):
+                found.setdefault(form, None)
+            if len(found) >= MAX_VOCABULARY:
+                return tuple(found)[:MAX_VOCABULARY]
+    return tuple(found)
 
 
 @functools.cache

@@ -21,14 +21,16 @@ from hypothesis import strategies as st
 from labfy_ref.protocol import Budget, Observations, narrow, present
 from labfy_ref.protocol.narrowing import (
     ALL_RULES,
+    GROUNDING,
     INFORMATION_GAIN,
     PROGRESS,
     RELEVANCE,
     RESEARCH_TASK,
     TEXT_SHAPE,
+    grounded_words,
 )
 from labfy_ref.protocol.relevance import ranked, scores
-from labfy_ref.protocol.text_shape import FINAL, QUESTION, TOPIC, scripts_of
+from labfy_ref.protocol.text_shape import FINAL, QUESTION, TOPIC, scripts_of, vocabulary
 from labfy_ref.tools import default_catalog
 
 CATALOG = default_catalog()
@@ -228,3 +230,41 @@ def test_the_research_task_candidate_offers_final_alone_when_concluding(
         assert default.offered == {"research.prepare"}, "in force: PR-06's concluding set"
     if not progress:
         assert "research.prepare" not in default.offered, "never before something was read"
+
+
+def _read(object_id: str, title: str, body: str) -> dict[str, Any]:
+    return {"trust": "UNTRUSTED_DATA", "tool_id": "workspace.read_object", "ok": True,
+            "data": {"object_id": object_id, "kind": "note", "title": title, "body": body}}
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ids=st.lists(object_ids, min_size=1, max_size=3, unique=True),
+       bodies=st.lists(st.text(st.characters(codec="utf-8"), max_size=200), min_size=3,
+                       max_size=3),
+       query=any_text, data=st.data())
+def test_grounding_makes_research_text_of_the_words_read(
+        ids: list[str], bodies: list[str], query: str, data: st.DataObject) -> None:
+    seen = Observations(query=query)
+    for object_id, body in zip(ids, bodies, strict=False):
+        seen = seen.observe("workspace.read_object", {"object_id": object_id},
+                            _read(object_id, "Open question", body), CATALOG)
+    on = narrow(CATALOG, CATALOG, seen, BUDGET)
+    prepare = _branch(on, "research.prepare")
+    assert prepare is not None, "something was read: research may be prepared"
+    topic = prepare["properties"]["topic"]
+    said = set(vocabulary(*bodies, "Open question note"))
+    words = grounded_words(seen)
+    assert set(words) <= said, "every word was read (no id fragment, no copy of the request)"
+    if len(words) >= 8:
+        sentence = " ".join(data.draw(st.lists(st.sampled_from(words), min_size=2, max_size=5)))
+        assert re.fullmatch(topic["pattern"], sentence), "the conversation's words make a topic"
+        for junk in ("research prepare", "textit textit", "field_10", "1000000"):
+            if not set(junk.split()) <= set(words):
+                assert not re.fullmatch(topic["pattern"], junk), junk
+        assert len(sentence) <= topic["maxLength"]
+    off = _branch(narrow(CATALOG, CATALOG, seen, dataclasses.replace(
+        BUDGET, rules=ALL_RULES - {GROUNDING})), "research.prepare")
+    assert off is not None
+    assert off["properties"]["topic"]["pattern"] == TOPIC.within(
+        seen.scripts | scripts_of(query)).pattern, "off: the shape alone"
