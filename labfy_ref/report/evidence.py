@@ -187,6 +187,7 @@ def read_smoke_record(results_dir: Path) -> dict[str, Any] | None:
     record = load_json(path, "smoke record")
     if not isinstance(record, dict) or "status" not in record:
         raise ReportInvalid(f"smoke record {path} has no status")
+    check(record, "smoke-record", f"smoke record {path}")
     return record
 
 

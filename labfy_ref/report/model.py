@@ -301,13 +301,26 @@ def _smoke_line(stage: Stage, record: Mapping[str, Any] | None) -> Line:
         status = Status(record["status"])
     except ValueError:
         status = Status.FAIL
+    entries = record.get("entries")
+    if isinstance(entries, list) and entries:  # the model matrix (SM-08): each model's stage
+        return Line(stage.name, stage.title, status,
+                    reason=" | ".join(_smoke_entry(entry) for entry in entries
+                                      if isinstance(entry, dict))[:1200])
+    return Line(stage.name, stage.title, status, reason=_smoke_detail(record)[:500])
+
+
+def _smoke_detail(record: Mapping[str, Any]) -> str:
     detail = [_smoke_model(record)]
     if record.get("reached") is not None:
         detail.append(f"reached {record['reached']}")
     if record.get("reason"):
         detail.append(str(record["reason"]))
-    return Line(stage.name, stage.title, status,
-                reason="; ".join(part for part in detail if part)[:500])
+    return "; ".join(part for part in detail if part)
+
+
+def _smoke_entry(record: Mapping[str, Any]) -> str:
+    """One model of the matrix: its status, then what :func:`_smoke_detail` says."""
+    return f"{record.get('status')}: {_smoke_detail(record)[:380]}"
 
 
 def _smoke_model(record: Mapping[str, Any]) -> str:

@@ -124,9 +124,21 @@ def _smoke_charts(record: Mapping[str, Any]) -> str:
 
 
 def smoke(record: Mapping[str, Any] | None) -> str:
-    """The real-model smoke record: model, llama.cpp, stage reached, rounds, cache share."""
+    """The real-model smoke record: model, llama.cpp, stage reached, rounds, cache share.
+
+    A matrix record (SM-08) shows one panel per model, each with its own charts.
+    """
     if record is None:
         return ""
+    entries = record.get("entries")
+    if isinstance(entries, list) and entries:
+        return "".join(_smoke_one(entry, f" — {_dict(entry.get('model')).get('file') or ''}",
+                                  f"smoke-{index}")
+                       for index, entry in enumerate(entries) if isinstance(entry, Mapping))
+    return _smoke_one(record, "", "smoke")
+
+
+def _smoke_one(record: Mapping[str, Any], title: str, key: str) -> str:
     model, server, tokens = (_dict(record.get(k)) for k in ("model", "llama_server", "tokens"))
     share = _number(tokens.get("cached_share_after_round_1"))
     counts = ", ".join(f"{_number(tokens.get(k)) or 0:,.0f} {k}"
@@ -144,7 +156,7 @@ def smoke(record: Mapping[str, Any] | None) -> str:
         ("Cached share", esc(f"{share:.1%} of the prompt tokens after round 1")
          if share is not None else ""),
         ("Finished", esc(record.get("finished_at") or ""))])
-    return _panel("smoke", "Real-model smoke", body + _smoke_charts(record))
+    return _panel(key, f"Real-model smoke{title}", body + _smoke_charts(record))
 
 
 def _href(path: str) -> str:

@@ -85,13 +85,33 @@ class SmokeRecord:
 
     def write(self, directory: Path) -> Path:
         """Write ``directory/smoke-record.json`` atomically (a reader never sees half)."""
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / RECORD_NAME
-        temp = directory / f".{RECORD_NAME}.{secrets.token_hex(6)}.tmp"
-        try:
-            temp.write_text(json.dumps(self.as_json(), indent=2, ensure_ascii=False) + "\n",
-                            encoding="utf-8")
-            os.replace(temp, path)
-        finally:
-            temp.unlink(missing_ok=True)
-        return path
+        return write_json(directory, self.as_json())
+
+
+def matrix_record(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record of a model matrix (SM-08): the worst model's record, with every model's.
+
+    Its top-level fields are those of the first record that failed (of the
+    first record when every one passed), so a reader of SPEC §15's shape sees
+    ``FAIL`` unless every model passed; ``entries`` holds one record per model,
+    in the order they ran.
+    """
+    if not records:
+        raise ValueError("a smoke matrix needs at least one model's record")
+    worst = next((record for record in records if record.get("status") != PASSED), records[0])
+    top = {key: value for key, value in worst.items() if key != "entries"}
+    return {**top, "entries": [{k: v for k, v in r.items() if k != "entries"} for r in records]}
+
+
+def write_json(directory: Path, document: dict[str, Any]) -> Path:
+    """Write ``document`` as ``directory/smoke-record.json`` atomically."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / RECORD_NAME
+    temp = directory / f".{RECORD_NAME}.{secrets.token_hex(6)}.tmp"
+    try:
+        temp.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n",
+                        encoding="utf-8")
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+    return path

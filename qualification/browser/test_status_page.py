@@ -75,7 +75,9 @@ SMOKE = {
          "cached_tokens": 856},
         {"round": 3, "ms": 1075.0, "prompt_tokens": 1565, "completion_tokens": 50,
          "cached_tokens": 1409}]},
-    "finished_at": "2026-11-30T15:22:55.016Z",
+    "settings": {"temperature": 0, "seed": 0, "ctx_size": 8192},
+    "started_at": "2026-11-30T15:22:49.716Z", "finished_at": "2026-11-30T15:22:55.016Z",
+    "labfy_ref_version": "0.6.0",
 }
 BENCH = {
     "schema": "labfy.bench.v1", "at": "2026-11-30T13:36:49+00:00", "quick": True,

@@ -88,7 +88,10 @@ def test_a_report_with_every_record_validates_and_shows_each_one(
     (report / "mutation.json").write_text(json.dumps(_mutation(sources_sha256(), ["AA-02"])))
     (report / "conformance.json").write_text(json.dumps(CONFORMANCE))
     (report / "smoke-record.json").write_text(json.dumps(
-        {"status": "PASS_LOCAL_SPECIMEN", "reached": "final",
+        {"stage": "REAL_LOCAL_MODEL_SMOKE", "reason": None, "model": {}, "llama_server": {},
+         "settings": {}, "turn": {}, "started_at": "2026-01-01T00:00:00Z",
+         "finished_at": "2026-01-01T00:00:01Z", "labfy_ref_version": "0",
+         "status": "PASS_LOCAL_SPECIMEN", "reached": "final",
          "timings_ms": {"rounds": [120.5, 80.25]}, "tokens": {"cached_share_after_round_1": 0.8}}))
     for browser in ("firefox", "chromium"):
         (report / "screens" / browser).mkdir(parents=True)
@@ -259,7 +262,8 @@ def test_every_schema_is_package_data_and_a_valid_schema() -> None:
     names = sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".json"))
     assert names == ["bench.schema.json", "conformance.schema.json", "eval-record.schema.json",
                      "mutation.schema.json",
-                     "results.schema.json", "status.schema.json", "status.v0.schema.json"]
+                     "results.schema.json", "smoke-record.schema.json", "status.schema.json",
+                     "status.v0.schema.json"]
     for name in names:
         jsonschema.Draft202012Validator.check_schema(schema(name.removesuffix(".schema.json")))
     pyproject = (REPO / "pyproject.toml").read_text()

@@ -147,7 +147,11 @@ def test_labfy_ref_report_rebuilds_from_records_with_the_smoke_record(
     (report / "STATUS.md").unlink()
     (report / "status.json").unlink()
     (report / "smoke-record.json").write_text(json.dumps(
-        {"status": "PASS_LOCAL_SPECIMEN", "summary": "SmolLM2 135M, 41 s"}))
+        {"stage": "REAL_LOCAL_MODEL_SMOKE", "status": "PASS_LOCAL_SPECIMEN", "reached": "final",
+         "reason": None, "model": {"file": "SmolLM2-135M-Instruct.Q4_1.gguf"},
+         "llama_server": {}, "settings": {}, "timings_ms": {}, "tokens": {}, "turn": {},
+         "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:41Z",
+         "labfy_ref_version": "0"}))
     code = main(["report", "--results", str(report), "--requirements",
                  str(project.path / "requirements.toml"), "--format", "md,json,html"])
     assert code == 0

@@ -72,3 +72,18 @@ def test_the_record_has_real_tokens_timings_and_a_final_answer(record: dict[str,
     assert turn["conclude_after"] >= 0
     final = turn["final_text"].strip()
     assert final and final not in system_prompt(default_catalog())
+
+
+@pytest.mark.req("SM-08")
+def test_the_record_holds_every_model_of_the_matrix_each_a_pass(record: dict[str, Any]) -> None:
+    from labfy_ref.report.validate import check  # noqa: PLC0415
+
+    check(record, "smoke-record", str(RECORD))
+    entries = record.get("entries")
+    assert isinstance(entries, list) and entries, "the matrix record has one entry per model"
+    if not os.environ.get("LABFY_SMOKE_MODEL_FILE"):
+        digests = {entry["model"]["sha256"] for entry in entries}
+        assert len(entries) >= 2 and len(digests) == len(entries), \
+            "two model families, each named by its SHA-256"
+    for entry in entries:
+        assert (entry["status"], entry["reached"]) == (PASSED, STAGES[-1]), entry["reason"]
