@@ -45,8 +45,9 @@ PR-07's rules, each of which an eval ablation can switch off (:data:`RULES`):
   (:func:`present`), are ordered by a generic lexical score to the user's
   message (:mod:`~labfy_ref.protocol.relevance`) — ordered, never cut;
 * **research task** (a candidate, not in force: :data:`CANDIDATE_RULES`): a
-  concluding round would offer ``final`` alone, so that research is never the
-  only tool left; measured, it cost the guided research task its research.
+  tool that pauses the turn (research) stays in a concluding round's set only
+  when the user's message shares a word with its catalog description
+  (:func:`_the_task`).
 
 Everything here is a pure function of the turn's observations; the runtime,
 the bridge's agent loop and Work call the same :func:`narrow`. The reply is
@@ -62,6 +63,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -79,6 +81,7 @@ from labfy_ref.protocol.text_shape import (
     QUESTION,
     TOPIC,
     Shape,
+    figures,
     scripts_of,
     vocabulary,
 )
@@ -109,13 +112,14 @@ RESEARCH_TASK = "research-task"
 RECAP = "recap"
 COVERAGE = "coverage"
 GROUNDING = "grounding"
+GROUNDED_FINAL = "grounded-final"
 RULES = (INFORMATION_GAIN, PROGRESS, TEXT_SHAPE, RELEVANCE, GROUNDING)
 ALL_RULES = frozenset(RULES)
 #: Measured, not in force (``labfy-ref eval --with RULE`` measures them): a concluding round
 #: offering ``final`` alone (the guided research questions then prepared no research on
 #: either model: 0 of 4, and 0 of 1 smoke), and the recap of the most relevant reads in a
 #: concluding round (no task it was meant for passed more often: 0 of 4 on each model).
-CANDIDATE_RULES = (RESEARCH_TASK, RECAP, COVERAGE)
+CANDIDATE_RULES = (RESEARCH_TASK, RECAP, COVERAGE, GROUNDED_FINAL)
 
 # PR-06's bounds, used where the shape rule is off (an ablation).
 FINAL_TEXT_CHARS = 600
@@ -328,8 +332,11 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
         traits = spec.traits
         if spec.tool_id not in usable:
             continue
-        if conclude and not (traits.concluding and RESEARCH_TASK not in rules):
-            continue  # concluding: final (and, without the research rule, research)
+        if conclude and not traits.concluding:
+            continue  # concluding: final and research
+        if (conclude and RESEARCH_TASK in rules and traits.pauses_turn
+                and not _the_task(spec, observations.query)):
+            continue  # research concludes a turn only when the request is for research
         if overdue and not traits.progress:
             continue  # past conclude_after with nothing used yet: use what was gathered
         if traits.once_per_turn and observations.known(traits.once_per_turn):
@@ -350,8 +357,13 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
     unread = observations.progress == 0 or COVERAGE in rules
     if not (PROGRESS in rules and not conclude and unread
             and _leads_to_progress(catalog, usable, branches)):
-        final_text = _free_text(final_branch["properties"]["text"], FINAL, FINAL_TEXT_CHARS,
-                                rules, scripts)
+        final_shape = FINAL
+        if GROUNDED_FINAL in rules and observations.read:  # the answer in the turn's words
+            final_shape = FINAL.using(
+                vocabulary(observations.query, *_read_texts(observations)),
+                grounded_figures(observations, observations.query))
+        final_text = _free_text(final_branch["properties"]["text"], final_shape,
+                                FINAL_TEXT_CHARS, rules, scripts)
         branches.append({**final_branch, "properties": {
             "type": final_branch["properties"]["type"], "text": final_text}})
     schema = {"$schema": base["$schema"], "title": base["title"], "oneOf": branches}
@@ -385,6 +397,36 @@ def recap(observations: Observations, rules: frozenset[str] = ALL_RULES) -> str:
     parts = [observations.labels.get(ref, ref).removeprefix(ref).strip() for ref in chosen]
     text = " | ".join(part for part in parts if part)
     return f"{RECAP_PREFIX}{text[-RECAP_CHARS:]}" if text else ""
+
+
+def _the_task(spec: ToolSpec, query: str) -> bool:
+    """Does the user's message ask for what ``spec`` does, in the catalog's own words?
+
+    True when a word of the message and a word of the tool's catalog
+    description share a run of :data:`SHARED_LETTERS` letters (casefolded,
+    inside one word: "prepare research on…" meets "Prepare a research
+    campaign", "researching" meets it too; "sealed" shares only "sea" and
+    "many" only "man"). No word list decides: the description does. It is
+    English, so a request for research in another language gets research
+    only in the rounds before the conclusion.
+    """
+    return bool(_runs(query) & _runs(spec.description))
+
+
+#: Letters two words must share in a row to meet (_the_task): more than a shared ending
+#: ("compare" and "prepare" share "pare"), as a stem of an inflected word does.
+SHARED_LETTERS = 5
+
+
+def _runs(text: str) -> set[str]:
+    """The runs of :data:`SHARED_LETTERS` letters inside the words of ``text``."""
+    found: set[str] = set()
+    for word in _LETTERS_RUN.findall(text.casefold()):
+        found.update(word[i:i + SHARED_LETTERS] for i in range(len(word) - SHARED_LETTERS + 1))
+    return found
+
+
+_LETTERS_RUN = re.compile(r"[^\W\d_]+")
 
 
 def _leads_to_progress(catalog: ToolCatalog, usable: Iterable[str],
@@ -457,8 +499,18 @@ def grounded_words(seen: Observations) -> tuple[str, ...]:
     copied back ("prepare research"); the user's message only while nothing
     was read. References themselves are left out.
     """
-    texts = [seen.labels.get(ref, "").replace(ref, " ") for ref in seen.read]
-    return vocabulary(*texts) if any(texts) else vocabulary(seen.query)
+    texts = _read_texts(seen) if seen.read else [seen.query]
+    return vocabulary(*texts)
+
+
+def grounded_figures(seen: Observations, *extra: str) -> tuple[str, ...]:
+    """The numbers of what :func:`grounded_words` reads (and of ``extra``): no invented one."""
+    return figures(*extra, *(_read_texts(seen) if seen.read else [seen.query]))
+
+
+def _read_texts(seen: Observations) -> list[str]:
+    """What the turn saw of each reference it read, the reference itself left out."""
+    return [seen.labels.get(ref, "").replace(ref, " ") for ref in seen.read]
 
 
 def _free_text(wide: Mapping[str, Any], shape: Shape, chars: int,
@@ -517,7 +569,7 @@ def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
         elif name in traits.free_text:
             shape, chars = _TEXTS.get(name, (FINAL, FINAL_TEXT_CHARS))
             if GROUNDING in rules and TEXT_SHAPE in rules:
-                shape = shape.using(grounded_words(seen))
+                shape = shape.using(grounded_words(seen), grounded_figures(seen))
             if field.get("type") == "array":
                 properties[name] = {
                     "type": "array", "minItems": max(1, int(field.get("minItems", 0))),

@@ -108,14 +108,21 @@ class Shape:
     #: When not empty, the only words the shape admits (:func:`vocabulary`): text made of
     #: what the conversation said. Empty: any word of ``scripts``.
     words: tuple[str, ...] = ()
+    #: With ``words``: the only numbers the shape admits (those the conversation said).
+    figures: tuple[str, ...] = ()
 
     def within(self, scripts: frozenset[str]) -> Shape:
         """This shape with words of ``scripts`` only (Latin always)."""
         return dataclasses.replace(self, scripts=frozenset(scripts) | {"latin"})
 
-    def using(self, words: tuple[str, ...]) -> Shape:
-        """This shape with only ``words`` (from :func:`vocabulary`); all words when too few."""
-        return dataclasses.replace(self, words=words if len(words) >= MIN_VOCABULARY else ())
+    def using(self, words: tuple[str, ...], figures: tuple[str, ...] = ()) -> Shape:
+        """This shape with only ``words`` and ``figures`` (:func:`vocabulary`, :func:`figures`).
+
+        Too few words (under :data:`MIN_VOCABULARY`) leave the shape as it was.
+        """
+        if len(words) < MIN_VOCABULARY:
+            return self
+        return dataclasses.replace(self, words=words, figures=figures)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_words <= self.words_per_run + 1 or self.numbers < 0:
@@ -132,12 +139,16 @@ class Shape:
         _WORD = (f"(?:[{single}]|[{upper}]{{2,{ACRONYM_LETTERS}}}"
                  f"|[{upper}]?[{lower}]{{2,{WORD_LETTERS - 1}}})"
                  f"(?:['\u2019-][{lower}]{{1,{JOINED_LETTERS}}})?")
+        number = _NUMBER
         if self.words:  # the conversation's own words (each as said, and capitalised)
             _WORD = f"(?:{'|'.join(self.words)})"
+            number = f"(?:{'|'.join(re.escape(f) for f in self.figures)})" if self.figures else ""
         run = f"(?:{gap}{_WORD}){{0,{self.words_per_run}}}"
         first = f"(?:{gap}{_WORD}){{{self.min_words - 1},{self.words_per_run}}}"
-        numbered = f"(?:{gap}{_NUMBER}{run}){{0,{self.numbers}}}" if self.numbers else ""
-        return f"^(?:{_NUMBER}{gap})?{_WORD}{first}{numbered}{_END}$"
+        numbered = (f"(?:{gap}{number}{run}){{0,{self.numbers}}}"
+                    if self.numbers and number else "")
+        lead = f"(?:{number}{gap})?" if number else ""
+        return f"^{lead}{_WORD}{first}{numbered}{_END}$"
 
     @property
     def max_chars(self) -> int:
@@ -186,6 +197,18 @@ def vocabulary(*texts: str) -> tuple[str, ...]:
             if len(found) >= MAX_VOCABULARY:
                 return tuple(found)[:MAX_VOCABULARY]
     return tuple(found)
+
+
+_FIGURE = re.compile(r"(?<![0-9])[0-9]{1,4}(?:[.,][0-9]{1,2})?(?![0-9])")
+
+
+def figures(*texts: str) -> tuple[str, ...]:
+    """The numbers of ``texts`` a shape's number admits (ASCII digits), first seen first."""
+    found: dict[str, None] = {}
+    for text in texts:
+        for match in _FIGURE.finditer(text):
+            found.setdefault(match.group(), None)
+    return tuple(found)[:MAX_VOCABULARY]
 
 
 @functools.cache

@@ -30,7 +30,14 @@ from labfy_ref.protocol.narrowing import (
     grounded_words,
 )
 from labfy_ref.protocol.relevance import ranked, scores
-from labfy_ref.protocol.text_shape import FINAL, QUESTION, TOPIC, scripts_of, vocabulary
+from labfy_ref.protocol.text_shape import (
+    FINAL,
+    QUESTION,
+    TOPIC,
+    figures,
+    scripts_of,
+    vocabulary,
+)
 from labfy_ref.tools import default_catalog
 
 CATALOG = default_catalog()
@@ -213,19 +220,32 @@ def test_relevance_meets_inflections_in_any_language() -> None:
     assert ranked("", list(documents), documents) == list(documents), "no query: no change"
 
 
+ASKED = ["Prepare research on the open question about hedge cutting.",
+         "Could you start researching ivy bees?", "Is there a campaign about hedges?"]
+NOT_ASKED = ["How many bee species have been recorded so far?", "Compare garden 4 and 9.",
+             "How many nest boxes were sealed with mud?", "Câte grădini acoperă studiul?", ""]
+
+
 @pytest.mark.req("PR-07")
 @settings(max_examples=60, deadline=None)
-@given(calls=st.integers(0, 70), round_=st.integers(1, 16), progress=st.integers(0, 3))
-def test_the_research_task_candidate_offers_final_alone_when_concluding(
-        calls: int, round_: int, progress: int) -> None:
-    seen = Observations(tool_calls=calls, progress=progress)
-    on = narrow(CATALOG, CATALOG, seen, Budget(round=round_, max_rounds=16, max_tool_calls=64,
-                                               conclude_after=4,
-                                               rules=ALL_RULES | {RESEARCH_TASK}))
-    if on.concluding:
-        assert on.offered == frozenset(), "the candidate rule: final alone"
-    default = narrow(CATALOG, CATALOG, seen, Budget(round=round_, max_rounds=16,
-                                                    max_tool_calls=64, conclude_after=4))
+@given(calls=st.integers(0, 70), round_=st.integers(1, 16), progress=st.integers(0, 3),
+       query=st.one_of(st.sampled_from(ASKED + NOT_ASKED), any_text))
+def test_the_research_task_candidate_concludes_on_research_only_when_asked(
+        calls: int, round_: int, progress: int, query: str) -> None:
+    seen = Observations(query=query, tool_calls=calls, progress=progress)
+    budget = Budget(round=round_, max_rounds=16, max_tool_calls=64, conclude_after=4)
+    on = narrow(CATALOG, CATALOG, seen, dataclasses.replace(
+        budget, rules=ALL_RULES | {RESEARCH_TASK}))
+    default = narrow(CATALOG, CATALOG, seen, budget)
+    assert on.concluding == default.concluding and on.offered <= default.offered
+    if on.concluding and "research.prepare" in default.offered:
+        asked = "research.prepare" in on.offered
+        if query in ASKED:
+            assert asked, "a request for research concludes on research"
+        if query in NOT_ASKED:
+            assert not asked, "a question answered by reading concludes with final alone"
+    if not on.concluding:
+        assert on.offered == default.offered, "only the concluding set changes"
     if default.concluding and progress and calls + 1 < 64 and round_ < 16:
         assert default.offered == {"research.prepare"}, "in force: PR-06's concluding set"
     if not progress:
@@ -262,6 +282,9 @@ def test_grounding_makes_research_text_of_the_words_read(
         for junk in ("research prepare", "textit textit", "field_10", "1000000"):
             if not set(junk.split()) <= set(words):
                 assert not re.fullmatch(topic["pattern"], junk), junk
+        numbered = f"1075 {sentence}"
+        assert bool(re.fullmatch(topic["pattern"], numbered)) == (
+            "1075" in figures(*bodies)), "a number opens a topic only if it was read"
         assert len(sentence) <= topic["maxLength"]
     off = _branch(narrow(CATALOG, CATALOG, seen, dataclasses.replace(
         BUDGET, rules=ALL_RULES - {GROUNDING})), "research.prepare")
