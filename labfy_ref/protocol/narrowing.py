@@ -113,13 +113,14 @@ RECAP = "recap"
 COVERAGE = "coverage"
 GROUNDING = "grounding"
 GROUNDED_FINAL = "grounded-final"
+REQUESTED = "requested"
 RULES = (INFORMATION_GAIN, PROGRESS, TEXT_SHAPE, RELEVANCE, GROUNDING)
 ALL_RULES = frozenset(RULES)
 #: Measured, not in force (``labfy-ref eval --with RULE`` measures them): a concluding round
 #: offering ``final`` alone (the guided research questions then prepared no research on
 #: either model: 0 of 4, and 0 of 1 smoke), and the recap of the most relevant reads in a
 #: concluding round (no task it was meant for passed more often: 0 of 4 on each model).
-CANDIDATE_RULES = (RESEARCH_TASK, RECAP, COVERAGE, GROUNDED_FINAL)
+CANDIDATE_RULES = (RESEARCH_TASK, RECAP, COVERAGE, GROUNDED_FINAL, REQUESTED)
 
 # PR-06's bounds, used where the shape rule is off (an ablation).
 FINAL_TEXT_CHARS = 600
@@ -592,6 +593,9 @@ def _reference(spec: ToolSpec, name: str, field: Mapping[str, Any], kind: str, *
     items = field.get("items") if field.get("type") == "array" else None
     pool = list(seen.known(kind)) + [value for value in spec.traits.known_refs.get(kind, ())
                                      if value not in seen.known(kind)]
+    if REQUESTED in budget.rules and kind in spec.traits.requested:
+        pool += [value for value in _named(spec.traits.requested[kind], seen.query)
+                 if value not in pool]
     values = _admitted(items if items is not None else field, pool)
     if items is None:
         values = [value for value in values
@@ -604,6 +608,16 @@ def _reference(spec: ToolSpec, name: str, field: Mapping[str, Any], kind: str, *
         return {"type": "array", "maxItems": min(OBJECT_REFS, int(field.get("maxItems", 1))),
                 "uniqueItems": True, "items": {"type": "string", "enum": values}}
     return {"type": "string", "enum": values}
+
+
+def _named(pattern: str, request: str) -> list[str]:
+    """The references of a catalog pattern the user named in the request, first named first."""
+    return list(dict.fromkeys(match.group() for match in _pattern(pattern).finditer(request)))
+
+
+@functools.cache
+def _pattern(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
 
 
 def _bounded(field: Mapping[str, Any], rules: frozenset[str]) -> dict[str, Any]:

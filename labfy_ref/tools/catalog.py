@@ -81,6 +81,9 @@ class Traits:
     known_refs: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     #: Arguments that are natural-language text (bounded in shape, not only length).
     free_text: tuple[str, ...] = ()
+    #: Reference kind -> the regular expression of such a reference a user may name in
+    #: the request ("read notes/visitor.txt"): offered as if a result had shown it.
+    requested: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any]) -> Traits:
@@ -95,6 +98,7 @@ class Traits:
                       "filters": tuple(document.get("filters", ())),
                       "free_text": tuple(document.get("free_text", ())),
                       "consumes": dict(document.get("consumes", {})),
+                      "requested": dict(document.get("requested", {})),
                       "known_refs": {kind: tuple(values) for kind, values
                                      in document.get("known_refs", {}).items()}})
 

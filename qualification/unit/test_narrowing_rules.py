@@ -25,6 +25,7 @@ from labfy_ref.protocol.narrowing import (
     INFORMATION_GAIN,
     PROGRESS,
     RELEVANCE,
+    REQUESTED,
     RESEARCH_TASK,
     TEXT_SHAPE,
     grounded_words,
@@ -291,3 +292,35 @@ def test_grounding_makes_research_text_of_the_words_read(
     assert off is not None
     assert off["properties"]["topic"]["pattern"] == TOPIC.within(
         seen.scripts | scripts_of(query)).pattern, "off: the shape alone"
+
+
+def _enum(decoding: Any, tool_id: str, field: str) -> list[str] | None:
+    branch = _branch(decoding, tool_id)
+    return None if branch is None else list(branch["properties"][field]["enum"])
+
+
+@pytest.mark.req("PR-06", "PR-07")
+@settings(max_examples=120, deadline=None)
+@given(request=any_text, path=st.sampled_from(["notes/visitor.txt", "README.txt",
+                                               "a/b/c/report.md", "summary_2.csv"]))
+def test_the_requested_candidate_offers_what_the_user_named_and_nothing_else(
+        request: str, path: str) -> None:
+    rules = ALL_RULES | {REQUESTED}
+    named = f"Read {path} and tell me what it says. {request}"
+    on = narrow(CATALOG, CATALOG, Observations(query=named),
+                dataclasses.replace(BUDGET, rules=rules))
+    offered = _enum(on, "files.read", "path")
+    assert offered is not None and path in offered, "a file the user named is readable at once"
+    for value in offered:
+        assert value in named and not value.startswith(("/", ".")) and ".." not in value
+    off = narrow(CATALOG, CATALOG, Observations(query=named), BUDGET)
+    assert _enum(off, "files.read", "path") is None, "off: only results make references"
+    quiet = narrow(CATALOG, CATALOG, Observations(query="How many species were seen?"),
+                   dataclasses.replace(BUDGET, rules=rules))
+    assert _enum(quiet, "files.read", "path") is None and \
+        _enum(quiet, "workspace.read_object", "object_id") is None, "nothing named, nothing new"
+    for hostile in ("../etc/passwd.txt", "/etc/hosts.txt", "./x.txt"):
+        probe = narrow(CATALOG, CATALOG, Observations(query=f"read {hostile}"),
+                       dataclasses.replace(BUDGET, rules=rules))
+        assert all(".." not in v and not v.startswith(("/", "."))
+                   for v in _enum(probe, "files.read", "path") or []), hostile
