@@ -207,16 +207,17 @@ def _eval(args: argparse.Namespace) -> int:
 
     if args.ablate is not None and args.ablate not in RULES:
         raise ConfigRefused(f"--ablate takes one of {', '.join(RULES)}")
-    if args.with_rule is not None and args.with_rule not in CANDIDATE_RULES:
+    added = tuple(args.with_rule or ())
+    if any(rule not in CANDIDATE_RULES for rule in added):
         raise ConfigRefused(f"--with takes one of {', '.join(CANDIDATE_RULES)}")
-    if args.ablate is not None and args.with_rule is not None:
+    if args.ablate is not None and added:
         raise ConfigRefused("--ablate and --with measure one change at a time: give one")
     if args.baseline is not None:
         from labfy_ref.eval.baseline import BASELINES  # noqa: PLC0415
 
         if args.baseline not in BASELINES:
             raise ConfigRefused(f"--baseline takes one of {', '.join(BASELINES)}")
-        if args.control or args.ablate is not None or args.with_rule is not None:
+        if args.control or args.ablate is not None or added:
             raise ConfigRefused("--baseline runs a framework, not the narrowing: give it alone "
                                 "(no --control, --ablate or --with)")
     tasks = load_tasks(Path(args.tasks) if args.tasks else None)
@@ -240,7 +241,7 @@ def _eval(args: argparse.Namespace) -> int:
     assert model is not None  # both flags are required by the parser
     options = EvalOptions(model=model, record_dir=Path(args.record), tasks=tasks, runs=runs,
                           conclude_after=conclude_after, ablate=args.ablate,
-                          add=args.with_rule, control=args.control, baseline=args.baseline)
+                          add=added, control=args.control, baseline=args.baseline)
 
     def say(line: str) -> None:
         print(f"eval: {line}", flush=True)
@@ -396,8 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="run the random control (uniform within each round's narrowed "
                                "schema) instead of the model; the model is not started; "
                                "default: the model")
-    evaluate.add_argument("--with", dest="with_rule", metavar="RULE",
-                          help="switch one candidate narrowing rule on (a measurement); "
+    evaluate.add_argument("--with", dest="with_rule", metavar="RULE", action="append",
+                          help="switch a candidate narrowing rule on (a measurement; "
+                               "repeatable, the record names the entry +RULE+RULE); "
                                "default: none")
     evaluate.add_argument("--baseline", metavar="FRAMEWORK",
                           help="run the tasks through a framework instead of labfy-ref (EV-02): "

@@ -74,7 +74,7 @@ class EvalOptions:
     #: A PR-07 rule switched off (an ablation), or None.
     ablate: str | None = None
     #: A candidate rule switched on (a measurement), or None.
-    add: str | None = None
+    add: tuple[str, ...] = ()
     #: Run the random control (:mod:`labfy_ref.eval.control`) instead of the model.
     control: bool = False
     #: A framework baseline (:data:`labfy_ref.eval.baseline.BASELINES`) instead of labfy-ref.
@@ -86,9 +86,10 @@ async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
     wanted = options.model
     rules = ALL_RULES - {options.ablate} if options.ablate else ALL_RULES
     if options.add:
-        rules = rules | {options.add}
+        rules = rules | set(options.add)
     # the entry's variant: "RULE" for one rule off, "+RULE" for a candidate on
-    variant = options.ablate or (f"+{options.add}" if options.add else None)
+    variant = options.ablate or ("".join(f"+{rule}" for rule in sorted(options.add))
+                                 if options.add else None)
     if options.baseline:
         smolagents_module()  # refused before any model starts when it is absent
         agent = agent_name(options.baseline)
