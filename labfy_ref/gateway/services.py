@@ -7,6 +7,7 @@ Each service method takes validated arguments and returns the tool's
 from __future__ import annotations
 
 import datetime
+import re
 from typing import Any
 
 from labfy_ref.clock import utcnow
@@ -24,9 +25,16 @@ class ObjectService:
     def __init__(self, store: WorkspaceStore) -> None:
         self._store = store
 
-    def list_objects(self, kind: str | None = None, limit: int = 100) -> dict[str, Any]:
-        """``workspace.list_objects``."""
-        objects = self._store.list_objects(kind, limit)
+    def list_objects(self, kind: str | None = None, limit: int = 100,
+                     match: str | None = None) -> dict[str, Any]:
+        """``workspace.list_objects``; ``match``: objects with a word that starts with it."""
+        if match is None:
+            objects = self._store.list_objects(kind, limit)
+        else:
+            wanted = _words(match)
+            objects = [o for o in self._store.list_objects(kind, MATCH_SCAN)
+                       if wanted and any(word.startswith(w) for w in wanted
+                                         for word in _words(f"{o.title} {o.body}"))][:limit]
         return {"objects": [{"object_id": o.object_id, "kind": o.kind, "title": o.title}
                             for o in objects]}
 
@@ -42,6 +50,16 @@ class ObjectService:
         """Which of ``object_ids`` do not exist (GW-04)."""
         existing = self._store.existing_objects(object_ids)
         return [oid for oid in object_ids if oid not in existing]
+
+
+#: How many objects a ``match`` listing looks through (creation order).
+MATCH_SCAN = 10_000
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _words(text: str) -> set[str]:
+    """The casefolded words (letters and digits) of ``text``."""
+    return set(_WORD.findall(text.casefold()))
 
 
 class ResearchService:

@@ -114,13 +114,14 @@ COVERAGE = "coverage"
 GROUNDING = "grounding"
 GROUNDED_FINAL = "grounded-final"
 REQUESTED = "requested"
+SEARCH = "search"
 RULES = (INFORMATION_GAIN, PROGRESS, TEXT_SHAPE, RELEVANCE, GROUNDING)
 ALL_RULES = frozenset(RULES)
 #: Measured, not in force (``labfy-ref eval --with RULE`` measures them): a concluding round
 #: offering ``final`` alone (the guided research questions then prepared no research on
 #: either model: 0 of 4, and 0 of 1 smoke), and the recap of the most relevant reads in a
 #: concluding round (no task it was meant for passed more often: 0 of 4 on each model).
-CANDIDATE_RULES = (RESEARCH_TASK, RECAP, COVERAGE, GROUNDED_FINAL, REQUESTED)
+CANDIDATE_RULES = (RESEARCH_TASK, RECAP, COVERAGE, GROUNDED_FINAL, REQUESTED, SEARCH)
 
 # PR-06's bounds, used where the shape rule is off (an ablation).
 FINAL_TEXT_CHARS = 600
@@ -560,6 +561,17 @@ def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
                     return None  # its required reference has no known (fresh) value
                 continue
             properties[name] = narrowed
+        elif name in traits.request_words:
+            if SEARCH not in rules:
+                continue
+            words = request_words(seen.query)
+            fresh = [w for w in words if call_key(tool_id, {name: w}) not in seen.answered]
+            if not fresh:
+                continue
+            properties[name] = {"type": "string", "enum": fresh}
+            searched = len(fresh) < len(words)
+            if not searched and call_key(tool_id, {}) not in seen.answered:
+                required.append(name)  # search first: a word of the request, then the rest
         elif name in traits.filters:
             if INFORMATION_GAIN in rules and call_key(tool_id, {}) not in seen.answered:
                 continue  # the broadest call first: its answer holds every filtered one
@@ -608,6 +620,19 @@ def _reference(spec: ToolSpec, name: str, field: Mapping[str, Any], kind: str, *
         return {"type": "array", "maxItems": min(OBJECT_REFS, int(field.get("maxItems", 1))),
                 "uniqueItems": True, "items": {"type": "string", "enum": values}}
     return {"type": "string", "enum": values}
+
+
+#: The most words a search offers.
+SEARCH_WORDS = 24
+
+
+def request_words(request: str) -> list[str]:
+    """The words of the request a search may take: casefolded, of three letters or more,
+    longest first (a longer word is the more specific, in any language), at most
+    :data:`SEARCH_WORDS`."""
+    words = dict.fromkeys(word.casefold() for word in vocabulary(request)
+                          if len(word) >= 3 and word.isalpha())
+    return sorted(words, key=len, reverse=True)[:SEARCH_WORDS]
 
 
 def _named(pattern: str, request: str) -> list[str]:

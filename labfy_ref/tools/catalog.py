@@ -84,6 +84,8 @@ class Traits:
     #: Reference kind -> the regular expression of such a reference a user may name in
     #: the request ("read notes/visitor.txt"): offered as if a result had shown it.
     requested: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: Arguments that take a word of the user's request (a search term).
+    request_words: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any]) -> Traits:
@@ -97,6 +99,7 @@ class Traits:
         return cls(**{**document, "produces": produces,
                       "filters": tuple(document.get("filters", ())),
                       "free_text": tuple(document.get("free_text", ())),
+                      "request_words": tuple(document.get("request_words", ())),
                       "consumes": dict(document.get("consumes", {})),
                       "requested": dict(document.get("requested", {})),
                       "known_refs": {kind: tuple(values) for kind, values

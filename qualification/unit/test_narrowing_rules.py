@@ -324,3 +324,44 @@ def test_the_requested_candidate_offers_what_the_user_named_and_nothing_else(
                        dataclasses.replace(BUDGET, rules=rules))
         assert all(".." not in v and not v.startswith(("/", "."))
                    for v in _enum(probe, "files.read", "path") or []), hostile
+
+
+@pytest.mark.req("PR-07", "GW-02")
+def test_the_search_candidate_searches_a_word_of_the_request_first(specimen: Path) -> None:
+    from labfy_ref.config import PermissionMode  # noqa: PLC0415
+    from labfy_ref.gateway import AgentGateway  # noqa: PLC0415
+    from labfy_ref.gateway.policy import CallContext  # noqa: PLC0415
+    from labfy_ref.protocol.narrowing import SEARCH, request_words  # noqa: PLC0415
+    from labfy_ref.workspace import open_workspace  # noqa: PLC0415
+
+    query = "How many bee species have been recorded so far?"
+    budget = dataclasses.replace(BUDGET, rules=ALL_RULES | {SEARCH})
+    first = _branch(narrow(CATALOG, CATALOG, Observations(query=query), budget),
+                    "workspace.list_objects")
+    assert first is not None and first["required"] == ["match"], "a search comes first"
+    words = first["properties"]["match"]["enum"]
+    assert words == request_words(query) and set(words) <= set(query.casefold().split(" ")) | {
+        "far"} and all(len(w) >= 3 for w in words) and words[0] == "recorded"
+    workspace = open_workspace(specimen)
+    store = workspace.open_store()
+    try:
+        gateway = AgentGateway(workspace, store)
+        context = CallContext(PermissionMode.READ_ONLY)
+        found = gateway.call("workspace.list_objects", {"match": "recorded"}, context)
+        titles = [o["title"] for o in found.result["data"]["objects"]]
+        assert "Species list size" in titles and len(titles) < len(gateway.list_objects())
+        none = gateway.call("workspace.list_objects", {"match": "zzzqqq"}, context)
+        assert none.ok and none.result["data"]["objects"] == []
+    finally:
+        store.close()
+    seen = Observations(query=query).observe("workspace.list_objects", {"match": "recorded"},
+                                             found.result, CATALOG)
+    after = narrow(CATALOG, CATALOG, seen, budget)
+    listing = _branch(after, "workspace.list_objects")
+    assert listing is not None and "match" not in listing["required"], "then the broadest"
+    assert "recorded" not in listing["properties"]["match"]["enum"], "no search twice"
+    read = _enum(after, "workspace.read_object", "object_id")
+    assert read is not None and len(read) == len(titles), "only what the search found"
+    default = _branch(narrow(CATALOG, CATALOG, Observations(query=query), BUDGET),
+                      "workspace.list_objects")
+    assert default is not None and "match" not in default["properties"], "off: no search"
