@@ -341,6 +341,8 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
             continue  # research concludes a turn only when the request is for research
         if overdue and not traits.progress:
             continue  # past conclude_after with nothing used yet: use what was gathered
+        if SEARCH in rules and _searched_unread(spec, observations):
+            continue  # what the search found is read before anything more is listed
         if traits.once_per_turn and observations.known(traits.once_per_turn):
             continue  # one campaign per turn: the turn pauses on it
         if (PROGRESS in rules and traits.needs_progress and any_progress
@@ -620,6 +622,16 @@ def _reference(spec: ToolSpec, name: str, field: Mapping[str, Any], kind: str, *
         return {"type": "array", "maxItems": min(OBJECT_REFS, int(field.get("maxItems", 1))),
                 "uniqueItems": True, "items": {"type": "string", "enum": values}}
     return {"type": "string", "enum": values}
+
+
+def _searched_unread(spec: ToolSpec, seen: Observations) -> bool:
+    """Did a search of ``spec`` find references the turn has not used (read nothing yet)?"""
+    if not spec.traits.request_words or seen.progress:
+        return False
+    found = any(seen.known(produces.ref) for produces in spec.traits.produces if produces.ref)
+    return found and any(call_key(spec.tool_id, {name: word}) in seen.answered
+                         for name in spec.traits.request_words
+                         for word in request_words(seen.query))
 
 
 #: The most words a search offers.

@@ -357,11 +357,19 @@ def test_the_search_candidate_searches_a_word_of_the_request_first(specimen: Pat
     seen = Observations(query=query).observe("workspace.list_objects", {"match": "recorded"},
                                              found.result, CATALOG)
     after = narrow(CATALOG, CATALOG, seen, budget)
-    listing = _branch(after, "workspace.list_objects")
-    assert listing is not None and "match" not in listing["required"], "then the broadest"
-    assert "recorded" not in listing["properties"]["match"]["enum"], "no search twice"
+    assert _branch(after, "workspace.list_objects") is None, "what it found is read first"
     read = _enum(after, "workspace.read_object", "object_id")
     assert read is not None and len(read) == len(titles), "only what the search found"
+    seen = seen.observe("workspace.read_object", {"object_id": read[0]}, {
+        "ok": True, "data": {"object_id": read[0], "kind": "fact", "title": "t", "body": "b"}},
+        CATALOG)
+    listing = _branch(narrow(CATALOG, CATALOG, seen, budget), "workspace.list_objects")
+    assert listing is not None and "match" not in listing["required"], "then the broadest"
+    assert "recorded" not in listing["properties"]["match"]["enum"], "no search twice"
+    empty = Observations(query=query).observe("workspace.list_objects", {"match": "recorded"},
+                                              {"ok": True, "data": {"objects": []}}, CATALOG)
+    assert _branch(narrow(CATALOG, CATALOG, empty, budget), "workspace.list_objects") \
+        is not None, "a search that found nothing: list more"
     default = _branch(narrow(CATALOG, CATALOG, Observations(query=query), BUDGET),
                       "workspace.list_objects")
     assert default is not None and "match" not in default["properties"], "off: no search"
