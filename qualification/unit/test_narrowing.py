@@ -10,6 +10,7 @@ the budget rule leaves only concluding actions.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -203,10 +204,14 @@ def test_tools_unavailable_now_are_not_offered(specimen: Path) -> None:
 ])
 def test_budget_rule_leaves_only_concluding_actions(
         calls: int, round_: int, campaign: bool, expected: set[str] | None) -> None:
-    seen = Observations(tool_calls=calls, progress=1,
+    seen = Observations(tool_calls=calls, progress=1, query="Prepare research on ivy bees.",
                         refs={"campaign": ("camp_" + "B" * 26,)} if campaign else {})
     decoding = narrow(CATALOG, CATALOG, seen, Budget(round=round_, max_rounds=16,
                                                       max_tool_calls=64, conclude_after=4))
+    if expected:  # research concludes a turn only when the request is for research (PR-07)
+        asked = dataclasses.replace(seen, query="How many bee species were recorded?")
+        assert narrow(CATALOG, CATALOG, asked, Budget(
+            round=round_, max_rounds=16, max_tool_calls=64, conclude_after=4)).offered == set()
     if expected is None:
         assert not decoding.concluding and "files.list" in decoding.offered
     else:

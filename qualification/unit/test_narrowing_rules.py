@@ -231,13 +231,13 @@ NOT_ASKED = ["How many bee species have been recorded so far?", "Compare garden 
 @settings(max_examples=60, deadline=None)
 @given(calls=st.integers(0, 70), round_=st.integers(1, 16), progress=st.integers(0, 3),
        query=st.one_of(st.sampled_from(ASKED + NOT_ASKED), any_text))
-def test_the_research_task_candidate_concludes_on_research_only_when_asked(
+def test_research_task_concludes_on_research_only_when_asked(
         calls: int, round_: int, progress: int, query: str) -> None:
     seen = Observations(query=query, tool_calls=calls, progress=progress)
     budget = Budget(round=round_, max_rounds=16, max_tool_calls=64, conclude_after=4)
-    on = narrow(CATALOG, CATALOG, seen, dataclasses.replace(
-        budget, rules=ALL_RULES | {RESEARCH_TASK}))
-    default = narrow(CATALOG, CATALOG, seen, budget)
+    on = narrow(CATALOG, CATALOG, seen, budget)
+    default = narrow(CATALOG, CATALOG, seen, dataclasses.replace(
+        budget, rules=ALL_RULES - {RESEARCH_TASK}))
     assert on.concluding == default.concluding and on.offered <= default.offered
     if on.concluding and "research.prepare" in default.offered:
         asked = "research.prepare" in on.offered
@@ -248,7 +248,7 @@ def test_the_research_task_candidate_concludes_on_research_only_when_asked(
     if not on.concluding:
         assert on.offered == default.offered, "only the concluding set changes"
     if default.concluding and progress and calls + 1 < 64 and round_ < 16:
-        assert default.offered == {"research.prepare"}, "in force: PR-06's concluding set"
+        assert default.offered == {"research.prepare"}, "ablated: PR-06's concluding set"
     if not progress:
         assert "research.prepare" not in default.offered, "never before something was read"
 
@@ -303,9 +303,9 @@ def _enum(decoding: Any, tool_id: str, field: str) -> list[str] | None:
 @settings(max_examples=120, deadline=None)
 @given(request=any_text, path=st.sampled_from(["notes/visitor.txt", "README.txt",
                                                "a/b/c/report.md", "summary_2.csv"]))
-def test_the_requested_candidate_offers_what_the_user_named_and_nothing_else(
+def test_requested_offers_what_the_user_named_and_nothing_else(
         request: str, path: str) -> None:
-    rules = ALL_RULES | {REQUESTED}
+    rules = ALL_RULES
     named = f"Read {path} and tell me what it says. {request}"
     on = narrow(CATALOG, CATALOG, Observations(query=named),
                 dataclasses.replace(BUDGET, rules=rules))
@@ -313,7 +313,8 @@ def test_the_requested_candidate_offers_what_the_user_named_and_nothing_else(
     assert offered is not None and path in offered, "a file the user named is readable at once"
     for value in offered:
         assert value in named and not value.startswith(("/", ".")) and ".." not in value
-    off = narrow(CATALOG, CATALOG, Observations(query=named), BUDGET)
+    off = narrow(CATALOG, CATALOG, Observations(query=named),
+                 dataclasses.replace(BUDGET, rules=ALL_RULES - {REQUESTED}))
     assert _enum(off, "files.read", "path") is None, "off: only results make references"
     quiet = narrow(CATALOG, CATALOG, Observations(query="How many species were seen?"),
                    dataclasses.replace(BUDGET, rules=rules))
@@ -327,7 +328,7 @@ def test_the_requested_candidate_offers_what_the_user_named_and_nothing_else(
 
 
 @pytest.mark.req("PR-07", "GW-02")
-def test_the_search_candidate_searches_a_word_of_the_request_first(specimen: Path) -> None:
+def test_search_looks_for_a_word_of_the_request_first(specimen: Path) -> None:
     from labfy_ref.config import PermissionMode  # noqa: PLC0415
     from labfy_ref.gateway import AgentGateway  # noqa: PLC0415
     from labfy_ref.gateway.policy import CallContext  # noqa: PLC0415
@@ -335,7 +336,7 @@ def test_the_search_candidate_searches_a_word_of_the_request_first(specimen: Pat
     from labfy_ref.workspace import open_workspace  # noqa: PLC0415
 
     query = "How many bee species have been recorded so far?"
-    budget = dataclasses.replace(BUDGET, rules=ALL_RULES | {SEARCH})
+    budget = BUDGET
     first = _branch(narrow(CATALOG, CATALOG, Observations(query=query), budget),
                     "workspace.list_objects")
     assert first is not None and first["required"] == ["match"], "a search comes first"
@@ -370,6 +371,6 @@ def test_the_search_candidate_searches_a_word_of_the_request_first(specimen: Pat
                                               {"ok": True, "data": {"objects": []}}, CATALOG)
     assert _branch(narrow(CATALOG, CATALOG, empty, budget), "workspace.list_objects") \
         is not None, "a search that found nothing: list more"
-    default = _branch(narrow(CATALOG, CATALOG, Observations(query=query), BUDGET),
-                      "workspace.list_objects")
-    assert default is not None and "match" not in default["properties"], "off: no search"
+    off = _branch(narrow(CATALOG, CATALOG, Observations(query=query), dataclasses.replace(
+        BUDGET, rules=ALL_RULES - {SEARCH})), "workspace.list_objects")
+    assert off is not None and "match" not in off["properties"], "off: no search"
