@@ -47,7 +47,8 @@ PR-07's rules, each of which an eval ablation can switch off (:data:`RULES`):
 * **research task**: a tool that pauses the turn (research) stays in a
   concluding round's set only when the user's message shares a word stem with
   its catalog description (:func:`_the_task`): a question answered by reading
-  concludes with ``final``;
+  concludes with ``final``, and a request for research does not end with
+  ``final`` while that research can still be prepared;
 * **requested**: a reference the user names in the request (a path such as
   ``notes/visitor.txt``, an object id; the catalog trait ``requested`` holds
   each kind's pattern) is offered as if a result had shown it;
@@ -328,7 +329,8 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
 
     ``available`` are the tools the caller may run now (policy and surface);
     the result offers a subset of them, each with narrowed arguments, and
-    always ``final``.
+    ``final`` — unless the turn must look first (progress) or the research the
+    user asked for is still on offer (research task).
     """
     base = action_schema()
     tool_branch, final_branch = base["oneOf"]
@@ -369,8 +371,9 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
             "tool_id": {"const": spec.tool_id},
             "arguments": arguments}})
     unread = observations.progress == 0 or COVERAGE in rules
-    if not (PROGRESS in rules and not conclude and unread
-            and _leads_to_progress(catalog, usable, branches)):
+    looking = (PROGRESS in rules and not conclude and unread
+               and _leads_to_progress(catalog, usable, branches))
+    if not looking and not _research_pending(catalog, branches, observations, rules):
         final_shape = FINAL
         if GROUNDED_FINAL in rules and observations.read:  # the answer in the turn's words
             final_shape = FINAL.using(
@@ -411,6 +414,19 @@ def recap(observations: Observations, rules: frozenset[str] = ALL_RULES) -> str:
     parts = [observations.labels.get(ref, ref).removeprefix(ref).strip() for ref in chosen]
     text = " | ".join(part for part in parts if part)
     return f"{RECAP_PREFIX}{text[-RECAP_CHARS:]}" if text else ""
+
+
+def _research_pending(catalog: ToolCatalog, branches: list[dict[str, Any]],
+                      seen: Observations, rules: frozenset[str]) -> bool:
+    """Is research the task and still on offer (research-task rule)? Then ``final`` waits.
+
+    A request for research ("… then prepare research on it") does not end
+    with an answer while the research it asked for can still be prepared.
+    """
+    if RESEARCH_TASK not in rules:
+        return False
+    offered = (catalog[b["properties"]["tool_id"]["const"]] for b in branches)
+    return any(spec.traits.pauses_turn and _the_task(spec, seen.query) for spec in offered)
 
 
 def _the_task(spec: ToolSpec, query: str) -> bool:

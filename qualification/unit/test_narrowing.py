@@ -216,7 +216,9 @@ def test_budget_rule_leaves_only_concluding_actions(
         assert not decoding.concluding and "files.list" in decoding.offered
     else:
         assert decoding.concluding and set(decoding.offered) == expected
-    assert decoding.schema["oneOf"][-1]["properties"]["type"] == {"const": "final"}
+    final = decoding.schema["oneOf"][-1]["properties"]["type"] == {"const": "final"}
+    assert final != ("research.prepare" in decoding.offered), \
+        "final, unless the research the user asked for is still on offer (PR-07)"
 
 
 @pytest.mark.req("PR-06")

@@ -239,6 +239,8 @@ def test_research_task_concludes_on_research_only_when_asked(
     default = narrow(CATALOG, CATALOG, seen, dataclasses.replace(
         budget, rules=ALL_RULES - {RESEARCH_TASK}))
     assert on.concluding == default.concluding and on.offered <= default.offered
+    if "research.prepare" in on.offered and query in ASKED:
+        assert not _offers_final(on), "a request for research does not end before it"
     if on.concluding and "research.prepare" in default.offered:
         asked = "research.prepare" in on.offered
         if query in ASKED:
@@ -247,6 +249,8 @@ def test_research_task_concludes_on_research_only_when_asked(
             assert not asked, "a question answered by reading concludes with final alone"
     if not on.concluding:
         assert on.offered == default.offered, "only the concluding set changes"
+        if query not in ASKED:
+            assert _offers_final(on) == _offers_final(default), "and final, when asked for"
     if default.concluding and progress and calls + 1 < 64 and round_ < 16:
         assert default.offered == {"research.prepare"}, "ablated: PR-06's concluding set"
     if not progress:
