@@ -27,7 +27,7 @@ import asyncio
 import dataclasses
 import importlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +186,3 @@ async def run_baseline_async(baseline: str, **kwargs: Any) -> BaselineTurn:
     """:func:`run_baseline` in a worker thread."""
     return await asyncio.to_thread(run_baseline, baseline, **kwargs)
 
-
-def describe(mapping: Mapping[str, str]) -> str:
-    """``--baseline`` values with their agents, for ``--help``."""
-    return ", ".join(f"{key} ({value})" for key, value in mapping.items())

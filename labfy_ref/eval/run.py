@@ -107,35 +107,39 @@ async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
         if options.control:  # no model runs: the control draws every action
             say(f"random control in the narrowed schema; rules {', '.join(sorted(rules))}")
             await _run_all(entry, None, root, options=options, rules=rules, say=say)
-            entry.finish()
-            path = write_entry(options.record_dir, entry)
-            say(f"{entry.passed} of {entry.total} passed ({entry.pass_rate:.0%}) — record: {path}")
-            return entry
-        govern(wanted.model_file, wanted.llama_server, root)
-        verify_gguf(wanted.model_file, wanted.model_sha256, None)
-        identity = identify(wanted.llama_server)
-        entry.llama_server = {"version": identity.version, "package": identity.package}
-        template = None
-        if options.baseline == "smolagents":  # native tool calls need a tool template
-            template = await _tool_template(wanted, root)
-            entry.notes.append(f"llama-server --jinja --chat-template-file {template.name} "
-                               "(shipped in labfy_ref/eval/templates)")
-        model = supervised_llama(wanted.llama_server, wanted.model_file, wanted.model_file.stem,
-                                 cpu_variant=wanted.cpu_variant,
-                                 timeout_seconds=MODEL_TIMEOUT_SECONDS, log_dir=root / "llama",
-                                 chat_template_file=template)
-        try:
-            await model.start()
-            entry.prompt_tokens = await _count_tokens(model, system_prompt(default_catalog()))
-            say(f"model {wanted.model_file.name} ready; system prompt "
-                f"{entry.prompt_tokens} tokens; rules {', '.join(sorted(rules))}")
-            await _run_all(entry, model, root, options=options, rules=rules, say=say)
-        finally:
-            await model.aclose()
+        else:
+            await _run_model(entry, root, options=options, rules=rules, say=say)
     entry.finish()
     path = write_entry(options.record_dir, entry)
     say(f"{entry.passed} of {entry.total} passed ({entry.pass_rate:.0%}) — record: {path}")
     return entry
+
+
+async def _run_model(entry: EvalEntry, root: Path, *, options: EvalOptions,
+                     rules: frozenset[str], say: Say) -> None:
+    """Start the verified, governed model (with a tool template for a baseline) and run."""
+    wanted = options.model
+    govern(wanted.model_file, wanted.llama_server, root)
+    verify_gguf(wanted.model_file, wanted.model_sha256, None)
+    identity = identify(wanted.llama_server)
+    entry.llama_server = {"version": identity.version, "package": identity.package}
+    template = None
+    if options.baseline == "smolagents":  # native tool calls need a tool template
+        template = await _tool_template(wanted, root)
+        entry.notes.append(f"llama-server --jinja --chat-template-file {template.name} "
+                           "(shipped in labfy_ref/eval/templates)")
+    model = supervised_llama(wanted.llama_server, wanted.model_file, wanted.model_file.stem,
+                             cpu_variant=wanted.cpu_variant,
+                             timeout_seconds=MODEL_TIMEOUT_SECONDS, log_dir=root / "llama",
+                             chat_template_file=template)
+    try:
+        await model.start()
+        entry.prompt_tokens = await _count_tokens(model, system_prompt(default_catalog()))
+        say(f"model {wanted.model_file.name} ready; system prompt "
+            f"{entry.prompt_tokens} tokens; rules {', '.join(sorted(rules))}")
+        await _run_all(entry, model, root, options=options, rules=rules, say=say)
+    finally:
+        await model.aclose()
 
 
 async def _run_all(entry: EvalEntry, model: SupervisedLlama | None, root: Path, *,

@@ -71,7 +71,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -79,7 +78,7 @@ from jsonschema import Draft202012Validator
 
 from labfy_ref.protocol.action import action_schema
 from labfy_ref.protocol.exchange import canonical
-from labfy_ref.protocol.relevance import ranked
+from labfy_ref.protocol.relevance import WORD, ranked
 from labfy_ref.protocol.text_shape import (
     ALL_SCRIPTS,
     CONTENT,
@@ -89,6 +88,7 @@ from labfy_ref.protocol.text_shape import (
     QUESTION,
     TOPIC,
     Shape,
+    compiled,
     figures,
     scripts_of,
     vocabulary,
@@ -451,12 +451,10 @@ SHARED_LETTERS = 5
 def _runs(text: str) -> set[str]:
     """The runs of :data:`SHARED_LETTERS` letters inside the words of ``text``."""
     found: set[str] = set()
-    for word in _LETTERS_RUN.findall(text.casefold()):
+    for word in WORD.findall(text.casefold()):
         found.update(word[i:i + SHARED_LETTERS] for i in range(len(word) - SHARED_LETTERS + 1))
     return found
 
-
-_LETTERS_RUN = re.compile(r"[^\W\d_]+")
 
 
 def _leads_to_progress(catalog: ToolCatalog, usable: Iterable[str],
@@ -675,12 +673,7 @@ def request_words(request: str) -> list[str]:
 
 def _named(pattern: str, request: str) -> list[str]:
     """The references of a catalog pattern the user named in the request, first named first."""
-    return list(dict.fromkeys(match.group() for match in _pattern(pattern).finditer(request)))
-
-
-@functools.cache
-def _pattern(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+    return list(dict.fromkeys(match.group() for match in compiled(pattern).finditer(request)))
 
 
 def _bounded(field: Mapping[str, Any], rules: frozenset[str]) -> dict[str, Any]:

@@ -22,7 +22,8 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-_WORD = re.compile(r"[^\W\d_]+")
+#: A word: a run of letters (``\w`` without digits or ``_``), in any script.
+WORD = re.compile(r"[^\W\d_]+")
 K1 = 1.2
 B = 0.75
 
@@ -30,7 +31,7 @@ B = 0.75
 def grams(text: str) -> Counter[str]:
     """The character trigrams of ``text``'s words (casefolded, space-padded)."""
     counts: Counter[str] = Counter()
-    for word in _WORD.findall(text.casefold()):
+    for word in WORD.findall(text.casefold()):
         padded = f" {word} "
         counts.update(padded[i:i + 3] for i in range(len(padded) - 2))
     return counts

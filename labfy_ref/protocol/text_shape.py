@@ -167,7 +167,7 @@ class Shape:
 
     def admits(self, text: str) -> bool:
         """Does ``text`` have this shape?"""
-        return _compiled(self.pattern).fullmatch(text) is not None
+        return compiled(self.pattern).fullmatch(text) is not None
 
 
 #: The most words a vocabulary holds, and the fewest worth narrowing to.
@@ -212,7 +212,8 @@ def figures(*texts: str) -> tuple[str, ...]:
 
 
 @functools.cache
-def _compiled(pattern: str) -> re.Pattern[str]:
+def compiled(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled once (shapes and catalog patterns are few and fixed)."""
     return re.compile(pattern)
 
 

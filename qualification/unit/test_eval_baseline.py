@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from labfy_ref.cli.main import main
 from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ConfigRefused
 from labfy_ref.eval.baseline import (
@@ -33,6 +32,7 @@ from labfy_ref.gateway import AgentGateway
 from labfy_ref.gateway.policy import CallContext
 from labfy_ref.tools import default_catalog
 from labfy_ref.workspace import init_workspace
+from qualification.eval_cli import eval_refusal
 
 #: The input types smolagents accepts (its AUTHORIZED_TYPES, less the media ones).
 SMOLAGENTS_TYPES = {"string", "boolean", "integer", "number", "array", "object", "any", "null"}
@@ -48,9 +48,7 @@ SMOLAGENTS_TYPES = {"string", "boolean", "integer", "number", "array", "object",
 def test_a_wrong_baseline_is_one_clear_refusal(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str],
                                                extra: list[str], said: str) -> None:
-    code = main(["eval", "--model-file", str(tmp_path / "absent.gguf"), "--model-sha256",
-                 "0" * 64, *extra])
-    err = capsys.readouterr().err
+    code, err = eval_refusal(tmp_path, capsys, extra)
     assert code == 2
     assert err.startswith("CONFIG_INVALID: ") and said in err and "Traceback" not in err
 

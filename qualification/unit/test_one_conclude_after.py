@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from labfy_ref.cli.main import main
 from labfy_ref.config import RawOptions, resolve
 from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 from labfy_ref.server.serve import build_state
@@ -24,6 +23,7 @@ from labfy_ref.smoke import SmokeOptions
 from labfy_ref.smoke.record import SmokeRecord
 from labfy_ref.smoke.run import SmokeFailed, _read_and_prepared
 from labfy_ref.workspace import open_workspace
+from qualification.eval_cli import eval_refusal
 
 
 @pytest.mark.req("PR-07", "PR-06")
@@ -63,9 +63,7 @@ def test_the_smoke_takes_the_one_default() -> None:
 ])
 def test_eval_refuses_its_own_options_first(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                             extra: list[str], said: str) -> None:
-    code = main(["eval", "--model-file", str(tmp_path / "absent.gguf"), "--model-sha256",
-                 "0" * 64, *extra])
-    err = capsys.readouterr().err
+    code, err = eval_refusal(tmp_path, capsys, extra)
     assert code == 2
     assert err.startswith("CONFIG_INVALID: ") and said in err and "Traceback" not in err
 
@@ -108,9 +106,7 @@ def test_the_smoke_passes_only_a_grounded_research_topic(topic: str, passes: boo
 ])
 def test_eval_measures_one_change_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                             extra: list[str], said: str) -> None:
-    code = main(["eval", "--model-file", str(tmp_path / "absent.gguf"), "--model-sha256",
-                 "0" * 64, *extra])
-    err = capsys.readouterr().err
+    code, err = eval_refusal(tmp_path, capsys, extra)
     assert code == 2 and said in err
 
 
