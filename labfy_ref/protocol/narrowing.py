@@ -44,18 +44,30 @@ PR-07's rules, each of which an eval ablation can switch off (:data:`RULES`):
 * **relevance**: reference enums, and the listings the model reads
   (:func:`present`), are ordered by a generic lexical score to the user's
   message (:mod:`~labfy_ref.protocol.relevance`) — ordered, never cut;
-* **research task**: a tool that pauses the turn (research) stays in a
-  concluding round's set only when the user's message shares a word stem with
-  its catalog description (:func:`_the_task`): a question answered by reading
-  concludes with ``final``, and a request for research does not end with
-  ``final`` while that research can still be prepared;
+* **effect task**: a tool with an effect is *asked for* when the user's
+  message shares a word stem with a distinctive word of the tool's catalog
+  description (:func:`_the_task`) and it has not succeeded in this turn yet.
+  A write is offered only when asked for; research (which pauses for a
+  human's grant) also while the turn looks, and in a concluding round only
+  when asked for. What is asked for stays in a concluding round's set,
+  and ``final`` waits while it is on offer: a question answered by reading
+  concludes with ``final``, and a request for research or a write does not
+  end before it. A write goes where the request said (trait ``targets``);
 * **requested**: a reference the user names in the request (a path such as
   ``notes/visitor.txt``, an object id; the catalog trait ``requested`` holds
-  each kind's pattern) is offered as if a result had shown it;
+  each kind's pattern) is offered as if a result had shown it, and a named
+  reference a read can take — spelled out, or an object whose title the
+  request says word for word (:func:`names_in`) — is read first
+  (:func:`named_reads`);
 * **search**: a listing that can search (trait ``request_words``) is first
   offered as a search for a word of the user's request, and once a search
-  found references, nothing more is listed before one of them was read — so
-  the ids a small model picks from are those the search found.
+  found references, nothing more is listed before all of them were read — so
+  the ids a small model picks from are those the search found; the search
+  offered is the most specific word not searched yet (the longest);
+* **quoted**: once the turn read content, the final text is one of the
+  passages it read, verbatim (:func:`_quoted`), shown to the model most
+  relevant first (:attr:`Decoding.note`): an answer is grounded by
+  construction.
 
 Everything here is a pure function of the turn's observations; the runtime,
 the bridge's agent loop and Work call the same :func:`narrow`. The reply is
@@ -71,6 +83,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -78,7 +91,7 @@ from jsonschema import Draft202012Validator
 
 from labfy_ref.protocol.action import action_schema
 from labfy_ref.protocol.exchange import canonical
-from labfy_ref.protocol.relevance import WORD, ranked
+from labfy_ref.protocol.relevance import WORD, ranked, scores
 from labfy_ref.protocol.text_shape import (
     ALL_SCRIPTS,
     CONTENT,
@@ -90,10 +103,18 @@ from labfy_ref.protocol.text_shape import (
     Shape,
     compiled,
     figures,
+    passages,
     scripts_of,
     vocabulary,
 )
-from labfy_ref.tools.catalog import ToolCatalog, ToolSpec, default_catalog
+from labfy_ref.tools.catalog import (
+    Effect,
+    Produces,
+    ToolCatalog,
+    ToolSpec,
+    Traits,
+    default_catalog,
+)
 
 #: After this many tool calls a turn is asked to conclude (``--conclude-after``; 0 = never).
 #: One default for every surface and every model (PR-07).
@@ -104,6 +125,14 @@ MAX_REFERENCES = 100
 OBJECT_REFS = 4
 #: Bound on what a turn remembers of one reference (for relevance), in characters.
 LABEL_CHARS = 2000
+#: How much of one read's content is split into passages, and how many passages a turn
+#: keeps (the newest) for a quoted answer to choose from.
+CONTENT_CHARS = 8000
+MAX_PASSAGES = 40
+#: A passage opens with what it is from (an object's title, a file's path), at most this long.
+SOURCE_CHARS = 80
+#: The answer a quoted final may always give instead of a passage: the reads did not say.
+NOT_SAID = "Unanswered: nothing I read says this."
 #: Bytes a JSON grammar may place between two tokens (llama.cpp's ``space`` rule:
 #: nothing, one space, or one or two newlines and up to 20 blanks).
 _SPACE_BYTES = 22
@@ -116,15 +145,16 @@ INFORMATION_GAIN = "information-gain"
 PROGRESS = "progress"
 TEXT_SHAPE = "text-shape"
 RELEVANCE = "relevance"
-RESEARCH_TASK = "research-task"
+EFFECT_TASK = "effect-task"
 RECAP = "recap"
 COVERAGE = "coverage"
 GROUNDING = "grounding"
 GROUNDED_FINAL = "grounded-final"
 REQUESTED = "requested"
 SEARCH = "search"
-RULES = (INFORMATION_GAIN, PROGRESS, TEXT_SHAPE, RELEVANCE, GROUNDING, RESEARCH_TASK, REQUESTED,
-         SEARCH)
+QUOTED = "quoted"
+RULES = (INFORMATION_GAIN, PROGRESS, TEXT_SHAPE, RELEVANCE, GROUNDING, EFFECT_TASK, REQUESTED,
+         SEARCH, QUOTED)
 ALL_RULES = frozenset(RULES)
 #: Measured, not in force (``labfy-ref eval --with RULE`` measures them): the recap of the
 #: most relevant reads in a concluding round (no task it was meant for passed more often:
@@ -169,6 +199,15 @@ class Observations:
     read: tuple[str, ...] = ()
     #: The scripts of everything the results showed (kept as they come, not rescanned).
     scripts: frozenset[str] = frozenset()
+    #: The sentences the turn's reads said (trait ``content``), first read first: what a
+    #: final answer may quote (quoted rule).
+    passages: tuple[str, ...] = ()
+    #: Reference -> its name as a result showed it (an object's title), when it has one.
+    names: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: References a search (a call with a ``request_words`` argument) found, first found first.
+    found: tuple[str, ...] = ()
+    #: The tools that succeeded at least once in this turn.
+    succeeded: frozenset[str] = frozenset()
 
     def known(self, kind: str) -> tuple[str, ...]:
         """The references of ``kind`` the turn has seen."""
@@ -204,6 +243,7 @@ def _learn(seen: Observations, spec: ToolSpec, arguments: Mapping[str, Any],
     traits = spec.traits
     refs = dict(seen.refs)
     labels = dict(seen.labels)
+    names = dict(seen.names)
     complete = seen.complete
     for produces in traits.produces:
         entries = data[produces.items] if produces.items else [data]
@@ -222,19 +262,52 @@ def _learn(seen: Observations, spec: ToolSpec, arguments: Mapping[str, Any],
             said = " ".join(str(entry[field]) for field in produces.label
                             if isinstance(entry.get(field), str))
             labels[value] = _label(labels.get(value, ""), f"{value} {said}")
+            name = _source(produces, entry)
+            if name and name != value:
+                names[value] = name
         if produces.items and not (set(arguments) & set(traits.filters)):
             maximum = spec.output_schema["properties"][produces.items].get("maxItems")
             if maximum is None or len(entries) < int(maximum):
                 complete = complete | {spec.tool_id}
     if len(labels) > MAX_REFERENCES * 4:
         labels = {key: labels[key] for key in list(labels)[-MAX_REFERENCES * 4:]}
-    read = seen.read
+    read, quotable, found = seen.read, seen.passages, seen.found
+    if set(arguments) & set(traits.request_words):
+        found = _merge(found, spec.produced(data))
+    if len(names) > MAX_REFERENCES * 4:
+        names = {key: names[key] for key in list(names)[-MAX_REFERENCES * 4:]}
     if traits.progress:
         read = _merge(read, spec.produced(data))
+        quotable = _merge(quotable, _said(traits, data))[-MAX_PASSAGES:]
     shown = " ".join(labels[key] for key in labels if labels[key] != seen.labels.get(key))
     return dataclasses.replace(seen, refs=refs, labels=labels, complete=complete, read=read,
+                               passages=quotable, names=names, found=found,
+                               succeeded=seen.succeeded | {spec.tool_id},
                                scripts=seen.scripts | scripts_of(shown),
                                progress=seen.progress + (1 if traits.progress else 0))
+
+
+def _said(traits: Traits, data: Mapping[str, Any]) -> list[str]:
+    """The passages of a progress result's content fields (trait ``content``), in order."""
+    found: list[str] = []
+    for produces in traits.produces:
+        entries = data.get(produces.items) if produces.items else [data]
+        for entry in entries if isinstance(entries, list) else ():
+            if not isinstance(entry, Mapping):
+                continue
+            source = _source(produces, entry) or str(entry.get(produces.id, ""))[:SOURCE_CHARS]
+            for name in produces.content:
+                if isinstance(entry.get(name), str):
+                    found.extend(f"{source}: {passage}" if source else passage
+                                 for passage in passages(entry[name][:CONTENT_CHARS]))
+    return found
+
+
+def _source(produces: Produces, entry: Mapping[str, Any]) -> str:
+    """What an entry is called: its first label field that is no content (a title), or ""."""
+    name = next((entry[field] for field in produces.label if field not in produces.content
+                 and isinstance(entry.get(field), str) and entry[field].strip()), "")
+    return " ".join(name.split())[:SOURCE_CHARS]
 
 
 def _label(old: str, new: str) -> str:
@@ -272,6 +345,9 @@ class Decoding:
     response_format: dict[str, Any]
     max_tokens: int
     concluding: bool
+    #: What this round adds after the newest result (the quoted answers on offer, or a
+    #: recap): data the turn's own reads said, never an instruction from them.
+    note: str = ""
 
     @property
     def schema(self) -> dict[str, Any]:
@@ -334,6 +410,7 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
     """
     base = action_schema()
     tool_branch, final_branch = base["oneOf"]
+    note = ""
     usable = [tool_id for tool_id in available if tool_id in catalog]
     conclude = concluding(observations, budget, catalog, usable)
     rules = budget.rules
@@ -341,15 +418,23 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
                and observations.tool_calls >= budget.conclude_after and not conclude)
     any_progress = any(catalog[tool_id].traits.progress for tool_id in usable)
     scripts = observations.scripts | scripts_of(observations.query)
+    named = (named_reads(catalog, usable, observations, budget)
+             if REQUESTED in rules and not conclude else {})
     branches: list[dict[str, Any]] = []
     for spec in catalog.values():
         traits = spec.traits
         if spec.tool_id not in usable:
             continue
-        if conclude and not traits.concluding:
-            continue  # concluding: final and research
-        if (conclude and RESEARCH_TASK in rules and traits.pauses_turn
-                and not _the_task(spec, observations.query)):
+        if named and spec.tool_id not in named:
+            continue  # what the user named is read before anything else
+        task = _asked_for(catalog, spec, observations, rules)
+        if (EFFECT_TASK in rules and spec.effect is not Effect.READ and not traits.pauses_turn
+                and not task):
+            continue  # a write only when the user asked for it, once (research waits for
+            # a human's grant: it is offered while looking, and concludes only when asked)
+        if conclude and not traits.concluding and not task:
+            continue  # concluding: final, research, and the effect the user asked for
+        if conclude and EFFECT_TASK in rules and traits.pauses_turn and not task:
             continue  # research concludes a turn only when the request is for research
         if overdue and not traits.progress:
             continue  # past conclude_after with nothing used yet: use what was gathered
@@ -363,7 +448,7 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
         if traits.pauses_turn and (observations.tool_calls + 1 >= budget.max_tool_calls
                                    or budget.round >= budget.max_rounds):
             continue  # research pauses the turn: its resume needs a round left to answer
-        arguments = _arguments(spec, observations, budget, scripts)
+        arguments = _arguments(spec, observations, budget, scripts, named.get(spec.tool_id))
         if arguments is None:
             continue
         branches.append({**tool_branch, "properties": {
@@ -373,14 +458,18 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
     unread = observations.progress == 0 or COVERAGE in rules
     looking = (PROGRESS in rules and not conclude and unread
                and _leads_to_progress(catalog, usable, branches))
-    if not looking and not _research_pending(catalog, branches, observations, rules):
+    if (not looking and not named
+            and not _research_pending(catalog, branches, observations, rules)):
+        wide_text = final_branch["properties"]["text"]
         final_shape = FINAL
         if GROUNDED_FINAL in rules and observations.read:  # the answer in the turn's words
             final_shape = FINAL.using(
                 vocabulary(observations.query, *_read_texts(observations)),
                 grounded_figures(observations, observations.query))
-        final_text = _free_text(final_branch["properties"]["text"], final_shape,
-                                FINAL_TEXT_CHARS, rules, scripts)
+        final_text = (_quoted(wide_text, observations, rules)
+                      or _free_text(wide_text, final_shape, FINAL_TEXT_CHARS, rules, scripts))
+        if "enum" in final_text:
+            note = _quote_note(final_text["enum"])
         branches.append({**final_branch, "properties": {
             "type": final_branch["properties"]["type"], "text": final_text}})
     schema = {"$schema": base["$schema"], "title": base["title"], "oneOf": branches}
@@ -388,7 +477,8 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
         response_format={"type": "json_schema",
                          "json_schema": {"name": "labfy_agent_model_action_v1", "strict": True,
                                          "schema": schema}},
-        max_tokens=max_json_bytes(schema), concluding=conclude)
+        max_tokens=max_json_bytes(schema), concluding=conclude,
+        note=note or (recap(observations, rules) if conclude else ""))
 
 
 #: How the recap is introduced, and how much of what was read it repeats.
@@ -416,31 +506,100 @@ def recap(observations: Observations, rules: frozenset[str] = ALL_RULES) -> str:
     return f"{RECAP_PREFIX}{text[-RECAP_CHARS:]}" if text else ""
 
 
+def _quoted(wide: Mapping[str, Any], seen: Observations,
+            rules: frozenset[str]) -> dict[str, Any] | None:
+    """The final text as a quotation of what the turn read (quoted rule), or None.
+
+    Once the turn read content, the answer is one of the passages it read
+    (:func:`~labfy_ref.protocol.text_shape.passages`: its sentences, a file's
+    lines), verbatim, or :data:`NOT_SAID` — so every answer is grounded by
+    construction and a small model chooses, by the words it would start
+    with, among sentences it has just seen instead of composing one. The
+    passages are ordered by relevance to the request (an order the model
+    never sees: the grammar admits them all alike).
+    """
+    if QUOTED not in rules or not seen.passages:
+        return None
+    options = list(seen.passages)
+    if RELEVANCE in rules and seen.query:
+        options = ranked(seen.query, options, {passage: passage for passage in options})
+    related = any(scores(seen.query, {passage: passage for passage in options}).values())
+    values = _admitted(wide, options if related else [*options, NOT_SAID])
+    return {"type": "string", "enum": list(dict.fromkeys(values))} if values else None
+
+
+#: How the quoted answers are introduced, and how many of them the note shows.
+QUOTE_PREFIX = ("\n\nIf you answer now, your final text is one of these sentences, copied "
+                "exactly; the most relevant to the question come first:")
+QUOTE_ITEMS = 6
+
+
+def _quote_note(options: list[str]) -> str:
+    """The quoted answers a round offers, as the model reads them: the most relevant
+    passages, most relevant first, then :data:`NOT_SAID`."""
+    shown = [option for option in options if option != NOT_SAID][:QUOTE_ITEMS]
+    said = [NOT_SAID] if NOT_SAID in options else []
+    return QUOTE_PREFIX + "".join(f"\n- {option}" for option in [*shown, *said])
+
+
 def _research_pending(catalog: ToolCatalog, branches: list[dict[str, Any]],
                       seen: Observations, rules: frozenset[str]) -> bool:
-    """Is research the task and still on offer (research-task rule)? Then ``final`` waits.
+    """Is an effect the user asked for still on offer (effect-task rule)? Then ``final`` waits.
 
-    A request for research ("… then prepare research on it") does not end
-    with an answer while the research it asked for can still be prepared.
+    A request for research ("… then prepare research on it") or for a write
+    ("… write a summary to summary.txt") does not end with an answer while
+    what it asked for can still be done.
     """
-    if RESEARCH_TASK not in rules:
-        return False
     offered = (catalog[b["properties"]["tool_id"]["const"]] for b in branches)
-    return any(spec.traits.pauses_turn and _the_task(spec, seen.query) for spec in offered)
+    return any(_asked_for(catalog, spec, seen, rules) for spec in offered)
 
 
-def _the_task(spec: ToolSpec, query: str) -> bool:
+def _asked_for(catalog: ToolCatalog, spec: ToolSpec, seen: Observations,
+               rules: frozenset[str]) -> bool:
+    """Is ``spec`` a tool with an effect that the request asks for, not yet done this turn?"""
+    return (EFFECT_TASK in rules and spec.effect is not Effect.READ
+            and spec.tool_id not in seen.succeeded and _the_task(catalog, spec, seen.query))
+
+
+def _the_task(catalog: ToolCatalog, spec: ToolSpec, query: str) -> bool:
     """Does the user's message ask for what ``spec`` does, in the catalog's own words?
 
-    True when a word of the message and a word of the tool's catalog
-    description share a run of :data:`SHARED_LETTERS` letters (casefolded,
-    inside one word: "prepare research on…" meets "Prepare a research
-    campaign", "researching" meets it too; "sealed" shares only "sea" and
-    "many" only "man"). No word list decides: the description does. It is
-    English, so a request for research in another language gets research
-    only in the rounds before the conclusion.
+    True when a word of the message and a *distinctive* word of the tool's
+    catalog description share a run of :data:`SHARED_LETTERS` letters
+    (casefolded, inside one word: "prepare research on…" meets "Prepare a
+    research campaign", "researching" meets it too; "sealed" shares only
+    "sea" and "many" only "man"). A description word is distinctive when at
+    most a third of the catalog's descriptions use it (:func:`_distinctive`):
+    "workspace", said by most tools, makes no request a request for a write.
+    No word list decides: the catalog does. It is English, so a request for
+    research in another language gets research only in the rounds before the
+    conclusion.
     """
-    return bool(_runs(query) & _runs(spec.description))
+    return bool(_runs(query) & _distinctive(catalog, spec.tool_id))
+
+
+@functools.lru_cache(maxsize=64)
+def _catalog_words(descriptions: tuple[str, ...]) -> tuple[frozenset[str], ...]:
+    """Each description's words: its first sentence, what it does, less any parenthesis
+    (what it needs, what it contacts: "needs the permission" asks for no write)."""
+    said = (_FIRST_SENTENCE.split(_PARENTHESIS.sub(" ", text), maxsplit=1)[0]
+            for text in descriptions)
+    return tuple(frozenset(WORD.findall(text.casefold())) for text in said)
+
+
+_PARENTHESIS = re.compile(r"\([^)]*\)")
+_FIRST_SENTENCE = re.compile(r"[.!?](?:\s|$)")
+
+
+def _distinctive(catalog: ToolCatalog, tool_id: str) -> set[str]:
+    """The letter runs of the words of ``tool_id``'s description used by at most a third of
+    the catalog's descriptions."""
+    ids = list(catalog)
+    words = _catalog_words(tuple(catalog[key].description for key in ids))
+    mine = words[ids.index(tool_id)]
+    limit = max(1, len(ids) // 3)
+    rare = [word for word in mine if sum(word in other for other in words) <= limit]
+    return _runs(" ".join(rare))
 
 
 #: Letters two words must share in a row to meet (_the_task): more than a shared ending
@@ -561,7 +720,8 @@ _TEXTS: dict[str, tuple[Shape, int]] = {
 
 
 def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
-               scripts: frozenset[str] = ALL_SCRIPTS) -> dict[str, Any] | None:
+               scripts: frozenset[str] = ALL_SCRIPTS,
+               only: frozenset[str] | None = None) -> dict[str, Any] | None:
     """The narrowed arguments schema of one tool, or None when it has nothing to offer now.
 
     Built from the tool's input schema and its traits: a consumed reference is
@@ -581,7 +741,8 @@ def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
     for name, field in wide["properties"].items():
         consumed = traits.consumes.get(name)
         if consumed is not None:
-            narrowed = _reference(spec, name, field, consumed, seen=seen, budget=budget)
+            narrowed = _reference(spec, name, field, consumed, seen=seen, budget=budget,
+                                  only=only)
             if narrowed is None:
                 if name in required:
                     return None  # its required reference has no known (fresh) value
@@ -594,7 +755,7 @@ def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
             fresh = [w for w in words if call_key(tool_id, {name: w}) not in seen.answered]
             if not fresh:
                 continue
-            properties[name] = {"type": "string", "enum": fresh}
+            properties[name] = {"type": "string", "enum": fresh[:SEARCH_WORDS]}
             searched = len(fresh) < len(words)
             if not searched and call_key(tool_id, {}) not in seen.answered:
                 required.append(name)  # search first: a word of the request, then the rest
@@ -616,6 +777,8 @@ def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
                     "items": _free_text(field["items"], shape, chars, rules, scripts)}
             else:
                 properties[name] = _free_text(field, shape, chars, rules, scripts)
+        elif name in traits.targets and REQUESTED in rules and _targets(spec, name, seen):
+            properties[name] = {"type": "string", "enum": _targets(spec, name, seen)}
         elif name in required:
             properties[name] = _bounded(field, rules)
     if traits.filters and not properties and call_key(tool_id, {}) in seen.answered:
@@ -626,8 +789,9 @@ def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
 
 
 def _reference(spec: ToolSpec, name: str, field: Mapping[str, Any], kind: str, *,
-               seen: Observations, budget: Budget) -> dict[str, Any] | None:
-    """An enum of the known references of ``kind`` this field admits, or None."""
+               seen: Observations, budget: Budget,
+               only: frozenset[str] | None = None) -> dict[str, Any] | None:
+    """An enum of the known references of ``kind`` this field admits (of ``only``), or None."""
     items = field.get("items") if field.get("type") == "array" else None
     pool = list(seen.known(kind)) + [value for value in spec.traits.known_refs.get(kind, ())
                                      if value not in seen.known(kind)]
@@ -635,6 +799,8 @@ def _reference(spec: ToolSpec, name: str, field: Mapping[str, Any], kind: str, *
         pool += [value for value in _named(spec.traits.requested[kind], seen.query)
                  if value not in pool]
     values = _admitted(items if items is not None else field, pool)
+    if only is not None:
+        values = [value for value in values if value in only]
     if items is None:
         values = [value for value in values
                   if call_key(spec.tool_id, {name: value}) not in seen.answered]
@@ -649,17 +815,25 @@ def _reference(spec: ToolSpec, name: str, field: Mapping[str, Any], kind: str, *
 
 
 def _searched_unread(spec: ToolSpec, seen: Observations) -> bool:
-    """Did a search of ``spec`` find references the turn has not used (read nothing yet)?"""
-    if not spec.traits.request_words or seen.progress:
+    """Did a search of ``spec`` find references the turn has not read yet?
+
+    Then nothing more is listed: what the search found is read first (its
+    reads are on offer), so the ids a small model picks from are the ones the
+    search found, and a listing cannot crowd them out.
+    """
+    if not spec.traits.request_words:
         return False
-    found = any(seen.known(produces.ref) for produces in spec.traits.produces if produces.ref)
-    return found and any(call_key(spec.tool_id, {name: word}) in seen.answered
-                         for name in spec.traits.request_words
-                         for word in request_words(seen.query))
+    kinds = {produces.ref for produces in spec.traits.produces if produces.ref}
+    found = [ref for kind in kinds for ref in seen.known(kind) if ref in seen.found]
+    return any(ref not in seen.read for ref in found)
 
 
-#: The most words a search offers.
-SEARCH_WORDS = 24
+#: The most words a search offers at once (the longest of those not searched yet).
+SEARCH_WORDS = 1
+
+
+#: The most words of one request a turn may search for.
+SEARCH_TERMS = 24
 
 
 def request_words(request: str) -> list[str]:
@@ -668,7 +842,67 @@ def request_words(request: str) -> list[str]:
     :data:`SEARCH_WORDS`."""
     words = dict.fromkeys(word.casefold() for word in vocabulary(request)
                           if len(word) >= 3 and word.isalpha())
-    return sorted(words, key=len, reverse=True)[:SEARCH_WORDS]
+    return sorted(words, key=len, reverse=True)[:SEARCH_TERMS]
+
+
+def named_reads(catalog: ToolCatalog, usable: Iterable[str], seen: Observations,
+                budget: Budget) -> dict[str, frozenset[str]]:
+    """The references the user named that a read on offer has not read yet, by tool.
+
+    Named: spelled out in the request (the catalog trait ``requested``: a
+    path, an id), or a reference whose name a result showed (an object's
+    title) is in the request word for word (:func:`names_in`). While any is
+    unread, reading them is all a round offers (requested rule).
+    """
+    found: dict[str, frozenset[str]] = {}
+    written = {value for tool_id in usable if _asked_for(catalog, catalog[tool_id], seen,
+                                                         budget.rules)
+               for name in catalog[tool_id].traits.targets
+               for value in _targets(catalog[tool_id], name, seen)}
+    for tool_id in usable:
+        spec = catalog[tool_id]
+        if not spec.traits.progress:
+            continue
+        values: set[str] = set()
+        for name, kind in spec.traits.consumes.items():
+            if spec.input_schema["properties"][name].get("type") == "array":
+                continue
+            pattern = spec.traits.requested.get(kind)
+            spelled = _named(pattern, seen.query) if pattern else []
+            titled = [ref for ref in seen.known(kind) if names_in(seen.names.get(ref, ""),
+                                                                    seen.query)]
+            values.update(value for value in [*spelled, *titled] if value not in seen.read
+                          and value not in written
+                          and call_key(tool_id, {name: value}) not in seen.answered)
+        if values and _arguments(spec, seen, budget, only=frozenset(values)) is not None:
+            found[tool_id] = frozenset(values)
+    return found
+
+
+#: A name is said in a request when all its tokens are, and it has at least this many
+#: (one common word is not a naming).
+NAME_TOKENS = 2
+_TOKEN = re.compile(r"[^\W_]+")
+
+
+def names_in(name: str, request: str) -> bool:
+    """Is ``name`` (a title) said in ``request``: every token of it, casefolded, a token of
+    the request, and at least :data:`NAME_TOKENS` of them ("the note called Field plan")?"""
+    tokens = set(_TOKEN.findall(name.casefold()))
+    return len(tokens) >= NAME_TOKENS and tokens <= set(_TOKEN.findall(request.casefold()))
+
+
+def _targets(spec: ToolSpec, name: str, seen: Observations) -> list[str]:
+    """The references the user named that ``name`` may create (trait ``targets``): those
+    the request spells (trait ``requested``) that the turn has not seen exist — a write
+    goes where the user said, and never over a file named only to be read."""
+    kind = spec.traits.targets[name]
+    pattern = spec.traits.requested.get(kind)
+    if not pattern:
+        return []
+    field = spec.input_schema["properties"][name]
+    return _admitted(field, [value for value in _named(pattern, seen.query)
+                             if value not in seen.known(kind) and value not in seen.read])
 
 
 def _named(pattern: str, request: str) -> list[str]:

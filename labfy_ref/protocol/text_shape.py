@@ -228,3 +228,31 @@ CONTENT = Shape(min_words=2, words_per_run=12, numbers=4, lines=True)
 #: A path the model names for a new file: segments of letters, digits, ``.``, ``_``, ``-``.
 PATH_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,62}){0,3}$"
 PATH_CHARS = 255
+
+
+#: The longest passage an answer quotes, in characters (a longer sentence is cut at a word).
+PASSAGE_CHARS = 300
+#: A sentence ends at ``.``, ``!`` or ``?`` followed by blanks and a capital letter or a
+#: digit (so "C. hederae" stays one sentence), or at a line break.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[0-9" + letters(ALL_SCRIPTS, ("upper",)) + r"])|\n+")
+
+
+def passages(text: str) -> list[str]:
+    """The sentences of ``text`` an answer may quote, in order (quoted rule, PR-07).
+
+    Each is stripped, has at least one word of two letters, and is at most
+    :data:`PASSAGE_CHARS` characters (a longer one is cut at a word and ends
+    with an ellipsis). Line breaks always end a passage: a file's lines are
+    its passages.
+    """
+    found: list[str] = []
+    for part in _SENTENCE_END.split(text):
+        sentence = " ".join(part.split())
+        if not _VOCABULARY_WORD.search(sentence) or not any(
+                len(match.group()) >= 2 for match in _VOCABULARY_WORD.finditer(sentence)):
+            continue
+        if len(sentence) > PASSAGE_CHARS:
+            cut = sentence[:PASSAGE_CHARS - 1].rsplit(" ", 1)[0]
+            sentence = f"{cut}\u2026"
+        found.append(sentence)
+    return found

@@ -44,7 +44,8 @@ def _tool_result(messages: Sequence[Mapping[str, Any]], index: int) -> dict[str,
         return None
     try:
         call = json.loads(str(previous.get("content", "")))
-        result = json.loads(content[len(TOOL_RESULT_PREFIX):])
+        # the result object, then what the round adds after it (the answers on offer)
+        result, _ = json.JSONDecoder().raw_decode(content[len(TOOL_RESULT_PREFIX):])
     except ValueError:
         return None
     if not (isinstance(call, dict) and call.get("type") == "tool_call"

@@ -50,7 +50,6 @@ from labfy_ref.protocol import (
     call_key,
     narrow,
     present,
-    recap,
     request_action,
     tool_exchange,
 )
@@ -263,8 +262,7 @@ class TurnDriver:
         so the next round's cached prefix still holds.
         """
         messages = conversation.messages
-        text = recap(conversation.observations, self.limits.narrowing_rules) \
-            if decoding.concluding else ""
+        text = decoding.note
         if not text or not messages or messages[-1].get("role") != "user":
             return messages
         last = messages[-1]

@@ -45,7 +45,9 @@ class Produces:
     reference kind is ``ref``, or the value of the entry's ``ref_from`` field
     (a listing of files and directories); ``prefix`` names a result field that
     is joined before the id with ``/`` (a directory's path); ``label`` the
-    entry's fields that say what the reference is (for relevance).
+    entry's fields that say what the reference is (for relevance); ``content``
+    the entry's fields that hold what the reference *says* (a body, a file's
+    text): the passages an answer may quote.
     """
 
     id: str
@@ -54,6 +56,7 @@ class Produces:
     items: str | None = None
     prefix: str | None = None
     label: tuple[str, ...] = ()
+    content: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -86,6 +89,8 @@ class Traits:
     requested: Mapping[str, str] = dataclasses.field(default_factory=dict)
     #: Arguments that take a word of the user's request (a search term).
     request_words: tuple[str, ...] = ()
+    #: Argument name -> the reference kind it creates (a path to write): the user may name it.
+    targets: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any]) -> Traits:
@@ -94,7 +99,8 @@ class Traits:
         unknown = set(document) - known
         if unknown:
             raise KeyError(f"unknown tool traits: {sorted(unknown)}")
-        produces = tuple(Produces(**{**entry, "label": tuple(entry.get("label", ()))})
+        produces = tuple(Produces(**{**entry, "label": tuple(entry.get("label", ())),
+                                      "content": tuple(entry.get("content", ()))})
                          for entry in document.get("produces", ()))
         return cls(**{**document, "produces": produces,
                       "filters": tuple(document.get("filters", ())),
@@ -102,6 +108,7 @@ class Traits:
                       "request_words": tuple(document.get("request_words", ())),
                       "consumes": dict(document.get("consumes", {})),
                       "requested": dict(document.get("requested", {})),
+                      "targets": dict(document.get("targets", {})),
                       "known_refs": {kind: tuple(values) for kind, values
                                      in document.get("known_refs", {}).items()}})
 

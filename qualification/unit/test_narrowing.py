@@ -161,7 +161,8 @@ def test_references_come_only_from_this_turns_results_and_leave_once_answered() 
     assert "workspace.read_object" not in first.offered, "no id known yet"
     assert "research.get_state" not in first.offered, "no campaign yet"
     assert "files.read" not in first.offered, "no file listed yet"
-    seen = Observations().observe("workspace.list_objects", {}, listing)
+    seen = Observations(query="Prepare research on it").observe(
+        "workspace.list_objects", {}, listing)
     second = narrow(CATALOG, CATALOG, seen, budget)
     assert "workspace.list_objects" not in second.offered, "the same listing is not offered again"
     assert second.schema["oneOf"][-1]["properties"].get("type") != {"const": "final"}, \

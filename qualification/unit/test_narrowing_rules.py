@@ -17,16 +17,18 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 
 from labfy_ref.protocol import Budget, Observations, narrow, present
+from labfy_ref.protocol.action import action_schema
 from labfy_ref.protocol.narrowing import (
     ALL_RULES,
+    EFFECT_TASK,
     GROUNDING,
     INFORMATION_GAIN,
     PROGRESS,
     RELEVANCE,
     REQUESTED,
-    RESEARCH_TASK,
     TEXT_SHAPE,
     grounded_words,
 )
@@ -195,7 +197,9 @@ def test_relevance_orders_and_never_removes(ids: list[str], names: list[str],
                                             query: str) -> None:
     result = _listing(ids, names)
     seen = Observations(query=query).observe("workspace.list_objects", {}, result, CATALOG)
-    decoding = narrow(CATALOG, CATALOG, seen, BUDGET)
+    # the requested rule reads a reference the query names first (tested on its own)
+    decoding = narrow(CATALOG, CATALOG, seen,
+                      dataclasses.replace(BUDGET, rules=BUDGET.rules - {REQUESTED}))
     read = _branch(decoding, "workspace.read_object")
     assert read is not None
     offered = read["properties"]["object_id"]["enum"]
@@ -237,20 +241,25 @@ def test_research_task_concludes_on_research_only_when_asked(
     budget = Budget(round=round_, max_rounds=16, max_tool_calls=64, conclude_after=4)
     on = narrow(CATALOG, CATALOG, seen, budget)
     default = narrow(CATALOG, CATALOG, seen, dataclasses.replace(
-        budget, rules=ALL_RULES - {RESEARCH_TASK}))
-    assert on.concluding == default.concluding and on.offered <= default.offered
+        budget, rules=ALL_RULES - {EFFECT_TASK}))
+    effects = {"research.prepare", "files.write"}
+    assert on.concluding == default.concluding
+    assert on.offered - effects == default.offered - effects, "reads are not this rule's"
+    if not on.concluding:
+        assert on.offered <= default.offered, "outside the conclusion it only withholds"
+        assert "research.prepare" in on.offered or "research.prepare" not in default.offered, \
+            "research, granted by a human, stays on offer while the turn looks"
     if "research.prepare" in on.offered and query in ASKED:
         assert not _offers_final(on), "a request for research does not end before it"
-    if on.concluding and "research.prepare" in default.offered:
+    if "research.prepare" in default.offered:
         asked = "research.prepare" in on.offered
         if query in ASKED:
-            assert asked, "a request for research concludes on research"
-        if query in NOT_ASKED:
+            assert asked, "a request for research is offered research"
+        if query in NOT_ASKED and on.concluding:
             assert not asked, "a question answered by reading concludes with final alone"
-    if not on.concluding:
-        assert on.offered == default.offered, "only the concluding set changes"
-        if query not in ASKED:
-            assert _offers_final(on) == _offers_final(default), "and final, when asked for"
+    if query in NOT_ASKED:
+        assert "files.write" not in on.offered, "no write the user did not ask for"
+        assert _offers_final(on) == _offers_final(default), "and final as before"
     if default.concluding and progress and calls + 1 < 64 and round_ < 16:
         assert default.offered == {"research.prepare"}, "ablated: PR-06's concluding set"
     if not progress:
@@ -270,6 +279,7 @@ def _read(object_id: str, title: str, body: str) -> dict[str, Any]:
        query=any_text, data=st.data())
 def test_grounding_makes_research_text_of_the_words_read(
         ids: list[str], bodies: list[str], query: str, data: st.DataObject) -> None:
+    query = f"Prepare research. {query}"  # research is offered when asked for (effect-task)
     seen = Observations(query=query)
     for object_id, body in zip(ids, bodies, strict=False):
         seen = seen.observe("workspace.read_object", {"object_id": object_id},
@@ -345,8 +355,15 @@ def test_search_looks_for_a_word_of_the_request_first(specimen: Path) -> None:
                     "workspace.list_objects")
     assert first is not None and first["required"] == ["match"], "a search comes first"
     words = first["properties"]["match"]["enum"]
-    assert words == request_words(query) and set(words) <= set(query.casefold().split(" ")) | {
-        "far"} and all(len(w) >= 3 for w in words) and words[0] == "recorded"
+    assert words == request_words(query)[:1] == ["recorded"], "the most specific word first"
+    assert all(len(w) >= 3 for w in request_words(query))
+    assert set(request_words(query)) <= set(query.casefold().rstrip("?").split(" "))
+    seen = Observations(query=query).observe(
+        "workspace.list_objects", {"match": "recorded"}, {"ok": True, "data": {"objects": []}},
+        CATALOG)
+    again = _branch(narrow(CATALOG, CATALOG, seen, budget), "workspace.list_objects")
+    assert again is not None and again["properties"]["match"]["enum"] == ["species"], \
+        "a search that found nothing offers the next word"
     workspace = open_workspace(specimen)
     store = workspace.open_store()
     try:
@@ -365,9 +382,13 @@ def test_search_looks_for_a_word_of_the_request_first(specimen: Path) -> None:
     assert _branch(after, "workspace.list_objects") is None, "what it found is read first"
     read = _enum(after, "workspace.read_object", "object_id")
     assert read is not None and len(read) == len(titles), "only what the search found"
-    seen = seen.observe("workspace.read_object", {"object_id": read[0]}, {
-        "ok": True, "data": {"object_id": read[0], "kind": "fact", "title": "t", "body": "b"}},
-        CATALOG)
+    for n, object_id in enumerate(read):
+        if n:
+            assert _branch(narrow(CATALOG, CATALOG, seen, budget),
+                           "workspace.list_objects") is None, "all it found is read first"
+        seen = seen.observe("workspace.read_object", {"object_id": object_id}, {
+            "ok": True, "data": {"object_id": object_id, "kind": "fact", "title": "t",
+                                 "body": "b"}}, CATALOG)
     listing = _branch(narrow(CATALOG, CATALOG, seen, budget), "workspace.list_objects")
     assert listing is not None and "match" not in listing["required"], "then the broadest"
     assert "recorded" not in listing["properties"]["match"]["enum"], "no search twice"
@@ -378,3 +399,123 @@ def test_search_looks_for_a_word_of_the_request_first(specimen: Path) -> None:
     off = _branch(narrow(CATALOG, CATALOG, Observations(query=query), dataclasses.replace(
         BUDGET, rules=ALL_RULES - {SEARCH})), "workspace.list_objects")
     assert off is not None and "match" not in off["properties"], "off: no search"
+
+
+def _final_text(decoding: Any) -> dict[str, Any] | None:
+    branch = decoding.schema["oneOf"][-1]
+    return branch["properties"]["text"] if branch["properties"].get("type") == {
+        "const": "final"} else None
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ids=st.lists(object_ids, min_size=1, max_size=3, unique=True),
+       bodies=st.lists(st.text(st.characters(codec="utf-8"), max_size=400), min_size=3,
+                       max_size=3),
+       names=st.lists(titles, min_size=3, max_size=3), query=any_text)
+def test_quoted_final_is_a_passage_read_verbatim(ids: list[str], bodies: list[str],
+                                                 names: list[str], query: str) -> None:
+    from labfy_ref.protocol.narrowing import NOT_SAID, QUOTED  # noqa: PLC0415
+    from labfy_ref.protocol.text_shape import passages  # noqa: PLC0415
+
+    seen = Observations(query=query)
+    for object_id, title, body in zip(ids, names, bodies, strict=False):
+        seen = seen.observe("workspace.read_object", {"object_id": object_id},
+                            _read(object_id, title, body), CATALOG)
+    budget = dataclasses.replace(BUDGET, round=16)  # the last round: final is on offer
+    decoding = narrow(CATALOG, CATALOG, seen, budget)
+    text = _final_text(decoding)
+    assert text is not None
+    said = [p for body in bodies[:len(ids)] for p in passages(body)]
+    if not said:
+        assert "enum" not in text, "nothing read to quote: the shaped sentence, as before"
+        return
+    options = [o for o in text["enum"] if o != NOT_SAID]
+    assert options and all(any(o.endswith(p) for p in said) for o in options), \
+        "every answer on offer is a passage read, verbatim (after what it is from)"
+    assert len(text["enum"]) == len(set(text["enum"]))
+    related = any(scores(query, {o: o for o in options}).values())
+    assert (NOT_SAID in text["enum"]) == (not related), \
+        "'nothing says this' only when nothing read shares a word with the question"
+    assert decoding.note.count("\n- ") == min(len(options), 6) + (not related), \
+        "the note shows what the answer may quote"
+    assert Draft202012Validator(action_schema()).is_valid(
+        {"type": "final", "text": text["enum"][0]}), "a subset of the wide schema"
+    off = _final_text(narrow(CATALOG, CATALOG, seen, dataclasses.replace(
+        budget, rules=ALL_RULES - {QUOTED})))
+    assert off is not None and "enum" not in off, "off: the shaped sentence"
+
+
+@pytest.mark.req("PR-07")
+def test_passages_split_sentences_and_lines_in_any_script() -> None:
+    from labfy_ref.protocol.text_shape import PASSAGE_CHARS, passages  # noqa: PLC0415
+
+    assert passages("First record of C. hederae. Needs a photo.\nLine two") == [
+        "First record of C. hederae.", "Needs a photo.", "Line two"]
+    assert passages("Studiul acoperă douăsprezece grădini. Ești sigur?") == [
+        "Studiul acoperă douăsprezece grădini.", "Ești sigur?"]
+    assert passages("1000000 ][ ... ") == [], "no word: nothing to quote"
+    long = " ".join(["word"] * 200)
+    assert all(len(p) <= PASSAGE_CHARS for p in passages(long))
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ids=st.lists(object_ids, min_size=2, max_size=5, unique=True),
+       names=st.lists(titles, min_size=5, max_size=5), pick=st.integers(0, 4),
+       noise=any_text)
+def test_a_reference_named_in_the_request_is_read_first(ids: list[str], names: list[str],
+                                                        pick: int, noise: str) -> None:
+    from labfy_ref.protocol.narrowing import names_in  # noqa: PLC0415
+
+    pick %= len(ids)
+    names[pick] = "Field plan 2026"
+    query = f"{noise} Read the note called field plan 2026, please."
+    seen = Observations(query=query).observe("workspace.list_objects", {},
+                                             _listing(ids, names), CATALOG)
+    named = [i for i, n in zip(ids, names, strict=False) if names_in(n, query)]
+    assert ids[pick] in named
+    decoding = narrow(CATALOG, CATALOG, seen, BUDGET)
+    assert decoding.offered == {"workspace.read_object"}, "reading what was named comes first"
+    assert set(_enum(decoding, "workspace.read_object", "object_id") or []) == set(named)
+    assert not _offers_final(decoding), "and before the answer"
+    for object_id in named:
+        seen = seen.observe("workspace.read_object", {"object_id": object_id},
+                            _read(object_id, "Field plan 2026", "Sow in May."), CATALOG)
+    after = narrow(CATALOG, CATALOG, seen, BUDGET)
+    assert after.offered != {"workspace.read_object"} or not named, "then the rest"
+    spelled = narrow(CATALOG, CATALOG, Observations(query="Read notes/plan.txt now"), BUDGET)
+    assert spelled.offered == {"files.read"}
+    assert _enum(spelled, "files.read", "path") == ["notes/plan.txt"]
+    off = narrow(CATALOG, CATALOG, Observations(query=query).observe(
+        "workspace.list_objects", {}, _listing(ids, names), CATALOG),
+        dataclasses.replace(BUDGET, rules=ALL_RULES - {REQUESTED}))
+    assert len(off.offered) > 1, "off: nothing is read first"
+    assert not names_in("Plan", "the plan"), "one word is no naming"
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calls=st.integers(0, 8), noise=any_text)
+def test_a_write_is_offered_only_when_asked_where_asked_once(calls: int, noise: str) -> None:
+    read = _read("obj_" + "A" * 26, "Next", "Check the boxes in August.")
+    asked = (f"Read the note and write a short summary of it to the file out/summary.txt. "
+             f"{noise}")
+    for query, wanted in ((asked, True), ("What does the note say?", False)):
+        seen = Observations(query=query, tool_calls=calls).observe(
+            "workspace.read_object", {"object_id": "obj_" + "A" * 26}, read, CATALOG)
+        decoding = narrow(CATALOG, CATALOG, seen, BUDGET)
+        write = _branch(decoding, "files.write")
+        if not wanted:
+            assert write is None, "no write the user did not ask for"
+            continue
+        assert write is not None, "the write asked for is offered, concluding or not"
+        assert write["properties"]["path"]["enum"] == ["out/summary.txt"], "where the user said"
+        assert not _offers_final(decoding), "the answer waits for the write asked for"
+        done = seen.observe("files.write", {"path": "out/summary.txt", "content": "x"},
+                            {"ok": True, "data": {"path": "out/summary.txt", "bytes": 1}},
+                            CATALOG)
+        assert _branch(narrow(CATALOG, CATALOG, done, BUDGET), "files.write") is None, "once"
+    fresh = narrow(CATALOG, CATALOG, Observations(query=asked), BUDGET)
+    assert _branch(fresh, "files.write") is None, "a write waits for something read"
+    assert fresh.offered != {"files.read"}, "the file to write is not read first"
