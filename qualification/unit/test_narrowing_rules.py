@@ -437,8 +437,9 @@ def test_quoted_final_is_a_passage_read_verbatim(ids: list[str], bodies: list[st
     related = any(scores(query, {o: o for o in options}).values())
     assert (NOT_SAID in text["enum"]) == (not related), \
         "'nothing says this' only when nothing read shares a word with the question"
-    assert decoding.note.count("\n- ") == min(len(options), 6) + (not related), \
-        "the note shows what the answer may quote"
+    shown = json.loads(decoding.note[decoding.note.index("["):])
+    assert shown == options[:6] + ([NOT_SAID] if not related else []), \
+        "the note shows what the answer may quote, as a JSON array (quoted data)"
     assert Draft202012Validator(action_schema()).is_valid(
         {"type": "final", "text": text["enum"][0]}), "a subset of the wide schema"
     off = _final_text(narrow(CATALOG, CATALOG, seen, dataclasses.replace(
