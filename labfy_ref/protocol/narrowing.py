@@ -521,9 +521,10 @@ def _quoted(wide: Mapping[str, Any], seen: Observations,
     if QUOTED not in rules or not seen.passages:
         return None
     options = list(seen.passages)
-    if RELEVANCE in rules and seen.query:
-        options = ranked(seen.query, options, {passage: passage for passage in options})
-    related = any(scores(seen.query, {passage: passage for passage in options}).values())
+    score = scores(seen.query, {passage: passage for passage in options})
+    if RELEVANCE in rules and seen.query:  # ranked's order, from the one scoring
+        options.sort(key=lambda passage: -score[passage])
+    related = any(score.values())
     values = _admitted(wide, options if related else [*options, NOT_SAID])
     return {"type": "string", "enum": list(dict.fromkeys(values))} if values else None
 
@@ -779,8 +780,9 @@ def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
                     "items": _free_text(field["items"], shape, chars, rules, scripts)}
             else:
                 properties[name] = _free_text(field, shape, chars, rules, scripts)
-        elif name in traits.targets and REQUESTED in rules and _targets(spec, name, seen):
-            properties[name] = {"type": "string", "enum": _targets(spec, name, seen)}
+        elif (name in traits.targets and REQUESTED in rules
+              and (targets := _targets(spec, name, seen))):
+            properties[name] = {"type": "string", "enum": targets}
         elif name in required:
             properties[name] = _bounded(field, rules)
     if traits.filters and not properties and call_key(tool_id, {}) in seen.answered:
