@@ -101,10 +101,17 @@ class Stage:
         self.provider.stop()
 
 
+#: Seconds a held model request takes: longer than any wait for a turn's ending, so a turn
+#: whose request is cancelled can only end CANCELLED -- never by its answers arriving first
+#: on a slow, busy machine (the cancel has to interrupt the request, RT-05).
+HELD = 20.0
+
+
 def _script(contents: list[str], **extra: Any) -> Scenario:
-    """Answers in order, then a valid final answer for anything asked after them."""
+    """Answers in order, then a valid final answer for anything asked after them (each
+    answer, the final one too, shaped by ``extra``)."""
     answers = tuple(Answer(content=c, **extra) for c in contents)
-    return Scenario(name="machine", answers=(*answers, Answer(content=FINAL)),
+    return Scenario(name="machine", answers=(*answers, Answer(content=FINAL, **extra)),
                     when_exhausted="repeat_last")
 
 
@@ -203,7 +210,7 @@ class ServerMachine(RuleBasedStateMachine):
     def cancel_runtime_turn(self, contents: list[str]) -> None:
         """A runtime turn cancelled while its model request is in flight."""
         provider = self.stage.provider
-        provider.set_scenario(_script(contents, delay=0.2))
+        provider.set_scenario(_script(contents, delay=HELD))
         asked = len(provider.chat_requests())
         turn = self.client.start_turn("cancel me")
         self.turns.append(turn["id"])
@@ -215,7 +222,7 @@ class ServerMachine(RuleBasedStateMachine):
     def cancel_bridge_turn(self, contents: list[str], disconnect: bool) -> None:
         """A bridge turn stopped mid-request: by the cancel route, or by the client leaving."""
         provider = self.stage.provider
-        provider.set_scenario(_script(contents, delay=0.2))
+        provider.set_scenario(_script(contents, delay=HELD))
         session_id = self.client.post("/api/cordis/sessions", {}).json()["session"]["id"]
         self.sessions.append(session_id)
         asked = len(provider.chat_requests())
