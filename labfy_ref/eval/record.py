@@ -24,25 +24,11 @@ from labfy_ref import __version__
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.errors import ReportInvalid
 from labfy_ref.report.evidence import EVAL_RECORD, read_eval
-from labfy_ref.report.sources import PRODUCT_DIR, files_sha256
+from labfy_ref.report.sources import agent_sha256
 from labfy_ref.report.validate import schema
 
 RECORD_NAME = EVAL_RECORD
 SCHEMA_VERSION = 1
-#: What decides an eval figure: the narrowing, the loop, the catalog and its services, the
-#: model client, the SPECIMEN workspace and the eval itself (its tasks and predicates).
-#: Entries with the same digest measured the same agent, whatever commit each ran on, so a
-#: matrix run over several sittings is one comparison; another digest is a stale figure.
-AGENT_PACKAGES = ("protocol", "runtime", "tools", "gateway", "model", "workspace", "eval")
-
-
-def agent_sha256(package_dir: Path = PRODUCT_DIR) -> str | None:
-    """SHA-256 over the sources of :data:`AGENT_PACKAGES` (code, tasks, schemas, SPECIMEN)."""
-    names = [path.relative_to(package_dir.parent).as_posix()
-             for package in AGENT_PACKAGES
-             for path in sorted((package_dir / package).rglob("*"))
-             if path.is_file() and "__pycache__" not in path.parts]
-    return files_sha256(names, package_dir.parent)
 
 
 @dataclasses.dataclass(slots=True)

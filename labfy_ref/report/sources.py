@@ -54,3 +54,22 @@ def sources_sha256(package_dir: Path = PRODUCT_DIR) -> str | None:
         digest.update(len(encoded).to_bytes(8, "big") + encoded)
         digest.update(len(data).to_bytes(8, "big") + data)
     return digest.hexdigest()
+
+
+#: What decides an eval figure: the narrowing, the loop, the catalog and its services, the
+#: model client, the SPECIMEN workspace and the eval itself (its tasks and predicates).
+#: Entries with the same digest measured the same agent, whatever commit each ran on, so a
+#: matrix run over several sittings is one comparison; another digest is a stale figure.
+AGENT_PACKAGES = ("protocol", "runtime", "tools", "gateway", "model", "workspace", "eval")
+#: ... but not how a record is written or read: that decides no figure.
+AGENT_EXCLUDED = frozenset({"eval/record.py"})
+
+
+def agent_sha256(package_dir: Path = PRODUCT_DIR) -> str | None:
+    """SHA-256 over the sources of :data:`AGENT_PACKAGES` (code, tasks, schemas, SPECIMEN)."""
+    names = [path.relative_to(package_dir.parent).as_posix()
+             for package in AGENT_PACKAGES
+             for path in sorted((package_dir / package).rglob("*"))
+             if path.is_file() and "__pycache__" not in path.parts
+             and path.relative_to(package_dir).as_posix() not in AGENT_EXCLUDED]
+    return files_sha256(names, package_dir.parent)
