@@ -11,6 +11,7 @@ from labfy_ref.report.evidence import (
     read_bench,
     read_conformance,
     read_eval,
+    read_eval_matrix,
     read_mutation,
     read_screenshots,
     read_smoke_record,
@@ -26,7 +27,7 @@ from labfy_ref.report.model import (
     current_sources,
 )
 from labfy_ref.report.render import FORMATS, write_report
-from labfy_ref.report.sources import sources_sha256
+from labfy_ref.report.sources import agent_sha256, sources_sha256
 from labfy_ref.report.validate import SCHEMA_VERSION
 
 DEFAULT_REPORT_DIR = Path("qualification-report")
@@ -89,7 +90,8 @@ def collect(results_dir: Path, requirements_path: Path,
                           mutation=read_mutation(results_dir, sources),
                           screenshots=read_screenshots(results_dir),
                           conformance=read_conformance(results_dir),
-                          eval_record=read_eval(results_dir))
+                          eval_record=read_eval(results_dir),
+                          eval_matrix=read_eval_matrix(), agent_sha256=agent_sha256())
     if old is None:
         return report
     return dataclasses.replace(report, changes=compare(old, report.requirements, report.stages))

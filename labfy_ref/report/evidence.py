@@ -192,11 +192,29 @@ def read_smoke_record(results_dir: Path) -> dict[str, Any] | None:
 
 
 EVAL_RECORD = "eval-record.json"
+#: The committed record of the full eval matrix (``tox -e eval``: every task, both models,
+#: the baselines, the control, each ablation), read under the current directory (a
+#: checkout) beside the run's own record (CI's ``--quick`` table).
+COMMITTED_EVAL_RECORD = Path("qualification/eval") / EVAL_RECORD
 
 
 def read_eval(results_dir: Path) -> dict[str, Any] | None:
     """eval-record.json (``labfy-ref eval``, EV-01), checked against its schema, if present."""
-    path = results_dir / EVAL_RECORD
+    return _read_eval_at(results_dir / EVAL_RECORD)
+
+
+def read_eval_matrix(path: Path = COMMITTED_EVAL_RECORD) -> dict[str, Any] | None:
+    """The committed full-matrix eval record, checked against its schema, if present."""
+    return _read_eval_at(path)
+
+
+def eval_freshness(entry: Mapping[str, Any], current: str | None) -> Freshness:
+    """Did an eval entry measure the agent of these sources (its ``agent_sha256``)?"""
+    measured = entry.get("agent_sha256")
+    return freshness(measured if isinstance(measured, str) else None, current)
+
+
+def _read_eval_at(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     record = load_json(path, "eval record")

@@ -266,6 +266,10 @@ class StatusReport:
     conformance: Conformance | None = None
     #: eval-record.json as written (EV-01): a figure per model, never a status.
     eval_record: Mapping[str, Any] | None = None
+    #: The committed full-matrix eval record (EV-01), and the agent digest of these sources
+    #: it is held against (an entry of another digest measured another agent: stale).
+    eval_matrix: Mapping[str, Any] | None = None
+    agent_sha256: str | None = None
     changes: Changes | None = None  # only with --compare
 
     def proven(self) -> tuple[str, ...]:
@@ -397,7 +401,9 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: Mapping[str
                  mutation: MutationRecord | None = None,
                  screenshots: Mapping[str, tuple[str, ...]] | None = None,
                  conformance: Conformance | None = None,
-                 eval_record: Mapping[str, Any] | None = None) -> StatusReport:
+                 eval_record: Mapping[str, Any] | None = None,
+                 eval_matrix: Mapping[str, Any] | None = None,
+                 agent_sha256: str | None = None) -> StatusReport:
     """Fold recorded runs and the evidence records into the status of every ID and stage."""
     tests = merge_runs(runs)
     by_req: dict[str, list[TestResult]] = {req: [] for req in requirements.titles}
@@ -432,4 +438,5 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: Mapping[str
                         build=build_of([(r.name, r.build) for r in runs], conformance),
                         smoke=smoke, bench=bench,
                         screenshots=dict(screenshots or {}), mutation=mutation,
-                        conformance=conformance, eval_record=eval_record)
+                        conformance=conformance, eval_record=eval_record,
+                        eval_matrix=eval_matrix, agent_sha256=agent_sha256)

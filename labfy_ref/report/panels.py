@@ -24,6 +24,7 @@ from labfy_ref.report.evidence import (
     Freshness,
     MutationRecord,
     Score,
+    eval_freshness,
 )
 from labfy_ref.report.model import StatusReport
 
@@ -268,8 +269,13 @@ def conformance(target: Conformance | None) -> str:
                   + f"<h4>Its GET /api/version</h4>{answer or '<p>(empty)</p>'}")
 
 
-def evaluation(record: Mapping[str, Any] | None) -> str:
-    """The eval record (EV-01): a pass rate per model and agent, then each task's outcome."""
+def evaluation(record: Mapping[str, Any] | None, *, matrix: bool = False,
+               agent: str | None = None) -> str:
+    """An eval record (EV-01): a pass rate per model and agent, then each task's outcome.
+
+    ``matrix``: the committed full-matrix record, shown with when it was updated, the
+    commits it ran on and whether it measured the agent of these sources (``agent``).
+    """
     if record is None:
         return ""
     entries = [e for e in record.get("entries", []) if isinstance(e, dict)]
@@ -277,11 +283,23 @@ def evaluation(record: Mapping[str, Any] | None) -> str:
         f"<tr><td>{esc(e['model']['file'])}</td><td>{esc(e['agent'])}"
         f"{esc(' without ' + e['ablate']) if e.get('ablate') else ''}</td>"
         f"<td>{e['passed']} / {e['total']}</td><td>{e['pass_rate']:.0%}</td>"
+        f"<td>{esc(e['runs'])}</td>"
         f"<td>{esc(e.get('prompt_tokens') if e.get('prompt_tokens') is not None else '')}</td>"
         f"<td>{esc(e['finished_at'])}</td><td><code>{esc(str(e.get('commit'))[:12])}</code>"
-        "</td></tr>" for e in entries)
-    body = table("Eval pass rates", ("Model", "Agent", "Passed", "Rate", "Prompt tokens",
-                                     "Finished", "Commit"), rows)
+        f"</td><td>{esc(eval_freshness(e, agent).value)}</td></tr>" for e in entries)
+    what = "the committed full matrix" if matrix else "this run"
+    body = ""
+    if matrix:
+        commits = sorted({str(e.get("commit"))[:12] for e in entries})
+        stale = sum(eval_freshness(e, agent) is not Freshness.CURRENT for e in entries)
+        body += facts([("Record", "<code>qualification/eval/eval-record.json</code>"),
+                       ("Updated", esc(record.get("updated_at", ""))),
+                       ("Commits", esc(", ".join(commits))),
+                       ("Agent measured", esc(f"{len(entries) - stale} of {len(entries)} "
+                                              "entries measured the agent of these sources"))])
+    body += table(f"Eval pass rates: {what}",
+                  ("Model", "Agent", "Passed", "Rate", "Runs", "Prompt tokens", "Finished",
+                   "Commit", "Agent"), rows)
     for e in entries:
         tasks = "".join(
             f"<tr><td>{esc(t['task'])}</td><td>{esc(t['run'])}</td>"
@@ -291,13 +309,17 @@ def evaluation(record: Mapping[str, Any] | None) -> str:
         title = f"{e['model']['file']} · {e['agent']}" + (
             f" without {e['ablate']}" if e.get("ablate") else "")
         body += f"<h4>{esc(title)}</h4>" + table(
-            f"Eval tasks: {title}", ("Task", "Run", "Outcome", "Rounds", "Calls", "Why"), tasks)
-    return _panel("eval", "Real-model eval", body)
+            f"Eval tasks ({what}): {title}", ("Task", "Run", "Outcome", "Rounds", "Calls",
+                                              "Why"), tasks)
+    return _panel("eval-matrix" if matrix else "eval",
+                  "Real-model eval: the full matrix" if matrix else "Real-model eval", body)
 
 
 def evidence(report: StatusReport) -> str:
     """Every evidence panel whose record exists, under one heading; empty when none does."""
-    panels = (smoke(report.smoke) + evaluation(report.eval_record)
+    panels = (smoke(report.smoke)
+              + evaluation(report.eval_record, agent=report.agent_sha256)
+              + evaluation(report.eval_matrix, matrix=True, agent=report.agent_sha256)
               + screenshots(report.screenshots) + bench(report.bench)
               + mutation(report.mutation) + conformance(report.conformance))
     if not panels:

@@ -7,6 +7,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from labfy_ref.report.evidence import eval_freshness
 from labfy_ref.report.html import to_html, write_stylesheet
 from labfy_ref.report.model import Line, StatusReport
 from labfy_ref.report.validate import SCHEMA_VERSION
@@ -101,12 +102,16 @@ def _sources(freshness: str, sha: str | None) -> str:
 
 
 def _md_evidence(report: StatusReport) -> list[str]:
-    out = [f"- Eval ({entry['finished_at']}, commit {str(entry.get('commit'))[:12]}): "
+    out = [f"- {label} ({entry['finished_at']}, commit {str(entry.get('commit'))[:12]}): "
            f"{_md_cell(entry['model']['file'])} · {_md_cell(entry['agent'])}"
            + (f" without {_md_cell(entry['ablate'])}" if entry.get("ablate") else "")
            + f": {entry['passed']} of {entry['total']} tasks passed "
-           f"({entry['pass_rate']:.0%}, {entry['runs']} run(s) each)."
-           for entry in (report.eval_record or {}).get("entries", [])]
+           f"({entry['pass_rate']:.0%}, {entry['runs']} run(s) each); agent "
+           + _sources(eval_freshness(entry, report.agent_sha256).value,
+                      entry.get("agent_sha256")) + "."
+           for label, record in (("Eval", report.eval_record),
+                                 ("Eval matrix (committed)", report.eval_matrix))
+           for entry in (record or {}).get("entries", [])]
     if report.bench is not None:
         bench = report.bench.as_json()
         missed = [row.figure for row in report.bench.rows if row.met is False]

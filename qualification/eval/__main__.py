@@ -3,9 +3,10 @@
 Every option is passed to ``labfy-ref eval`` (``--quick``, ``--runs N``, ``--ablate RULE``,
 ``--record DIR``…). ``--matrix`` runs, on each model, every variant of the comparison into
 one record: labfy-ref, the random control, both smolagents baselines (EV-02) and one
-ablation per narrowing rule (PR-07). A model that is not installed is said on one line and
-skipped; none at all is exit 2. Like the command it runs, it is a benchmark: exit 0 once
-every model ran.
+ablation per narrowing rule (PR-07) -- by default the committed record
+(``qualification/eval/eval-record.json``), which the report shows beside the run's own.
+A model that is not installed is said on one line and skipped; none at all is exit 2.
+Like the command it runs, it is a benchmark: exit 0 once every model ran.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from labfy_ref.cli.main import main
 from labfy_ref.eval.baseline import BASELINES
 from labfy_ref.protocol.narrowing import RULES
+from labfy_ref.report.evidence import COMMITTED_EVAL_RECORD
 from qualification.eval.models import matrix
 
 MODELS_DIR = Path(".tox") / "models"
@@ -26,6 +28,8 @@ def variants(argv: list[str]) -> list[list[str]]:
     if "--matrix" not in argv:
         return [argv]
     rest = [arg for arg in argv if arg != "--matrix"]
+    if not any(arg == "--record" or arg.startswith("--record=") for arg in rest):
+        rest += ["--record", str(COMMITTED_EVAL_RECORD.parent)]  # the record to commit
     return [rest, [*rest, "--control"],
             *([*rest, "--baseline", name] for name in BASELINES),
             *([*rest, "--ablate", rule] for rule in RULES)]

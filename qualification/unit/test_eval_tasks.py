@@ -201,3 +201,45 @@ def test_the_random_control_draws_only_what_the_narrowed_schema_admits(seed: str
             reply = asyncio.run(control.chat([], response_format=decoding.response_format))
             jsonschema.Draft202012Validator(decoding.schema).validate(json.loads(reply.content))
             ActionParser(catalog).parse(reply.content)  # the wide parser accepts it too
+
+
+@pytest.mark.req("EV-01")
+def test_the_committed_matrix_is_reported_with_its_date_commit_and_agent(
+        tmp_path: Path) -> None:
+    """The full matrix is committed; the report shows when and on what it ran, and says
+    which entries measured another agent than these sources (stale figures)."""
+    from labfy_ref.errors import ReportInvalid  # noqa: PLC0415
+    from labfy_ref.report import DEFAULT_REQUIREMENTS, Requirements, build_report  # noqa: PLC0415
+    from labfy_ref.report.evidence import read_eval_matrix  # noqa: PLC0415
+    from labfy_ref.report.html import to_html  # noqa: PLC0415
+    from labfy_ref.report.render import to_markdown  # noqa: PLC0415
+    from labfy_ref.report.sources import agent_sha256  # noqa: PLC0415
+    from qualification.eval.__main__ import variants  # noqa: PLC0415
+
+    assert all(v[v.index("--record") + 1] == "qualification/eval"
+               for v in variants(["--matrix", "--runs", "3"])), "the record to commit"
+    assert variants(["--matrix", "--record", "x"])[0] == ["--record", "x"]
+    current = agent_sha256()
+    assert current is not None and len(current) == 64
+    write_entry(tmp_path, _entry("a" * 64))
+    write_entry(tmp_path, _entry("b" * 64))
+    path = tmp_path / "eval-record.json"
+    document = json.loads(path.read_text("utf-8"))
+    document["entries"][0]["agent_sha256"] = "0" * 64  # measured another agent
+    assert document["entries"][1]["agent_sha256"] == current, "written with this agent's"
+    path.write_text(json.dumps(document), "utf-8")
+    matrix = read_eval_matrix(path)
+    assert matrix is not None
+    report = build_report(Requirements.load(DEFAULT_REQUIREMENTS), [], None, "now",
+                          eval_matrix=matrix, agent_sha256=current)
+    markdown = to_markdown(report)
+    lines = [line for line in markdown.splitlines() if line.startswith("- Eval matrix")]
+    assert len(lines) == 2 and all(document["entries"][0]["commit"][:12] in line
+                                   for line in lines if document["entries"][0]["commit"])
+    assert "STALE" in lines[0] and "current" in lines[1]
+    page = to_html(report)
+    assert "Real-model eval: the full matrix" in page and document["updated_at"] in page
+    assert "1 of 2 entries measured the agent of these sources" in page
+    path.write_text(json.dumps({**document, "entries": [{"agent": "x"}]}), "utf-8")
+    with pytest.raises(ReportInvalid):
+        read_eval_matrix(path)
