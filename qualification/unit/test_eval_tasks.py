@@ -243,3 +243,25 @@ def test_the_committed_matrix_is_reported_with_its_date_commit_and_agent(
     path.write_text(json.dumps({**document, "entries": [{"agent": "x"}]}), "utf-8")
     with pytest.raises(ReportInvalid):
         read_eval_matrix(path)
+
+
+@pytest.mark.req("EV-01")
+def test_the_matrix_resumes_what_was_measured_on_this_agent(tmp_path: Path) -> None:
+    """An hours-long matrix keeps each variant measured on this agent, model and run count."""
+    from labfy_ref.report.evidence import read_eval_matrix  # noqa: PLC0415
+    from qualification.eval.__main__ import entry_key, measured, variants  # noqa: PLC0415
+
+    every = variants(["--matrix", "--runs", "3", "--record", str(tmp_path)])
+    keys = [entry_key(v) for v in every]
+    assert len(set(keys)) == len(keys), "each variant writes its own entry"
+    assert ("labfy-ref", None, 3) in keys and ("random-control", None, 3) in keys
+    assert ("smolagents-ToolCallingAgent", None, 3) in keys and ("labfy-ref", "quoted", 3) in keys
+    write_entry(tmp_path, dataclasses.replace(_entry("a" * 64), runs=3))
+    record = read_eval_matrix(tmp_path / "eval-record.json")
+    current = record["entries"][0]["agent_sha256"] if record else None
+    assert measured(record, "a" * 64, every[0], current), "kept"
+    assert not measured(record, "b" * 64, every[0], current), "another model"
+    assert not measured(record, "a" * 64, every[1], current), "another agent (the control)"
+    assert not measured(record, "a" * 64, every[0], "0" * 64), "another agent's sources"
+    more = variants(["--matrix", "--runs", "5", "--record", str(tmp_path)])[0]
+    assert not measured(record, "a" * 64, more, current), "fewer runs than asked"
