@@ -142,10 +142,11 @@ def test_the_matrix_runs_every_variant_side_by_side() -> None:
 
     assert variants(["--quick"]) == [["--quick"]], "without --matrix: the run asked for"
     runs = variants(["--runs", "3", "--matrix"])
-    assert runs[0] == ["--runs", "3"], "labfy-ref itself first"
-    assert ["--runs", "3", "--control"] in runs
+    into = ["--record", "qualification/eval"]  # the record that is committed
+    assert runs[0] == ["--runs", "3", *into], "labfy-ref itself first"
+    assert ["--runs", "3", *into, "--control"] in runs
     for name in BASELINES:
-        assert ["--runs", "3", "--baseline", name] in runs
+        assert ["--runs", "3", *into, "--baseline", name] in runs
     for rule in RULES:
-        assert ["--runs", "3", "--ablate", rule] in runs
+        assert ["--runs", "3", *into, "--ablate", rule] in runs
     assert len(runs) == 2 + len(BASELINES) + len(RULES)
