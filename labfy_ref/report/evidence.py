@@ -200,27 +200,24 @@ COMMITTED_EVAL_RECORD = Path("qualification/eval") / EVAL_RECORD
 
 def read_eval(results_dir: Path) -> dict[str, Any] | None:
     """eval-record.json (``labfy-ref eval``, EV-01), checked against its schema, if present."""
-    return _read_eval_at(results_dir / EVAL_RECORD)
-
-
-def read_eval_matrix(path: Path = COMMITTED_EVAL_RECORD) -> dict[str, Any] | None:
-    """The committed full-matrix eval record, checked against its schema, if present."""
-    return _read_eval_at(path)
-
-
-def eval_freshness(entry: Mapping[str, Any], current: str | None) -> Freshness:
-    """Did an eval entry measure the agent of these sources (its ``agent_sha256``)?"""
-    measured = entry.get("agent_sha256")
-    return freshness(measured if isinstance(measured, str) else None, current)
-
-
-def _read_eval_at(path: Path) -> dict[str, Any] | None:
+    path = results_dir / EVAL_RECORD
     if not path.is_file():
         return None
     record = load_json(path, "eval record")
     check(record, "eval-record", f"eval record {path}")
     assert isinstance(record, dict)  # the schema says it is an object
     return record
+
+
+def read_eval_matrix() -> dict[str, Any] | None:
+    """The committed full-matrix eval record, checked against its schema, if present."""
+    return read_eval(COMMITTED_EVAL_RECORD.parent)
+
+
+def eval_freshness(entry: Mapping[str, Any], current: str | None) -> Freshness:
+    """Did an eval entry measure the agent of these sources (its ``agent_sha256``)?"""
+    measured = entry.get("agent_sha256")
+    return freshness(measured if isinstance(measured, str) else None, current)
 
 
 def _reqs(document: Mapping[str, Any]) -> tuple[str, ...]:

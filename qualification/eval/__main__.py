@@ -24,7 +24,7 @@ from labfy_ref.eval.baseline import BASELINES, agent_name
 from labfy_ref.eval.control import CONTROL_AGENT
 from labfy_ref.eval.run import AGENT
 from labfy_ref.protocol.narrowing import RULES
-from labfy_ref.report.evidence import COMMITTED_EVAL_RECORD, EVAL_RECORD, read_eval_matrix
+from labfy_ref.report.evidence import COMMITTED_EVAL_RECORD, read_eval
 from labfy_ref.report.sources import agent_sha256
 from qualification.eval.models import matrix
 
@@ -88,7 +88,7 @@ def run(argv: list[str]) -> int:
         for variant in variants(argv):
             directory = _option(variant, "--record")
             try:
-                record = (read_eval_matrix(Path(directory) / EVAL_RECORD)
+                record = (read_eval(Path(directory))
                           if resume and directory else None)
             except ReportInvalid:
                 record = None  # unreadable: nothing is kept (writing replaces it)

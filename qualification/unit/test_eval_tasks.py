@@ -210,7 +210,7 @@ def test_the_committed_matrix_is_reported_with_its_date_commit_and_agent(
     which entries measured another agent than these sources (stale figures)."""
     from labfy_ref.errors import ReportInvalid  # noqa: PLC0415
     from labfy_ref.report import DEFAULT_REQUIREMENTS, Requirements, build_report  # noqa: PLC0415
-    from labfy_ref.report.evidence import read_eval_matrix  # noqa: PLC0415
+    from labfy_ref.report.evidence import read_eval  # noqa: PLC0415
     from labfy_ref.report.html import to_html  # noqa: PLC0415
     from labfy_ref.report.render import to_markdown  # noqa: PLC0415
     from labfy_ref.report.sources import agent_sha256  # noqa: PLC0415
@@ -228,7 +228,7 @@ def test_the_committed_matrix_is_reported_with_its_date_commit_and_agent(
     document["entries"][0]["agent_sha256"] = "0" * 64  # measured another agent
     assert document["entries"][1]["agent_sha256"] == current, "written with this agent's"
     path.write_text(json.dumps(document), "utf-8")
-    matrix = read_eval_matrix(path)
+    matrix = read_eval(tmp_path)
     assert matrix is not None
     report = build_report(Requirements.load(DEFAULT_REQUIREMENTS), [], None, "now",
                           eval_matrix=matrix, agent_sha256=current)
@@ -242,13 +242,13 @@ def test_the_committed_matrix_is_reported_with_its_date_commit_and_agent(
     assert "1 of 2 entries measured the agent of these sources" in page
     path.write_text(json.dumps({**document, "entries": [{"agent": "x"}]}), "utf-8")
     with pytest.raises(ReportInvalid):
-        read_eval_matrix(path)
+        read_eval(tmp_path)
 
 
 @pytest.mark.req("EV-01")
 def test_the_matrix_resumes_what_was_measured_on_this_agent(tmp_path: Path) -> None:
     """An hours-long matrix keeps each variant measured on this agent, model and run count."""
-    from labfy_ref.report.evidence import read_eval_matrix  # noqa: PLC0415
+    from labfy_ref.report.evidence import read_eval  # noqa: PLC0415
     from qualification.eval.__main__ import entry_key, measured, variants  # noqa: PLC0415
 
     every = variants(["--matrix", "--runs", "3", "--record", str(tmp_path)])
@@ -257,7 +257,7 @@ def test_the_matrix_resumes_what_was_measured_on_this_agent(tmp_path: Path) -> N
     assert ("labfy-ref", None, 3) in keys and ("random-control", None, 3) in keys
     assert ("smolagents-ToolCallingAgent", None, 3) in keys and ("labfy-ref", "quoted", 3) in keys
     write_entry(tmp_path, dataclasses.replace(_entry("a" * 64), runs=3))
-    record = read_eval_matrix(tmp_path / "eval-record.json")
+    record = read_eval(tmp_path)
     current = record["entries"][0]["agent_sha256"] if record else None
     assert measured(record, "a" * 64, every[0], current), "kept"
     assert not measured(record, "b" * 64, every[0], current), "another model"
