@@ -63,11 +63,15 @@ PR-07's rules, each of which an eval ablation can switch off (:data:`RULES`):
   offered as a search for a word of the user's request, and once a search
   found references, nothing more is listed before all of them were read — so
   the ids a small model picks from are those the search found; the search
-  offered is the most specific word not searched yet (the longest);
+  offered is the word the request says most often, then the most specific
+  (the longest), not searched yet and not a word of the catalog's own
+  descriptions (:func:`request_words`); once a search found nothing, the
+  next listing is the broadest one (its answer holds whatever there is);
 * **quoted**: once the turn read content, the final text is one of the
   passages it read, verbatim (:func:`_quoted`), shown to the model most
   relevant first (:attr:`Decoding.note`): an answer is grounded by
-  construction.
+  construction; when no passage says the request's words (:func:`answers`),
+  the answer that nothing read says it (:data:`NOT_SAID`) comes first.
 
 Everything here is a pure function of the turn's observations; the runtime,
 the bridge's agent loop and Work call the same :func:`narrow`. The reply is
@@ -208,6 +212,8 @@ class Observations:
     found: tuple[str, ...] = ()
     #: The tools that succeeded at least once in this turn.
     succeeded: frozenset[str] = frozenset()
+    #: The tools a search of which (a ``request_words`` argument) found nothing.
+    fruitless: frozenset[str] = frozenset()
 
     def known(self, kind: str) -> tuple[str, ...]:
         """The references of ``kind`` the turn has seen."""
@@ -271,9 +277,11 @@ def _learn(seen: Observations, spec: ToolSpec, arguments: Mapping[str, Any],
                 complete = complete | {spec.tool_id}
     if len(labels) > MAX_REFERENCES * 4:
         labels = {key: labels[key] for key in list(labels)[-MAX_REFERENCES * 4:]}
-    read, quotable, found = seen.read, seen.passages, seen.found
+    read, quotable, found, fruitless = seen.read, seen.passages, seen.found, seen.fruitless
     if set(arguments) & set(traits.request_words):
         found = _merge(found, spec.produced(data))
+        if not spec.produced(data):
+            fruitless = fruitless | {spec.tool_id}
     if len(names) > MAX_REFERENCES * 4:
         names = {key: names[key] for key in list(names)[-MAX_REFERENCES * 4:]}
     if traits.progress:
@@ -282,6 +290,7 @@ def _learn(seen: Observations, spec: ToolSpec, arguments: Mapping[str, Any],
     shown = " ".join(labels[key] for key in labels if labels[key] != seen.labels.get(key))
     return dataclasses.replace(seen, refs=refs, labels=labels, complete=complete, read=read,
                                passages=quotable, names=names, found=found,
+                               fruitless=fruitless,
                                succeeded=seen.succeeded | {spec.tool_id},
                                scripts=seen.scripts | scripts_of(shown),
                                progress=seen.progress + (1 if traits.progress else 0))
@@ -409,24 +418,66 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
     user asked for is still on offer (research task).
     """
     base = action_schema()
-    tool_branch, final_branch = base["oneOf"]
+    final_branch = base["oneOf"][1]
     note = ""
     usable = [tool_id for tool_id in available if tool_id in catalog]
     conclude = concluding(observations, budget, catalog, usable)
     rules = budget.rules
-    overdue = (PROGRESS in rules and budget.conclude_after > 0
-               and observations.tool_calls >= budget.conclude_after and not conclude)
-    any_progress = any(catalog[tool_id].traits.progress for tool_id in usable)
     scripts = observations.scripts | scripts_of(observations.query)
     named = (named_reads(catalog, usable, observations, budget)
              if REQUESTED in rules and not conclude else {})
-    branches: list[dict[str, Any]] = []
+    spoken = (spoken_reads(catalog, usable, observations)
+              if REQUESTED in rules and not conclude and not named else frozenset())
+    offers = functools.partial(_tool_offers, catalog, usable, observations, budget,
+                               named=named, conclude=conclude, scripts=scripts)
+    branches = offers(spoken=spoken)
+    if spoken and not branches:
+        branches = offers(spoken=frozenset())  # nothing of it left to look at: look elsewhere
+    unread = observations.progress == 0 or COVERAGE in rules
+    looking = (PROGRESS in rules and not conclude and unread
+               and _leads_to_progress(catalog, usable, branches))
+    if (not looking and not named
+            and not _research_pending(catalog, branches, observations, rules)):
+        wide_text = final_branch["properties"]["text"]
+        final_shape = FINAL
+        if GROUNDED_FINAL in rules and observations.read:  # the answer in the turn's words
+            final_shape = FINAL.using(
+                vocabulary(observations.query, *_read_texts(observations)),
+                grounded_figures(observations, observations.query))
+        final_text = (_quoted(wide_text, observations, rules, catalog)
+                      or _free_text(wide_text, final_shape, FINAL_TEXT_CHARS, rules, scripts))
+        if "enum" in final_text:
+            note = _quote_note(final_text["enum"])
+        branches.append({**final_branch, "properties": {
+            "type": final_branch["properties"]["type"], "text": final_text}})
+    schema = {"$schema": base["$schema"], "title": base["title"], "oneOf": branches}
+    return Decoding(
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "labfy_agent_model_action_v1", "strict": True,
+                                         "schema": schema}},
+        max_tokens=max_json_bytes(schema), concluding=conclude,
+        note=note or (recap(observations, rules) if conclude else ""))
+
+
+def _tool_offers(catalog: ToolCatalog, usable: list[str], observations: Observations,
+                 budget: Budget, *, named: Mapping[str, frozenset[str]],
+                 spoken: frozenset[str], conclude: bool,
+                 scripts: frozenset[str]) -> list[dict[str, Any]]:
+    """The tool branches :func:`narrow` offers this round (each rule, in order)."""
+    tool_branch = action_schema()["oneOf"][0]
+    rules = budget.rules
+    overdue = (PROGRESS in rules and budget.conclude_after > 0
+               and observations.tool_calls >= budget.conclude_after and not conclude)
+    any_progress = any(catalog[tool_id].traits.progress for tool_id in usable)
+    found: list[dict[str, Any]] = []
     for spec in catalog.values():
         traits = spec.traits
         if spec.tool_id not in usable:
             continue
         if named and spec.tool_id not in named:
             continue  # what the user named is read before anything else
+        if spoken and spec.tool_id not in spoken:
+            continue  # the kind of content the request speaks of is looked at first
         task = _asked_for(catalog, spec, observations, rules)
         if (EFFECT_TASK in rules and spec.effect is not Effect.READ and not traits.pauses_turn
                 and not task):
@@ -448,37 +499,15 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
         if traits.pauses_turn and (observations.tool_calls + 1 >= budget.max_tool_calls
                                    or budget.round >= budget.max_rounds):
             continue  # research pauses the turn: its resume needs a round left to answer
-        arguments = _arguments(spec, observations, budget, scripts, named.get(spec.tool_id))
+        arguments = _arguments(spec, observations, budget, scripts, named.get(spec.tool_id),
+                               catalog=catalog)
         if arguments is None:
             continue
-        branches.append({**tool_branch, "properties": {
+        found.append({**tool_branch, "properties": {
             "type": tool_branch["properties"]["type"],
             "tool_id": {"const": spec.tool_id},
             "arguments": arguments}})
-    unread = observations.progress == 0 or COVERAGE in rules
-    looking = (PROGRESS in rules and not conclude and unread
-               and _leads_to_progress(catalog, usable, branches))
-    if (not looking and not named
-            and not _research_pending(catalog, branches, observations, rules)):
-        wide_text = final_branch["properties"]["text"]
-        final_shape = FINAL
-        if GROUNDED_FINAL in rules and observations.read:  # the answer in the turn's words
-            final_shape = FINAL.using(
-                vocabulary(observations.query, *_read_texts(observations)),
-                grounded_figures(observations, observations.query))
-        final_text = (_quoted(wide_text, observations, rules)
-                      or _free_text(wide_text, final_shape, FINAL_TEXT_CHARS, rules, scripts))
-        if "enum" in final_text:
-            note = _quote_note(final_text["enum"])
-        branches.append({**final_branch, "properties": {
-            "type": final_branch["properties"]["type"], "text": final_text}})
-    schema = {"$schema": base["$schema"], "title": base["title"], "oneOf": branches}
-    return Decoding(
-        response_format={"type": "json_schema",
-                         "json_schema": {"name": "labfy_agent_model_action_v1", "strict": True,
-                                         "schema": schema}},
-        max_tokens=max_json_bytes(schema), concluding=conclude,
-        note=note or (recap(observations, rules) if conclude else ""))
+    return found
 
 
 #: How the recap is introduced, and how much of what was read it repeats.
@@ -506,17 +535,19 @@ def recap(observations: Observations, rules: frozenset[str] = ALL_RULES) -> str:
     return f"{RECAP_PREFIX}{text[-RECAP_CHARS:]}" if text else ""
 
 
-def _quoted(wide: Mapping[str, Any], seen: Observations,
-            rules: frozenset[str]) -> dict[str, Any] | None:
+def _quoted(wide: Mapping[str, Any], seen: Observations, rules: frozenset[str],
+            catalog: ToolCatalog | None = None) -> dict[str, Any] | None:
     """The final text as a quotation of what the turn read (quoted rule), or None.
 
     Once the turn read content, the answer is one of the passages it read
     (:func:`~labfy_ref.protocol.text_shape.passages`: its sentences, a file's
-    lines), verbatim, or :data:`NOT_SAID` — so every answer is grounded by
-    construction and a small model chooses, by the words it would start
-    with, among sentences it has just seen instead of composing one. The
-    passages are ordered by relevance to the request (an order the model
-    never sees: the grammar admits them all alike).
+    lines), verbatim — so every answer is grounded by construction and a
+    small model chooses, by the words it would start with, among sentences
+    it has just seen instead of composing one. The passages are ordered by
+    relevance to the request (the note shows that order; the grammar admits
+    them all alike). When no passage says the request's words
+    (:func:`answers`), :data:`NOT_SAID` is offered, first: what was read does
+    not answer.
     """
     if QUOTED not in rules or not seen.passages:
         return None
@@ -524,9 +555,35 @@ def _quoted(wide: Mapping[str, Any], seen: Observations,
     score = scores(seen.query, {passage: passage for passage in options})
     if RELEVANCE in rules and seen.query:  # ranked's order, from the one scoring
         options.sort(key=lambda passage: -score[passage])
-    related = any(score.values())
-    values = _admitted(wide, options if related else [*options, NOT_SAID])
+    said = request_words(seen.query, catalog_vocabulary(catalog or default_catalog()))
+    values = _admitted(wide, options if answers(said, options) else [NOT_SAID, *options])
     return {"type": "string", "enum": list(dict.fromkeys(values))} if values else None
+
+
+#: A passage may answer a request when it says this many of the request's words (or all
+#: of them, when the request has fewer): one shared word is a coincidence of topic.
+ANSWER_WORDS = 2
+
+
+def answers(words: list[str], passages: Iterable[str]) -> bool:
+    """Does one of ``passages`` say :data:`ANSWER_WORDS` of the request's ``words``?
+
+    A word is said when a word of the passage starts with it or it starts with
+    a word of the passage, both of three letters or more ("record" and
+    "recorded", "bee" and "bees"), casefolded, in any script. When none does,
+    the quoted answer offers :data:`NOT_SAID` first (quoted rule).
+    """
+    wanted = set(words)
+    if not wanted:
+        return True
+    need = min(ANSWER_WORDS, len(wanted))
+    for passage in passages:
+        have = {word.casefold() for word in _TOKEN.findall(passage) if len(word) >= 3}
+        hits = sum(1 for word in wanted
+                   if any(other.startswith(word) or word.startswith(other) for other in have))
+        if hits >= need:
+            return True
+    return False
 
 
 #: How the quoted answers are introduced, and how many of them the note shows.
@@ -537,12 +594,10 @@ QUOTE_ITEMS = 6
 
 
 def _quote_note(options: list[str]) -> str:
-    """The quoted answers a round offers, as the model reads them: the most relevant
-    passages, most relevant first, then :data:`NOT_SAID` when it is on offer — a JSON
+    """The quoted answers a round offers, as the model reads them, in their order:
+    :data:`NOT_SAID` first when it is on offer, then the most relevant passages — a JSON
     array, so what a result said stays quoted data (never bare text after the result)."""
-    shown = [option for option in options if option != NOT_SAID][:QUOTE_ITEMS]
-    said = [NOT_SAID] if NOT_SAID in options else []
-    return QUOTE_PREFIX + json.dumps([*shown, *said], ensure_ascii=False)
+    return QUOTE_PREFIX + json.dumps(options[:QUOTE_ITEMS], ensure_ascii=False)
 
 
 def _research_pending(catalog: ToolCatalog, branches: list[dict[str, Any]],
@@ -595,14 +650,18 @@ _FIRST_SENTENCE = re.compile(r"[.!?](?:\s|$)")
 
 
 def _distinctive(catalog: ToolCatalog, tool_id: str) -> set[str]:
-    """The letter runs of the words of ``tool_id``'s description used by at most a third of
-    the catalog's descriptions."""
+    """The letter runs of :func:`_distinctive_words`."""
+    return _runs(" ".join(_distinctive_words(catalog, tool_id)))
+
+
+def _distinctive_words(catalog: ToolCatalog, tool_id: str) -> list[str]:
+    """The words of ``tool_id``'s description used by at most a third of the catalog's
+    descriptions."""
     ids = list(catalog)
     words = _catalog_words(tuple(catalog[key].description for key in ids))
     mine = words[ids.index(tool_id)]
     limit = max(1, len(ids) // 3)
-    rare = [word for word in mine if sum(word in other for other in words) <= limit]
-    return _runs(" ".join(rare))
+    return sorted(word for word in mine if sum(word in other for other in words) <= limit)
 
 
 #: Letters two words must share in a row to meet (_the_task): more than a shared ending
@@ -724,7 +783,8 @@ _TEXTS: dict[str, tuple[Shape, int]] = {
 
 def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
                scripts: frozenset[str] = ALL_SCRIPTS,
-               only: frozenset[str] | None = None) -> dict[str, Any] | None:
+               only: frozenset[str] | None = None, *,
+               catalog: ToolCatalog | None = None) -> dict[str, Any] | None:
     """The narrowed arguments schema of one tool, or None when it has nothing to offer now.
 
     Built from the tool's input schema and its traits: a consumed reference is
@@ -752,9 +812,9 @@ def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
                 continue
             properties[name] = narrowed
         elif name in traits.request_words:
-            if SEARCH not in rules:
-                continue
-            words = request_words(seen.query)
+            if SEARCH not in rules or tool_id in seen.fruitless:
+                continue  # a search found nothing: the broadest listing holds what there is
+            words = request_words(seen.query, catalog_vocabulary(catalog or default_catalog()))
             fresh = [w for w in words if call_key(tool_id, {name: w}) not in seen.answered]
             if not fresh:
                 continue
@@ -840,13 +900,32 @@ SEARCH_WORDS = 1
 SEARCH_TERMS = 24
 
 
-def request_words(request: str) -> list[str]:
-    """The words of the request a search may take: casefolded, of three letters or more,
-    longest first (a longer word is the more specific, in any language), at most
-    :data:`SEARCH_WORDS`."""
-    words = dict.fromkeys(word.casefold() for word in vocabulary(request)
-                          if len(word) >= 3 and word.isalpha())
-    return sorted(words, key=len, reverse=True)[:SEARCH_TERMS]
+def request_words(request: str, excluded: frozenset[str] = frozenset()) -> list[str]:
+    """The words of the request a search may take, the most telling first.
+
+    Casefolded, of three letters or more, none of ``excluded`` (the catalog's
+    own words, :func:`catalog_vocabulary`: "check the workspace, then prepare
+    research" speaks of the tools, not of what to find); the words the
+    request says most often first (the subject it repeats: "plot 4 and
+    plot 9"), then the longest (a longer word is the more specific, in any
+    language); at most :data:`SEARCH_TERMS`.
+    """
+    said = [word.casefold() for word in _TOKEN.findall(request)]
+    counts: dict[str, int] = {}
+    for word in said:
+        if len(word) >= 3 and word.isalpha() and word not in excluded:
+            counts[word] = counts.get(word, 0) + 1
+    return sorted(counts, key=lambda word: (-counts[word], -len(word)))[:SEARCH_TERMS]
+
+
+def catalog_vocabulary(catalog: ToolCatalog) -> frozenset[str]:
+    """The words of the catalog's descriptions, casefolded: what a request says of the tools."""
+    return _description_words(tuple(spec.description for spec in catalog.values()))
+
+
+@functools.lru_cache(maxsize=64)
+def _description_words(descriptions: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(word for text in descriptions for word in WORD.findall(text.casefold()))
 
 
 def named_reads(catalog: ToolCatalog, usable: Iterable[str], seen: Observations,
@@ -878,9 +957,66 @@ def named_reads(catalog: ToolCatalog, usable: Iterable[str], seen: Observations,
             values.update(value for value in [*spelled, *titled] if value not in seen.read
                           and value not in written
                           and call_key(tool_id, {name: value}) not in seen.answered)
-        if values and _arguments(spec, seen, budget, only=frozenset(values)) is not None:
+        if values and _arguments(spec, seen, budget, only=frozenset(values),
+                                 catalog=catalog) is not None:
             found[tool_id] = frozenset(values)
     return found
+
+
+def spoken_reads(catalog: ToolCatalog, usable: Iterable[str],
+                 seen: Observations) -> frozenset[str]:
+    """The reads the request speaks of, and the listings that lead to them (requested rule).
+
+    While the turn has read nothing, a request that says a distinctive word of
+    a read tool's catalog description ("what does the log *file* say")
+    looks there first: that read, and the idempotent tools whose results show
+    the references it takes. Words meet when one starts with the other, both
+    of :data:`SPOKEN_LETTERS` letters or more ("files" meets "file"). Nothing
+    is restricted when the request speaks of no read, or of every one; the
+    catalog decides, not a word list.
+    """
+    tools = [tool_id for tool_id in usable if tool_id in catalog]
+    reads = [tool_id for tool_id in tools if catalog[tool_id].traits.progress]
+    if seen.progress:
+        return frozenset()
+    asked = {word for tool_id in tools if _asked_for(catalog, catalog[tool_id], seen, ALL_RULES)
+             for word in _distinctive_words(catalog, tool_id)}
+    said = {word for word in _TOKEN.findall(seen.query.casefold())
+            if len(word) >= SPOKEN_LETTERS and word.isalpha() and not _meets({word}, asked)}
+    leads: dict[str, set[str]] = {}
+    for tool_id in reads:
+        kinds = set(catalog[tool_id].traits.consumes.values())
+        leads[tool_id] = {other for other in tools if catalog[other].traits.idempotent
+                          and kinds & produced_kinds(catalog[other])}
+    spoken = [tool_id for tool_id in reads if leads[tool_id] and _meets(
+        said, {word for word in _distinctive_words(catalog, tool_id)
+               if len(word) >= SPOKEN_LETTERS})]
+    if not spoken or len(spoken) == len([r for r in reads if leads[r]]):
+        return frozenset()
+    return frozenset(spoken).union(*(leads[tool_id] for tool_id in spoken))
+
+
+def produced_kinds(spec: ToolSpec) -> set[str]:
+    """The reference kinds ``spec``'s results can show: a ``ref``, or each value its output
+    schema admits in a ``ref_from`` field (a listing's ``file`` and ``directory``)."""
+    kinds: set[str] = set()
+    for produces in spec.traits.produces:
+        if produces.ref:
+            kinds.add(produces.ref)
+        elif produces.ref_from:
+            entry = spec.output_schema["properties"]
+            if produces.items:
+                entry = entry[produces.items].get("items", {}).get("properties", {})
+            kinds.update(str(kind) for kind in entry.get(produces.ref_from, {}).get("enum", ()))
+    return kinds
+
+
+#: The fewest letters a word has to speak of a tool (spoken_reads): "file", not "by" or "on".
+SPOKEN_LETTERS = 4
+
+
+def _meets(said: set[str], words: set[str]) -> bool:
+    return any(a.startswith(b) or b.startswith(a) for a in said for b in words)
 
 
 #: A name is said in a request when all its tokens are, and it has at least this many

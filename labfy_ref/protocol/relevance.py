@@ -11,6 +11,8 @@ casefolded words (``\\w`` runs without digits or ``_``, so any script), each
 word padded with a space at both ends. Trigrams make inflections and
 compounds meet without a stemmer or a word list in any language: ``bee`` and
 ``bees`` share `` be`` and ``bee``, ``albina`` and ``albinele`` share four.
+Numbers count too, each as one whole term: "plot 4" is nearer to "Plot 4"
+than to "Plot 9".
 Documents are scored against each other only (the collection is the
 references the turn knows), so the figure needs no corpus and no language.
 """
@@ -24,16 +26,21 @@ from collections.abc import Mapping, Sequence
 
 #: A word: a run of letters (``\w`` without digits or ``_``), in any script.
 WORD = re.compile(r"[^\W\d_]+")
+#: A number: a run of decimal digits (any script's), matched whole.
+NUMBER = re.compile(r"\d+")
 K1 = 1.2
 B = 0.75
 
 
 def grams(text: str) -> Counter[str]:
-    """The character trigrams of ``text``'s words (casefolded, space-padded)."""
+    """The character trigrams of ``text``'s words (casefolded, space-padded), and each
+    number whole (``#4``: "plot 4" meets "Plot 4, 14 May", never "14")."""
+    folded = text.casefold()
     counts: Counter[str] = Counter()
-    for word in WORD.findall(text.casefold()):
+    for word in WORD.findall(folded):
         padded = f" {word} "
         counts.update(padded[i:i + 3] for i in range(len(padded) - 2))
+    counts.update(f"#{number}" for number in NUMBER.findall(folded))
     return counts
 
 

@@ -180,6 +180,18 @@ class ToolCatalog(Mapping[str, ToolSpec]):
     def __len__(self) -> int:
         return len(self._specs)
 
+    def resume_call(self, reference: str) -> tuple[str, dict[str, str]]:
+        """The call that reads what a paused turn waits on (``reference``, e.g. a granted
+        campaign): the progress tool that takes the reference kind a tool whose success
+        pauses the turn produces (traits ``pauses_turn``, ``produces``, ``consumes``)."""
+        kinds = {produces.ref for spec in self.values() if spec.traits.pauses_turn
+                 for produces in spec.traits.produces if produces.ref}
+        for spec in self.values():
+            for name, kind in spec.traits.consumes.items():
+                if spec.traits.progress and kind in kinds:
+                    return spec.tool_id, {name: reference}
+        raise LookupError("no catalog tool reads what a paused turn waits on")
+
 
 def _spec_from(entry: dict[str, Any]) -> ToolSpec:
     for key in ("input_schema", "output_schema"):

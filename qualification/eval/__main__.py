@@ -1,9 +1,9 @@
 """``python -m qualification.eval [eval options]``: ``labfy-ref eval`` on every matrix model.
 
 Every option is passed to ``labfy-ref eval`` (``--quick``, ``--runs N``, ``--ablate RULE``,
-``--record DIR``…). ``--matrix`` runs, on each model, every variant of the comparison into
-one record: labfy-ref, the random control, both smolagents baselines (EV-02) and one
-ablation per narrowing rule (PR-07) -- by default the committed record
+``--record DIR``…). ``--matrix`` runs every variant of the comparison, each on every model
+before the next, into one record: labfy-ref, the random control, one ablation per
+narrowing rule (PR-07) and both smolagents baselines (EV-02), the slowest, last -- by default the committed record
 (``qualification/eval/eval-record.json``), which the report shows beside the run's own.
 A matrix takes hours on two cores, so it resumes: a variant whose entry the record already
 holds for the same model, the same agent digest (``agent_sha256``: the agent of these
@@ -39,8 +39,8 @@ def variants(argv: list[str]) -> list[list[str]]:
     if not any(arg == "--record" or arg.startswith("--record=") for arg in rest):
         rest += ["--record", str(COMMITTED_EVAL_RECORD.parent)]  # the record to commit
     return [rest, [*rest, "--control"],
-            *([*rest, "--baseline", name] for name in BASELINES),
-            *([*rest, "--ablate", rule] for rule in RULES)]
+            *([*rest, "--ablate", rule] for rule in RULES),
+            *([*rest, "--baseline", name] for name in BASELINES)]  # the slowest last
 
 
 def _option(argv: list[str], name: str) -> str | None:
@@ -84,8 +84,8 @@ def run(argv: list[str]) -> int:
     worst = 0
     resume = "--matrix" in argv and "--fresh" not in argv
     agent = agent_sha256()
-    for model in found:
-        for variant in variants(argv):
+    for variant in variants(argv):  # each variant on every model before the next one
+        for model in found:
             directory = _option(variant, "--record")
             try:
                 record = (read_eval(Path(directory))

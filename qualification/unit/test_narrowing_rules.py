@@ -374,8 +374,8 @@ def test_search_looks_for_a_word_of_the_request_first(specimen: Path) -> None:
         "workspace.list_objects", {"match": "recorded"}, {"ok": True, "data": {"objects": []}},
         CATALOG)
     again = _branch(narrow(CATALOG, CATALOG, seen, budget), "workspace.list_objects")
-    assert again is not None and again["properties"]["match"]["enum"] == ["species"], \
-        "a search that found nothing offers the next word"
+    assert again is not None and "match" not in again["properties"] and not again["required"], \
+        "a search that found nothing: the broadest listing next, not another search"
     workspace = open_workspace(specimen)
     store = workspace.open_store()
     try:
@@ -408,6 +408,8 @@ def test_search_looks_for_a_word_of_the_request_first(specimen: Path) -> None:
                                               {"ok": True, "data": {"objects": []}}, CATALOG)
     assert _branch(narrow(CATALOG, CATALOG, empty, budget), "workspace.list_objects") \
         is not None, "a search that found nothing: list more"
+    assert empty.fruitless == {"workspace.list_objects"} and not seen.fruitless - {
+        "workspace.list_objects"}
     off = _branch(narrow(CATALOG, CATALOG, Observations(query=query), dataclasses.replace(
         BUDGET, rules=ALL_RULES - {SEARCH})), "workspace.list_objects")
     assert off is not None and "match" not in off["properties"], "off: no search"
@@ -427,7 +429,13 @@ def _final_text(decoding: Any) -> dict[str, Any] | None:
        names=st.lists(titles, min_size=3, max_size=3), query=any_text)
 def test_quoted_final_is_a_passage_read_verbatim(ids: list[str], bodies: list[str],
                                                  names: list[str], query: str) -> None:
-    from labfy_ref.protocol.narrowing import NOT_SAID, QUOTED  # noqa: PLC0415
+    from labfy_ref.protocol.narrowing import (  # noqa: PLC0415
+        NOT_SAID,
+        QUOTED,
+        answers,
+        catalog_vocabulary,
+        request_words,
+    )
     from labfy_ref.protocol.text_shape import passages  # noqa: PLC0415
 
     seen = Observations(query=query)
@@ -446,12 +454,14 @@ def test_quoted_final_is_a_passage_read_verbatim(ids: list[str], bodies: list[st
     assert options and all(any(o.endswith(p) for p in said) for o in options), \
         "every answer on offer is a passage read, verbatim (after what it is from)"
     assert len(text["enum"]) == len(set(text["enum"]))
-    related = any(scores(query, {o: o for o in options}).values())
+    related = answers(request_words(query, catalog_vocabulary(CATALOG)), options)
     assert (NOT_SAID in text["enum"]) == (not related), \
-        "'nothing says this' only when nothing read shares a word with the question"
+        "'nothing says this' only when no passage says the question's words"
+    assert not related or text["enum"][0] != NOT_SAID
+    assert related or text["enum"][0] == NOT_SAID, "unanswered: it comes first"
     shown = json.loads(decoding.note[decoding.note.index("["):])
-    assert shown == options[:6] + ([NOT_SAID] if not related else []), \
-        "the note shows what the answer may quote, as a JSON array (quoted data)"
+    assert shown == text["enum"][:6], \
+        "the note shows what the answer may quote, in order, as a JSON array (quoted data)"
     assert Draft202012Validator(action_schema()).is_valid(
         {"type": "final", "text": text["enum"][0]}), "a subset of the wide schema"
     off = _final_text(narrow(CATALOG, CATALOG, seen, dataclasses.replace(
@@ -534,3 +544,129 @@ def test_a_write_is_offered_only_when_asked_where_asked_once(calls: int, noise: 
     fresh = narrow(CATALOG, CATALOG, Observations(query=asked), BUDGET)
     assert _branch(fresh, "files.write") is None, "a write waits for something read"
     assert fresh.offered != {"files.read"}, "the file to write is not read first"
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=150, deadline=None)
+@given(query=any_text)
+def test_search_words_are_the_request_s_own_less_the_catalog_s(query: str) -> None:
+    """The search rule's words: the request's, never the catalog's, repeated ones first."""
+    from labfy_ref.protocol.narrowing import catalog_vocabulary, request_words  # noqa: PLC0415
+
+    tools = catalog_vocabulary(CATALOG)
+    words = request_words(query, tools)
+    said = [w.casefold() for w in re.findall(r"[^\W_]+", query)]
+    assert len(words) == len(set(words)) and all(w in said for w in words)
+    assert not set(words) & tools, "a word the catalog uses speaks of the tools"
+    assert all(len(w) >= 3 and w.isalpha() for w in words)
+    keys = [(-said.count(w), -len(w)) for w in words]
+    assert keys == sorted(keys), "said most often first, then the longest"
+
+
+@pytest.mark.req("PR-07")
+def test_search_words_skip_the_tools_and_follow_the_subject() -> None:
+    from labfy_ref.protocol.narrowing import catalog_vocabulary, request_words  # noqa: PLC0415
+
+    tools = catalog_vocabulary(CATALOG)
+    assert {"workspace", "research", "prepare", "file"} <= tools
+    guided = request_words("Is the early record real? Check the workspace, then prepare "
+                           "research on it.", tools)
+    assert guided[0] == "record" and not {"workspace", "research", "prepare"} & set(guided)
+    assert request_words("Compare the meadows of plot 4 and plot 9", tools)[0] == "plot", \
+        "the word the request repeats is its subject"
+    assert request_words("Câte grădini acoperă studiul?", tools)[0] == "grădini"
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=100, deadline=None)
+@given(first=st.integers(0, 10_000), second=st.integers(0, 10_000), word=st.sampled_from(
+    ["plot", "grădina", "parcelle", "участок"]))
+def test_relevance_counts_a_number_whole(first: int, second: int, word: str) -> None:
+    """Numbers are whole terms of the relevance score: "plot 4" is nearer "Plot 4" than
+    "Plot 14" or "Plot 9", in any script; the order stays a permutation."""
+    if first == second:
+        return
+    documents = {"a": f"{word.title()} {first}", "b": f"{word.title()} {second}"}
+    score = scores(f"the {word} {first}", documents)
+    assert score["a"] > score["b"]
+    assert ranked(f"the {word} {first}", ["b", "a"], documents) == ["a", "b"]
+
+
+def _files(path: str, entries: list[tuple[str, str]]) -> dict[str, Any]:
+    return {"trust": "UNTRUSTED_DATA", "tool_id": "files.list", "ok": True,
+            "data": {"path": path, "skipped": 0,
+                     "entries": [{"name": n, "type": t} for n, t in entries]}}
+
+
+@pytest.mark.req("PR-07")
+def test_a_request_that_speaks_of_files_looks_at_files_first() -> None:
+    """Requested rule: a request that says a distinctive word of a read's catalog
+    description ("the log file") looks there first — that read and the listings that
+    show what it takes — until the turn read something; the catalog decides."""
+    from labfy_ref.protocol.narrowing import spoken_reads  # noqa: PLC0415
+
+    query = "What does the log file in the notes say about plot 2?"
+    assert spoken_reads(CATALOG, CATALOG, Observations(query=query)) == {"files.list",
+                                                                          "files.read"}
+    first = narrow(CATALOG, CATALOG, Observations(query=query), BUDGET)
+    tools = {b["properties"]["tool_id"]["const"] for b in first.schema["oneOf"]
+             if "tool_id" in b["properties"]}
+    assert tools == {"files.list"} and not _offers_final(first), "the files are listed first"
+    seen = Observations(query=query).observe(
+        "files.list", {"path": ""}, _files("", [("notes", "directory"), ("a.txt", "file")]),
+        CATALOG)
+    second = narrow(CATALOG, CATALOG, seen, BUDGET)
+    assert {b["properties"]["tool_id"]["const"] for b in second.schema["oneOf"]
+            if "tool_id" in b["properties"]} == {"files.list", "files.read"}
+    read = seen.observe("files.read", {"path": "a.txt"}, {
+        "trust": "UNTRUSTED_DATA", "tool_id": "files.read", "ok": True,
+        "data": {"path": "a.txt", "content": "Plot 2 had bees."}}, CATALOG)
+    assert spoken_reads(CATALOG, CATALOG, read) == frozenset(), "once read: anything"
+    assert _branch(narrow(CATALOG, CATALOG, read, BUDGET), "workspace.list_objects")
+    off = narrow(CATALOG, CATALOG, Observations(query=query),
+                 dataclasses.replace(BUDGET, rules=ALL_RULES - {REQUESTED}))
+    assert _branch(off, "workspace.list_objects") is not None, "off: no file first"
+    assert spoken_reads(CATALOG, CATALOG, Observations(query="How many bees were seen?")) \
+        == frozenset(), "a request that speaks of no read restricts nothing"
+    write = "Read the note called Next steps and write a summary to the file out.txt."
+    assert spoken_reads(CATALOG, CATALOG, Observations(query=write)) == frozenset(), \
+        "the file of a write the request asks for is the write's"
+    exhausted = Observations(query=query).observe("files.list", {"path": ""},
+                                                  _files("", []), CATALOG)
+    rest = narrow(CATALOG, CATALOG, exhausted, BUDGET)
+    assert _branch(rest, "workspace.list_objects") is not None, \
+        "nothing of it left to look at: look elsewhere"
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=150, deadline=None)
+@given(query=any_text, listed=st.booleans())
+def test_spoken_reads_are_usable_reads_and_what_leads_to_them(query: str,
+                                                               listed: bool) -> None:
+    from labfy_ref.protocol.narrowing import produced_kinds, spoken_reads  # noqa: PLC0415
+
+    usable = [t for t in CATALOG if not (listed and t == "files.list")]
+    spoken = spoken_reads(CATALOG, usable, Observations(query=query))
+    assert spoken <= set(usable)
+    reads = {t for t in spoken if CATALOG[t].traits.progress}
+    assert bool(spoken) == bool(reads)
+    for tool_id in spoken - reads:
+        taken = {k for r in reads for k in CATALOG[r].traits.consumes.values()}
+        assert CATALOG[tool_id].traits.idempotent and produced_kinds(CATALOG[tool_id]) & taken
+
+
+@pytest.mark.req("PR-07", "GW-02")
+def test_the_resume_call_is_found_by_traits_not_by_name() -> None:
+    """A granted turn resumes by reading what it waited on: the progress tool that takes
+    the kind of reference the pausing tool produced — whatever the tools are called."""
+    from labfy_ref.tools.catalog import ToolCatalog  # noqa: PLC0415
+
+    assert CATALOG.resume_call("camp_1") == ("research.get_state", {"campaign_id": "camp_1"})
+    renamed = ToolCatalog([dataclasses.replace(spec, tool_id=f"x.{n}")
+                           for n, spec in enumerate(CATALOG.values())])
+    tool_id, arguments = renamed.resume_call("camp_1")
+    original = list(CATALOG)[list(renamed).index(tool_id)]
+    assert original == "research.get_state" and arguments == {"campaign_id": "camp_1"}
+    reads_only = ToolCatalog([s for s in CATALOG.values() if not s.traits.pauses_turn])
+    with pytest.raises(LookupError):
+        reads_only.resume_call("camp_1")
