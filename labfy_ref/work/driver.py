@@ -37,9 +37,10 @@ from labfy_ref.protocol.exchange import canonical, encode_json
 from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
+from labfy_ref.tools.catalog import Effect as ToolEffect
 from labfy_ref.work.composition import RunEngine, start_run_engine
 from labfy_ref.work.crash import CrashPoints
-from labfy_ref.work.effects import EffectLedger, WorkGateway
+from labfy_ref.work.effects import EffectLedger, WorkGateway, effect_of
 from labfy_ref.work.model import Approval, Claim, Decision, State
 from labfy_ref.work.store import WorkStore
 from labfy_ref.workspace.layout import Workspace
@@ -217,10 +218,10 @@ class RunUsage(UsageService):
 def approval_summary(action: ToolCall) -> str:
     """One printable line saying what a call would do (shown to whoever approves it)."""
     arguments = action.arguments
-    if action.tool_id == "files.write":
+    if effect_of(action.tool_id) is ToolEffect.WRITE:
         path = str(arguments.get("path", ""))
         size = len(str(arguments.get("content", "")).encode("utf-8", "surrogatepass"))
-        text = f"files.write {path} ({size} bytes)"
+        text = f"{action.tool_id} {path} ({size} bytes)"
     else:
         text = f"{action.tool_id} {encode_json(arguments)}"
     printable = "".join(c if c.isprintable() else "?" for c in text)

@@ -51,6 +51,13 @@ READ_ONLY = frozenset(spec.tool_id for spec in default_catalog().values()
 Service = Callable[..., dict[str, Any]]
 
 
+def effect_of(tool_id: str) -> ToolEffect | None:
+    """What a tool's call may change (its catalog ``effect``), None for a tool not in it:
+    Work tells a write from research by the catalog, never by a tool id."""
+    spec = default_catalog().get(tool_id)
+    return spec.effect if spec is not None else None
+
+
 class Targets(Protocol):
     """Where the ledger looks to learn whether a crashed effect happened."""
 
@@ -115,18 +122,19 @@ class EffectLedger:
     def _execute(self, effect: Effect, service: Service, targets: Targets,
                  arguments: dict[str, Any]) -> dict[str, Any]:
         try:
-            if effect.tool_id == "files.write":
+            kind = effect_of(effect.tool_id)
+            if kind is ToolEffect.WRITE:
                 prior = targets.read_text(arguments["path"])
                 self._event(TARGET_EVENT, effect, prior_sha256=None if prior is None
                             else digest(prior))
-            elif effect.tool_id == "research.prepare":
+            elif kind is ToolEffect.RESEARCH:
                 self._event(TARGET_EVENT, effect)
             data = service(**arguments)
         except ToolError as exc:  # refused by the service (a path outside files/…): no effect
             self._complete(effect, {"ok": False, "error": exc.as_dict()}, refused=True)
             raise
         self.crash.reached("effect.applied")
-        if effect.tool_id == "files.write":
+        if effect_of(effect.tool_id) is ToolEffect.WRITE:
             self._event(AUDIT_EVENT, effect, path=data["path"],
                         sha256=digest(arguments["content"]),
                         bytes_written=data["bytes_written"])
@@ -150,13 +158,14 @@ class EffectLedger:
         mine = [e for e in events if isinstance(e.data, dict)
                 and e.data.get("effect_id") == effect.id]
         target = next((e for e in mine if e.type == TARGET_EVENT), None)
-        if target is None and effect.tool_id in ("files.write", "research.prepare"):
+        kind = effect_of(effect.tool_id)
+        if target is None and kind in (ToolEffect.WRITE, ToolEffect.RESEARCH):
             # its target is recorded before the effect runs: without it, it never began
             self._event("effect.resolved", effect, how="never began")
             return self._execute(effect, service, targets, arguments)
-        if effect.tool_id == "research.prepare":
+        if kind is ToolEffect.RESEARCH:
             return self._resolve_campaign(effect, service, targets, arguments)
-        if effect.tool_id != "files.write":
+        if kind is not ToolEffect.WRITE:
             return self._unresolved(effect, f"{effect.tool_id} was started by attempt "
                                             f"{effect.attempt} and its outcome is unknown")
         assert target is not None

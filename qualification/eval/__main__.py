@@ -3,8 +3,9 @@
 Every option is passed to ``labfy-ref eval`` (``--quick``, ``--runs N``, ``--ablate RULE``,
 ``--record DIR``…). ``--matrix`` runs every variant of the comparison, each on every model
 before the next, into one record: labfy-ref, the random control, one ablation per
-narrowing rule (PR-07) and both smolagents baselines (EV-02), the slowest, last -- by default the committed record
-(``qualification/eval/eval-record.json``), which the report shows beside the run's own.
+narrowing rule (PR-07) and both smolagents baselines (EV-02), the slowest, last -- by
+default the committed record (``qualification/eval/eval-record.json``), which the report
+shows beside the run's own.
 A matrix takes hours on two cores, so it resumes: a variant whose entry the record already
 holds for the same model, the same agent digest (``agent_sha256``: the agent of these
 sources) and as many runs is not run again (``--fresh`` runs everything).

@@ -326,3 +326,24 @@ def test_an_approval_summary_is_always_a_name_the_store_keeps(tool_id: str, path
     if tool_id == "files.write" and len(path) < 100:
         size = len(content.encode("utf-8", "surrogatepass"))
         assert summary.endswith(f"({size} bytes)")
+
+
+@pytest.mark.req("PR-07", "GW-02")
+def test_work_tells_effects_apart_by_the_catalog_not_by_tool_ids() -> None:
+    """Work's effect ledger and approval summaries read each tool's catalog ``effect``:
+    no Work module spells a tool id, and a tool outside the catalog has no effect kind."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from labfy_ref.tools import default_catalog  # noqa: PLC0415
+    from labfy_ref.tools.catalog import Effect  # noqa: PLC0415
+    from labfy_ref.work.effects import effect_of  # noqa: PLC0415
+
+    for tool_id, spec in default_catalog().items():
+        assert effect_of(tool_id) is spec.effect
+    assert effect_of("no.such_tool") is None
+    assert {effect_of(t) for t in default_catalog()} == set(Effect)
+    root = Path(__file__).resolve().parents[2] / "labfy_ref" / "work"
+    for module in sorted(root.glob("*.py")):
+        source = module.read_text("utf-8")
+        for tool_id in default_catalog():
+            assert f'"{tool_id}"' not in source, f"{module.name} spells {tool_id}"
