@@ -37,10 +37,11 @@ PR-07's rules, each of which an eval ablation can switch off (:data:`RULES`):
   (:mod:`~labfy_ref.protocol.text_shape`), so a degenerate string cannot be
   emitted;
 * **grounding**: what a model writes about the workspace — a research topic,
-  its questions, a file's content — is made of the words of the contents the
-  turn read (:func:`grounded_words`), within the text shape: a copy of the
-  request ("research. prepare"), of a placeholder or of a tool id cannot be
-  emitted, while any word read can;
+  its questions, a file's content — is, once the turn read content, what it
+  read said: a title or a passage, verbatim (:func:`_said_of`); until then, it
+  is made of the words read or asked (:func:`grounded_words`), within the text
+  shape: a copy of the request ("research. prepare"), of a placeholder, of a
+  tool id or one word repeated cannot be emitted;
 * **relevance**: reference enums, and the listings the model reads
   (:func:`present`), are ordered by a generic lexical score to the user's
   message (:mod:`~labfy_ref.protocol.relevance`) — ordered, never cut;
@@ -775,6 +776,43 @@ def _free_text(wide: Mapping[str, Any], shape: Shape, chars: int,
     return {"type": "string", "minLength": 1, "maxLength": min(chars, wide_max)}
 
 
+#: Free-text arguments said only in passages read (a file's content), never in a name.
+_PASSAGES_ONLY = frozenset({"content"})
+
+
+def _said_of(field: Mapping[str, Any], seen: Observations, rules: frozenset[str], *,
+             named: bool) -> dict[str, Any] | None:
+    """A free text about the workspace as what the turn read said it (grounding), or None.
+
+    Once the turn read content, a research topic is the name of a reference it
+    read (an object's title) or one of its passages, a question is one of its
+    passages (those that ask, when any does), a file's content one of its
+    passages — verbatim, most relevant to the request first. A small model
+    left to compose repeats a word ("Them, them, them") or copies the
+    request; a choice among what it read is grounded by construction. None
+    while nothing was read (the shaped sentence of the request's words).
+    """
+    if GROUNDING not in rules or not seen.passages:
+        return None
+    items = field.get("items") if field.get("type") == "array" else None
+    options = list(seen.passages)
+    if items is not None and any(passage.rstrip().endswith("?") for passage in options):
+        options = [passage for passage in options if passage.rstrip().endswith("?")]
+    if named and items is None:
+        options = [name for ref in seen.read if (name := seen.names.get(ref))] + options
+    if RELEVANCE in rules and seen.query:
+        score = scores(seen.query, {option: option for option in options})
+        options.sort(key=lambda option: -score[option])
+    values = list(dict.fromkeys(_admitted(items if items is not None else field, options)))
+    if not values:
+        return None
+    if items is None:
+        return {"type": "string", "enum": values}
+    return {"type": "array", "minItems": max(1, int(field.get("minItems", 0))),
+            "maxItems": min(QUESTIONS, int(field["maxItems"])),
+            "items": {"type": "string", "enum": values}}
+
+
 #: The shape and PR-06 bound of each free-text argument, by its role.
 _TEXTS: dict[str, tuple[Shape, int]] = {
     "topic": (TOPIC, TOPIC_CHARS), "questions": (QUESTION, QUESTION_CHARS),
@@ -833,7 +871,10 @@ def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
             shape, chars = _TEXTS.get(name, (FINAL, FINAL_TEXT_CHARS))
             if GROUNDING in rules and TEXT_SHAPE in rules:
                 shape = shape.using(grounded_words(seen), grounded_figures(seen))
-            if field.get("type") == "array":
+            said = _said_of(field, seen, rules, named=name not in _PASSAGES_ONLY)
+            if said is not None:
+                properties[name] = said
+            elif field.get("type") == "array":
                 properties[name] = {
                     "type": "array", "minItems": max(1, int(field.get("minItems", 0))),
                     "maxItems": min(QUESTIONS, int(field["maxItems"])),

@@ -303,7 +303,15 @@ def test_grounding_makes_research_text_of_the_words_read(
     said = set(vocabulary(*bodies, "Open question note"))
     words = grounded_words(seen)
     assert set(words) <= said, "every word was read (no id fragment, no copy of the request)"
-    if len(words) >= 8:
+    if seen.passages:  # content was read: the topic and questions are what it said
+        quotes = set(seen.passages)
+        assert set(topic["enum"]) <= quotes | {"Open question"}, "a title or a passage read"
+        asked = prepare["properties"]["questions"]
+        assert set(asked["items"]["enum"]) <= quotes and asked["minItems"] >= 1
+        wide = CATALOG["research.prepare"].input_schema
+        assert Draft202012Validator(wide).is_valid(
+            {"topic": topic["enum"][0], "questions": asked["items"]["enum"][:1]})
+    elif len(words) >= 8:
         sentence = " ".join(data.draw(st.lists(st.sampled_from(words), min_size=2, max_size=5)))
         assert re.fullmatch(topic["pattern"], sentence), "the conversation's words make a topic"
         for junk in ("research prepare", "textit textit", "field_10", "1000000"):
