@@ -112,6 +112,7 @@ from labfy_ref.protocol.text_shape import (
     scripts_of,
     vocabulary,
 )
+from labfy_ref.text import has_surrogate
 from labfy_ref.tools.catalog import (
     Effect,
     Produces,
@@ -427,7 +428,7 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
     scripts = observations.scripts | scripts_of(observations.query)
     named = (named_reads(catalog, usable, observations, budget)
              if REQUESTED in rules and not conclude else {})
-    spoken = (spoken_reads(catalog, usable, observations)
+    spoken = (spoken_reads(catalog, usable, observations, rules)
               if REQUESTED in rules and not conclude and not named else frozenset())
     offers = functools.partial(_tool_offers, catalog, usable, observations, budget,
                                named=named, conclude=conclude, scripts=scripts)
@@ -776,10 +777,6 @@ def _free_text(wide: Mapping[str, Any], shape: Shape, chars: int,
     return {"type": "string", "minLength": 1, "maxLength": min(chars, wide_max)}
 
 
-#: Free-text arguments said only in passages read (a file's content), never in a name.
-_PASSAGES_ONLY = frozenset({"content"})
-
-
 def _said_of(field: Mapping[str, Any], seen: Observations, rules: frozenset[str], *,
              named: bool) -> dict[str, Any] | None:
     """A free text about the workspace as what the turn read said it (grounding), or None.
@@ -792,7 +789,7 @@ def _said_of(field: Mapping[str, Any], seen: Observations, rules: frozenset[str]
     request; a choice among what it read is grounded by construction. None
     while nothing was read (the shaped sentence of the request's words).
     """
-    if GROUNDING not in rules or not seen.passages:
+    if GROUNDING not in rules or TEXT_SHAPE not in rules or not seen.passages:
         return None
     items = field.get("items") if field.get("type") == "array" else None
     options = list(seen.passages)
@@ -800,6 +797,8 @@ def _said_of(field: Mapping[str, Any], seen: Observations, rules: frozenset[str]
         options = [passage for passage in options if passage.rstrip().endswith("?")]
     if named and items is None:
         options = [name for ref in seen.read if (name := seen.names.get(ref))] + options
+    if not named:  # a file's content: each passage as said, and each source's text whole
+        options = _unlabelled(seen.passages)
     if RELEVANCE in rules and seen.query:
         score = scores(seen.query, {option: option for option in options})
         options.sort(key=lambda option: -score[option])
@@ -809,8 +808,19 @@ def _said_of(field: Mapping[str, Any], seen: Observations, rules: frozenset[str]
     if items is None:
         return {"type": "string", "enum": values}
     return {"type": "array", "minItems": max(1, int(field.get("minItems", 0))),
-            "maxItems": min(QUESTIONS, int(field["maxItems"])),
-            "items": {"type": "string", "enum": values}}
+            "maxItems": max(1, min(QUESTIONS, int(field["maxItems"]), len(values))),
+            "uniqueItems": True, "items": {"type": "string", "enum": values}}
+
+
+def _unlabelled(said: Iterable[str]) -> list[str]:
+    """Passages without what they are from, then each source's passages joined in lines:
+    what a file may say of what was read (verbatim, not a label the read never said)."""
+    bodies: dict[str, list[str]] = {}
+    for passage in said:
+        source, sep, text = passage.partition(": ")
+        bodies.setdefault(source if sep else "", []).append(text if sep else passage)
+    return [*(text for texts in bodies.values() for text in texts),
+            *("\n".join(texts) for texts in bodies.values() if len(texts) > 1)]
 
 
 #: The shape and PR-06 bound of each free-text argument, by its role.
@@ -853,7 +863,8 @@ def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
             if SEARCH not in rules or tool_id in seen.fruitless:
                 continue  # a search found nothing: the broadest listing holds what there is
             words = request_words(seen.query, catalog_vocabulary(catalog or default_catalog()))
-            fresh = [w for w in words if call_key(tool_id, {name: w}) not in seen.answered]
+            fresh = [w for w in _admitted(field, words)
+                     if call_key(tool_id, {name: w}) not in seen.answered]
             if not fresh:
                 continue
             properties[name] = {"type": "string", "enum": fresh[:SEARCH_WORDS]}
@@ -871,7 +882,7 @@ def _arguments(spec: ToolSpec, seen: Observations, budget: Budget,
             shape, chars = _TEXTS.get(name, (FINAL, FINAL_TEXT_CHARS))
             if GROUNDING in rules and TEXT_SHAPE in rules:
                 shape = shape.using(grounded_words(seen), grounded_figures(seen))
-            said = _said_of(field, seen, rules, named=name not in _PASSAGES_ONLY)
+            said = _said_of(field, seen, rules, named=not traits.targets)  # a write: a text
             if said is not None:
                 properties[name] = said
             elif field.get("type") == "array":
@@ -1004,8 +1015,8 @@ def named_reads(catalog: ToolCatalog, usable: Iterable[str], seen: Observations,
     return found
 
 
-def spoken_reads(catalog: ToolCatalog, usable: Iterable[str],
-                 seen: Observations) -> frozenset[str]:
+def spoken_reads(catalog: ToolCatalog, usable: Iterable[str], seen: Observations,
+                 rules: frozenset[str] = ALL_RULES) -> frozenset[str]:
     """The reads the request speaks of, and the listings that lead to them (requested rule).
 
     While the turn has read nothing, a request that says a distinctive word of
@@ -1020,7 +1031,7 @@ def spoken_reads(catalog: ToolCatalog, usable: Iterable[str],
     reads = [tool_id for tool_id in tools if catalog[tool_id].traits.progress]
     if seen.progress:
         return frozenset()
-    asked = {word for tool_id in tools if _asked_for(catalog, catalog[tool_id], seen, ALL_RULES)
+    asked = {word for tool_id in tools if _asked_for(catalog, catalog[tool_id], seen, rules)
              for word in _distinctive_words(catalog, tool_id)}
     said = {word for word in _TOKEN.findall(seen.query.casefold())
             if len(word) >= SPOKEN_LETTERS and word.isalpha() and not _meets({word}, asked)}
@@ -1103,7 +1114,7 @@ def _bounded(field: Mapping[str, Any], rules: frozenset[str]) -> dict[str, Any]:
 def _admitted(schema: Mapping[str, Any], values: Iterable[str]) -> list[str]:
     """The ``values`` a field's wide schema admits (only those enter an enum)."""
     validator = _validator(canonical(schema))  # one lookup per field, not per value
-    return [value for value in values if validator.is_valid(value)]
+    return [value for value in values if not has_surrogate(value) and validator.is_valid(value)]
 
 
 @functools.cache

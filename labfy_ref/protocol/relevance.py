@@ -26,8 +26,9 @@ from collections.abc import Mapping, Sequence
 
 #: A word: a run of letters (``\w`` without digits or ``_``), in any script.
 WORD = re.compile(r"[^\W\d_]+")
-#: A number: a run of decimal digits (any script's), matched whole.
-NUMBER = re.compile(r"\d+")
+#: A number: a run of decimal digits (any script's) standing alone, matched whole — not
+#: the digits inside an id (``obj_01J4…``) or a word (``4th``).
+NUMBER = re.compile(r"(?<!\w)\d+(?!\w)")
 K1 = 1.2
 B = 0.75
 

@@ -325,7 +325,12 @@ class AgentRuntime:
             self._end(turn, TurnState.FAILED, exc)
             return False
         turn.authorization = {"campaign_id": campaign_id, "status": "GRANTED"}
-        outcome = self.gateway.call(*self.gateway.catalog.resume_call(campaign_id), context)
+        try:
+            resume = self.gateway.catalog.resume_call(campaign_id)
+        except ToolError as exc:  # a catalog without the reader: the turn fails, said so
+            self._end(turn, TurnState.FAILED, exc)
+            return False
+        outcome = self.gateway.call(*resume, context)
         # a resume after authorization is exempt from the repeated-failure rule (GW-05)
         self._driver.record(turn.conversation, port, new_call_id(), outcome, exempt=True)
         return True

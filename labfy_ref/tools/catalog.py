@@ -25,6 +25,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from labfy_ref.errors import ToolError
+
 CATALOG_RESOURCE = "catalog.v1.json"
 
 
@@ -190,7 +192,7 @@ class ToolCatalog(Mapping[str, ToolSpec]):
             for name, kind in spec.traits.consumes.items():
                 if spec.traits.progress and kind in kinds:
                     return spec.tool_id, {name: reference}
-        raise LookupError("no catalog tool reads what a paused turn waits on")
+        raise ToolError("no tool of this catalog reads what a paused turn waits on")
 
 
 def _spec_from(entry: dict[str, Any]) -> ToolSpec:

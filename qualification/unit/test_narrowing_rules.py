@@ -594,7 +594,9 @@ def test_relevance_counts_a_number_whole(first: int, second: int, word: str) -> 
     "Plot 14" or "Plot 9", in any script; the order stays a permutation."""
     if first == second:
         return
-    documents = {"a": f"{word.title()} {first}", "b": f"{word.title()} {second}"}
+    documents = {"a": f"obj_01J{second}Z{second} {word.title()} {first}",
+                 "b": f"obj_01J{first}Z{first} {word.title()} {second}"}  # an id's digits
+    # are no number of the text
     score = scores(f"the {word} {first}", documents)
     assert score["a"] > score["b"]
     assert ranked(f"the {word} {first}", ["b", "a"], documents) == ["a", "b"]
@@ -667,6 +669,7 @@ def test_spoken_reads_are_usable_reads_and_what_leads_to_them(query: str,
 def test_the_resume_call_is_found_by_traits_not_by_name() -> None:
     """A granted turn resumes by reading what it waited on: the progress tool that takes
     the kind of reference the pausing tool produced — whatever the tools are called."""
+    from labfy_ref.errors import ToolError  # noqa: PLC0415
     from labfy_ref.tools.catalog import ToolCatalog  # noqa: PLC0415
 
     assert CATALOG.resume_call("camp_1") == ("research.get_state", {"campaign_id": "camp_1"})
@@ -676,5 +679,56 @@ def test_the_resume_call_is_found_by_traits_not_by_name() -> None:
     original = list(CATALOG)[list(renamed).index(tool_id)]
     assert original == "research.get_state" and arguments == {"campaign_id": "camp_1"}
     reads_only = ToolCatalog([s for s in CATALOG.values() if not s.traits.pauses_turn])
-    with pytest.raises(LookupError):
+    with pytest.raises(ToolError):
         reads_only.resume_call("camp_1")
+
+
+@pytest.mark.req("PR-07", "PR-05")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=st.text(st.characters(codec=None), min_size=1, max_size=80),
+       word=st.text(st.sampled_from("aßzщ"), min_size=90, max_size=160))
+def test_hostile_reads_and_words_never_leave_the_wide_schema(body: str, word: str) -> None:
+    """A lone surrogate read, or a request word longer than a search may be, never raises
+    and never enters an enum: every value on offer is one the wide schema admits."""
+    from labfy_ref.text import has_surrogate  # noqa: PLC0415
+
+    query = f"Prepare research on {word} and write it to the file out.txt"
+    first = narrow(CATALOG, CATALOG, Observations(query=query), BUDGET)
+    search = _branch(first, "workspace.list_objects")
+    assert search is None or all(len(w) <= 100 for w in search["properties"].get(
+        "match", {}).get("enum", []))
+    seen = Observations(query=query).observe(
+        "workspace.read_object", {"object_id": "obj_" + "0" * 26},
+        _read("obj_" + "0" * 26, f"T{body}", f"Said {body}. Also x\ud800y here."), CATALOG)
+    decoding = narrow(CATALOG, CATALOG, seen, BUDGET)  # never raises
+    for branch in decoding.schema["oneOf"]:
+        tool = branch["properties"].get("tool_id", {}).get("const")
+        if tool is None:
+            continue
+        for name, prop in branch["properties"]["arguments"]["properties"].items():
+            for value in prop.get("enum", prop.get("items", {}).get("enum", [])):
+                wide = CATALOG[tool].input_schema["properties"][name]
+                assert Draft202012Validator(wide.get("items", wide)).is_valid(value)
+                assert not has_surrogate(value), "a lone surrogate enters no enum"
+
+
+@pytest.mark.req("PR-07")
+def test_a_write_may_say_a_file_read_whole_and_unlabelled() -> None:
+    """Grounding: a file's content is what the turn read said, as it said it — each line
+    or sentence without the label of where it was from, or a read text whole."""
+    query = "Read notes/alpha.txt and write a copy of it to the file beta.txt."
+    seen = Observations(query=query).observe("files.read", {"path": "notes/alpha.txt"}, {
+        "trust": "UNTRUSTED_DATA", "tool_id": "files.read", "ok": True,
+        "data": {"path": "notes/alpha.txt",
+                 "content": "Line one of the file.\nLine two here.\nLine three ends."}},
+        CATALOG)
+    write = _branch(narrow(CATALOG, CATALOG, seen, BUDGET), "files.write")
+    assert write is not None
+    content = write["properties"]["content"]["enum"]
+    assert "Line one of the file.\nLine two here.\nLine three ends." in content
+    assert "Line two here." in content and not any("alpha" in c for c in content)
+    assert write["properties"]["path"]["enum"] == ["beta.txt"]
+    off = _branch(narrow(CATALOG, CATALOG, seen, dataclasses.replace(
+        BUDGET, rules=ALL_RULES - {TEXT_SHAPE})), "files.write")
+    assert off is not None and "enum" not in off["properties"]["content"], \
+        "text-shape off: PR-06's length bound alone"
