@@ -2,7 +2,10 @@
 
 Every command finds its database the same way: ``--work-db URL``, else
 ``LABFY_WORK_DB``, else the ``work.sqlite`` of ``--workspace DIR`` (which must be a
-workspace). Output is one JSON document on stdout; a refusal is one line
+workspace). It sees only that workspace's tasks (WK-11), so workspaces may share one
+database; ``--all-workspaces`` (with ``--work-db`` or ``LABFY_WORK_DB``, never with
+``--workspace``) is the database admin's view of every task, and without either
+option a command is refused. Output is one JSON document on stdout; a refusal is one line
 ``CODE: message`` on stderr and exit 2 (an unknown task or approval, a second
 answer, a bad value, a refused URL), a database that cannot be reached exit 1.
 The database password never appears: every message shows the URL redacted.
@@ -67,19 +70,32 @@ def _refusals(handler: Handler) -> Handler:
 
 
 def _open_store(args: argparse.Namespace) -> WorkStore:
-    """The Work store the options name (see the module's docstring), migrated forward."""
+    """The Work store the options name (see the module's docstring), migrated forward,
+    for the one workspace ``--workspace`` names (or every one: ``--all-workspaces``)."""
     from labfy_ref.work import WorkStore, resolve_database_url  # noqa: PLC0415
-    from labfy_ref.work.url import given_database_url  # noqa: PLC0415
+    from labfy_ref.work.store import ALL_WORKSPACES  # noqa: PLC0415
+    from labfy_ref.work.url import given_database_url, owns_database  # noqa: PLC0415
     from labfy_ref.workspace import open_workspace  # noqa: PLC0415
 
+    every = getattr(args, "all_workspaces", False)
     if args.workspace is not None:
-        root = open_workspace(Path(args.workspace)).root  # WORKSPACE_INVALID if it is not one
-        return WorkStore.open(resolve_database_url(root, args.work_db, os.environ))
-    url = given_database_url(args.work_db, os.environ)
-    if url is None:
-        raise ConfigRefused("which Work database? Give --workspace DIR (its work.sqlite), "
-                            "--work-db URL or LABFY_WORK_DB")
-    return WorkStore.open(url)
+        if every:
+            raise ConfigRefused("--workspace shows one workspace's tasks, --all-workspaces "
+                                "every workspace's: give one of them")
+        workspace = open_workspace(Path(args.workspace))  # WORKSPACE_INVALID if it is not one
+        url = resolve_database_url(workspace.root, args.work_db, os.environ)
+        return WorkStore.open(url, workspace_id=workspace.workspace_id,
+                              adopt=owns_database(workspace.root, url))
+    given = given_database_url(args.work_db, os.environ)
+    if not every:
+        raise ConfigRefused("whose tasks? Give --workspace DIR (that workspace's tasks, in its "
+                            "work.sqlite unless --work-db or LABFY_WORK_DB names another "
+                            "database), or --all-workspaces with --work-db URL or "
+                            "LABFY_WORK_DB (every workspace's tasks: the database admin's view)")
+    if given is None:
+        raise ConfigRefused("--all-workspaces needs the database: --work-db URL or "
+                            "LABFY_WORK_DB")
+    return WorkStore.open(given, workspace_id=ALL_WORKSPACES)
 
 
 def _print(document: dict[str, Any]) -> int:
@@ -165,10 +181,16 @@ def _count(text: str) -> int:
 def _database_options(parser: argparse.ArgumentParser, *, workspace_required: bool) -> None:
     where = parser.add_argument_group("database")
     where.add_argument("--workspace", metavar="DIR", required=workspace_required,
-                       help="the workspace (see 'labfy-ref workspace init'); its work.sqlite is "
-                            "the default database; default: none" + (
-                                " (required)" if workspace_required else ""))
+                       help="the workspace (see 'labfy-ref workspace init') whose tasks these "
+                            "are; its work.sqlite is the default database; default: none" + (
+                                " (required)" if workspace_required else
+                                " (required unless --all-workspaces)"))
     add_work_db_option(where)
+    if not workspace_required:
+        where.add_argument("--all-workspaces", action="store_true", default=False,
+                           help="every workspace's tasks on the --work-db / LABFY_WORK_DB "
+                                "database (its admin's view; tasks from before tasks recorded "
+                                "their workspace show only here); default: only --workspace's")
 
 
 def add_work_commands(commands: argparse._SubParsersAction[Any],

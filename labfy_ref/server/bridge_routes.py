@@ -18,11 +18,9 @@ from pydantic import Field
 
 from labfy_ref.bridge.contract import PAGE_SIZE, Decision, Engine
 from labfy_ref.bridge.service import Bridge
-from labfy_ref.errors import ErrorCode, RuntimeRefused
 from labfy_ref.gateway.usage import USAGE_PAGE, UsageService
-from labfy_ref.server.auth import Role
 from labfy_ref.server.routes import Strict
-from labfy_ref.server.security import session_of
+from labfy_ref.server.security import require_admin
 
 NDJSON = "application/x-ndjson"
 
@@ -33,21 +31,15 @@ def bridge_of(request: Request) -> Bridge:
     return bridge
 
 
-def _admin(request: Request) -> None:
-    """Refuse a session that is not the admin's (403 FORBIDDEN)."""
-    if session_of(request.state).role is not Role.ADMIN:
-        raise RuntimeRefused(ErrorCode.FORBIDDEN, "the engine is for administrators only")
-
-
 def admin_engine(request: Request) -> Engine:
     """The engine, for an admin session only (403 for ``user``; 503 while it cannot serve)."""
-    _admin(request)
+    require_admin(request.state, "the engine")
     return bridge_of(request).engine()
 
 
 def admin_usage(request: Request) -> UsageService:
     """The usage ledger, for an admin session only (403 for ``user``)."""
-    _admin(request)
+    require_admin(request.state, "the engine")
     ledger: UsageService = request.app.state.server.gateway.usage
     return ledger
 

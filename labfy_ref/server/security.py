@@ -28,10 +28,10 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from labfy_ref.errors import HTTP_STATUS, ErrorCode, ProtocolRefused
+from labfy_ref.errors import HTTP_STATUS, ErrorCode, ProtocolRefused, RuntimeRefused
 from labfy_ref.logs import incident
 from labfy_ref.protocol.strict_json import loads_strict
-from labfy_ref.server.auth import Authenticator, Session, bearer_token
+from labfy_ref.server.auth import Authenticator, Role, Session, bearer_token
 from labfy_ref.server.errors import OPENAI_PREFIX, error_response
 
 log = logging.getLogger("labfy_ref.server")
@@ -289,3 +289,10 @@ def session_of(state: Any) -> Session:
     session: Session | None = getattr(state, "session", None)
     assert session is not None
     return session
+
+
+def require_admin(state: Any, what: str) -> None:
+    """Refuse a session that is not the admin's: 403 ``FORBIDDEN``, "``what`` is for
+    administrators only" (the bridge's engine, the usage ledger, Work approvals)."""
+    if session_of(state).role is not Role.ADMIN:
+        raise RuntimeRefused(ErrorCode.FORBIDDEN, f"{what} is for administrators only")

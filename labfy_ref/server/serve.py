@@ -112,7 +112,7 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
                     enabled=config.bridge)
     auth = Authenticator(launch_code, accounts, cookie=cookie_name(port))
     # the Work store opens on first use (work_access.py); only its URL is settled here
-    work = WorkAccess.of(workspace.root, config.work_db)
+    work = WorkAccess.of(workspace.root, workspace.workspace_id, config.work_db)
     return ServerState(config=config, workspace=workspace, store=store, gateway=gateway,
                        runtime=runtime, auth=auth, port=port,
                        bridge=bridge, work=work, client=client, supervised=supervised,

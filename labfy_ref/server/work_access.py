@@ -14,24 +14,28 @@ from pathlib import Path
 
 from labfy_ref.work import DatabaseUrl, WorkStore, sqlite_url
 from labfy_ref.work.engine import unavailable
-from labfy_ref.work.url import DEFAULT_FILE
+from labfy_ref.work.url import DEFAULT_FILE, owns_database
 
 
 class WorkAccess:
     """One Work database's store for the whole server, opened once by whichever request
-    comes first (the routes run in worker threads)."""
+    comes first (the routes run in worker threads), for the server's workspace only
+    (WK-11: the routes never see another workspace's tasks on a shared database)."""
 
-    def __init__(self, url: DatabaseUrl) -> None:
+    def __init__(self, url: DatabaseUrl, workspace_id: str, *, adopt: bool = False) -> None:
         self.url = url
+        self.workspace_id = workspace_id
+        self._adopt = adopt
         self._lock = threading.Lock()
         self._store: WorkStore | None = None
         self._closed = False
 
     @classmethod
-    def of(cls, workspace: Path, given: DatabaseUrl | None) -> WorkAccess:
+    def of(cls, workspace: Path, workspace_id: str, given: DatabaseUrl | None) -> WorkAccess:
         """The database ``given`` (``--work-db``, ``LABFY_WORK_DB``), else the workspace's own
-        ``work.sqlite``."""
-        return cls(given if given is not None else sqlite_url(workspace / DEFAULT_FILE))
+        ``work.sqlite``, for the workspace ``workspace_id``."""
+        url = given if given is not None else sqlite_url(workspace / DEFAULT_FILE)
+        return cls(url, workspace_id, adopt=owns_database(workspace, url))
 
     def store(self) -> WorkStore:
         """The open store, opening (and migrating) the database on first use.
@@ -42,7 +46,8 @@ class WorkAccess:
             if self._store is None:
                 if self._closed:
                     raise unavailable(self.url, "the server is shutting down")
-                self._store = WorkStore.open(self.url)
+                self._store = WorkStore.open(self.url, workspace_id=self.workspace_id,
+                                             adopt=self._adopt)
             return self._store
 
     def close(self) -> None:

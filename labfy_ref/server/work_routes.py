@@ -2,7 +2,9 @@
 
 Every route sits behind the server's checklist like any other (session or bearer,
 Origin, CSRF on mutations, strict JSON bodies) and is open to any session (role
-``user``). The server only records: workers (``labfy-ref work worker``) run the
+``user``) but answering an approval, which is the admin's (WK-12: a ``user`` gets 403
+``FORBIDDEN``, as on the bridge). Every route sees the server's workspace's tasks only
+(WK-11). The server only records: workers (``labfy-ref work worker``) run the
 tasks. The handlers are plain functions, so FastAPI runs their database calls in
 its worker threads, off the event loop. Refusals are the store's codes:
 ``TASK_NOT_FOUND`` / ``APPROVAL_NOT_FOUND`` 404, ``TASK_FINISHED`` and a second
@@ -18,6 +20,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from labfy_ref.server.routes import Strict
+from labfy_ref.server.security import require_admin
 from labfy_ref.server.state import ServerState
 from labfy_ref.work import WorkStore
 from labfy_ref.work.pages import task_page
@@ -73,7 +76,14 @@ def cancel(task_id: str, store: Store) -> dict[str, Any]:
     return {"task": store.cancel(task_id).as_dict()}
 
 
+def admin_work_store(request: Request) -> WorkStore:
+    """The Work store, for the admin's session only (WK-12: 403 for ``user``)."""
+    require_admin(request.state, "answering a Work approval")
+    return work_store(request)
+
+
 @router.post("/approvals/{approval_id}")
-def answer(approval_id: str, body: DecisionBody, store: Store) -> dict[str, Any]:
+def answer(approval_id: str, body: DecisionBody,
+           store: Annotated[WorkStore, Depends(admin_work_store)]) -> dict[str, Any]:
     """Answer a pending approval once; a second answer is 409 ``APPROVAL_NOT_PENDING``."""
     return {"approval": store.answer_approval(approval_id, body.decision).as_dict()}

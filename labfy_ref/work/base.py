@@ -11,7 +11,7 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, insert, update
+from sqlalchemy import Connection, Select, insert, update
 
 from labfy_ref.clock import iso
 from labfy_ref.errors import ErrorCode, RuntimeRefused
@@ -32,6 +32,10 @@ class StoreBase:
 
     def _now(self) -> str:
         return iso(self._clock())
+
+    def _my_task_ids(self) -> Select[tuple[str]]:
+        """The ids of the tasks this store sees (its workspace's; WK-11)."""
+        raise NotImplementedError
 
     def _fence(self, conn: Connection, claim: Claim, **values: Any) -> None:
         """Refuse ``LEASE_NOT_HELD`` unless ``claim`` still holds its run; lock the run row.

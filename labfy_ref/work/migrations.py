@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import Connection, MetaData, func, insert, select
+from sqlalchemy import Connection, MetaData, func, insert, select, text
+from sqlalchemy.schema import CreateIndex
 
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.errors import ErrorCode, LabfyError
@@ -47,9 +48,21 @@ def _create_version_1(conn: Connection) -> None:
                                       if table.name != schema.schema_version.name])
 
 
+def _task_workspaces(conn: Connection) -> None:
+    # ADD COLUMN of a nullable column with no default: the same statement on both engines,
+    # and neither rewrites the table; existing tasks keep a null workspace (WK-11: the store
+    # gives them to the workspace whose own work.sqlite this is, when it opens it)
+    table = schema.tasks.name
+    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {schema.TASK_WORKSPACE} TEXT"))
+    index = next(index for index in schema.tasks.indexes
+                 if index.name == schema.TASKS_BY_WORKSPACE)
+    conn.execute(CreateIndex(index))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create the work tables: tasks, runs, messages, events, approvals, "
                  "provider replies, effects", _create_version_1),
+    Migration(2, "record the workspace each task belongs to", _task_workspaces),
 )
 #: The version this build reads and writes.
 SCHEMA_VERSION = MIGRATIONS[-1].version

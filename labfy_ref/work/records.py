@@ -179,6 +179,7 @@ class RecordsMixin(StoreBase):
                                  f"limit must be 1-{MAX_EVENTS_PAGE}")
         with self._db.transaction(write=False) as conn:
             rows = conn.execute(select(events).where(events.c.task_id == task_id,
+                                                     events.c.task_id.in_(self._my_task_ids()),
                                                      events.c.seq > after)
                                 .order_by(events.c.seq).limit(limit)).all()
         return [Event.of(row) for row in rows]
@@ -223,8 +224,10 @@ class RecordsMixin(StoreBase):
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
                                  "decision must be allowed-once or rejected")
         with self._db.transaction(write=True) as conn:
-            row = conn.execute(select(approvals).where(approvals.c.id == approval_id)).first()
-            if row is None:
+            row = conn.execute(select(approvals).where(
+                approvals.c.id == approval_id,
+                approvals.c.task_id.in_(self._my_task_ids()))).first()
+            if row is None:  # unknown, or another workspace's: never answered from here
                 raise RuntimeRefused(ErrorCode.APPROVAL_NOT_FOUND, f"no approval {approval_id}")
             now = self._now()
             answered = conn.execute(update(approvals).where(
@@ -262,7 +265,9 @@ class RecordsMixin(StoreBase):
     def get_approval(self, approval_id: str) -> Approval:
         """One approval, or ``APPROVAL_NOT_FOUND``."""
         with self._db.transaction(write=False) as conn:
-            row = conn.execute(select(approvals).where(approvals.c.id == approval_id)).first()
+            row = conn.execute(select(approvals).where(
+                approvals.c.id == approval_id,
+                approvals.c.task_id.in_(self._my_task_ids()))).first()
         if row is None:
             raise RuntimeRefused(ErrorCode.APPROVAL_NOT_FOUND, f"no approval {approval_id}")
         return Approval.of(row)
@@ -270,6 +275,8 @@ class RecordsMixin(StoreBase):
     def list_approvals(self, task_id: str) -> list[Approval]:
         """The task's approvals, oldest first."""
         with self._db.transaction(write=False) as conn:
-            rows = conn.execute(select(approvals).where(approvals.c.task_id == task_id)
+            rows = conn.execute(select(approvals).where(approvals.c.task_id == task_id,
+                                                        approvals.c.task_id.in_(
+                                                            self._my_task_ids()))
                                 .order_by(approvals.c.created_at, approvals.c.id)).all()
         return [Approval.of(row) for row in rows]

@@ -1,10 +1,10 @@
 """The Work tables, in SQLAlchemy Core, one definition for SQLite and PostgreSQL (WK-02).
 
 :func:`declare_v1` declares the tables as migration 1 creates them; :data:`METADATA`
-is the current shape the store queries. While the schema is at version 1 they are
-the same. A later migration changes the database with its own DDL
-(:mod:`labfy_ref.work.migrations`) and this module with the same change applied to
-:data:`METADATA` (``append_column`` and the like) after ``declare_v1``; a test
+is the current shape the store queries. A later migration changes the database with
+its own DDL (:mod:`labfy_ref.work.migrations`) and this module with the same change
+applied to :data:`METADATA` (``append_column`` and the like: :func:`declare_v2`) after
+``declare_v1``; a test
 compares a migrated database with :data:`METADATA` on both engines, so the two
 cannot drift.
 
@@ -127,9 +127,28 @@ def declare_v1(metadata: MetaData) -> None:
           _one_of("status", EFFECT_STATES))
 
 
+#: Migration 2 (WK-11): the workspace a task was submitted for (its manifest's
+#: ``workspace_id``). Null only for a task stored before it on a shared database.
+TASK_WORKSPACE = "workspace_id"
+TASKS_BY_WORKSPACE = "work_tasks_by_workspace"
+
+
+def task_workspace_column() -> Column[str]:
+    """The column migration 2 adds to ``work_tasks``."""
+    return Column(TASK_WORKSPACE, Text)
+
+
+def declare_v2(metadata: MetaData) -> None:
+    """Apply migration 2 to tables declared by :func:`declare_v1` on ``metadata``."""
+    table = metadata.tables["work_tasks"]
+    table.append_column(task_workspace_column())
+    Index(TASKS_BY_WORKSPACE, table.c.workspace_id, table.c.created_at, table.c.id)
+
+
 #: The current schema, which the store queries.
 METADATA = MetaData()
 declare_v1(METADATA)
+declare_v2(METADATA)
 
 schema_version = METADATA.tables["work_schema_version"]
 tasks = METADATA.tables["work_tasks"]

@@ -14,6 +14,17 @@ died); claiming takes the oldest such run. On PostgreSQL the candidate row is lo
 waiting; on SQLite the claim is one ``BEGIN IMMEDIATE`` transaction, which writers
 take one at a time. Lease expiry is judged by the store's clock (``clock.utcnow`` by
 default), so the workers sharing a database are assumed to share the time of day.
+
+A store is opened for one workspace (WK-11): ``workspace_id`` is its manifest's id.
+Every task it submits records that id, and it sees, claims, cancels, answers and
+prunes only that workspace's tasks -- another workspace's task is ``TASK_NOT_FOUND``,
+its approval ``APPROVAL_NOT_FOUND``, its runs are never claimed -- so any number of
+workspaces share one database without reaching each other's work. Opened with
+``workspace_id=ALL_WORKSPACES`` (the database admin's ``--all-workspaces``) it sees
+every task but neither submits nor claims. Tasks stored before migration 2 belong to
+no workspace: opening the database as the workspace whose own ``work.sqlite`` it is
+(``adopt=True``) gives them to that workspace; on a shared database they stay
+unowned, seen only with ``ALL_WORKSPACES``.
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, insert, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, delete, insert, or_, select, true, update
 
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.errors import ErrorCode, RuntimeRefused
@@ -49,30 +60,65 @@ MAX_LIMIT = 200
 #: Tasks deleted per transaction by ``prune``.
 PRUNE_BATCH = 500
 _FINISHED = tuple(state.value for state in FINISHED)
+#: ``workspace_id`` of a store that sees every workspace's tasks (the admin's view).
+ALL_WORKSPACES = None
 
 
 class WorkStore(RecordsMixin):
     """Tasks, runs, messages, provider replies, effects, events and approvals in SQL."""
 
-    def __init__(self, engine: WorkEngine, *, clock: Clock = utcnow) -> None:
+    def __init__(self, engine: WorkEngine, *, workspace_id: str | None,
+                 clock: Clock = utcnow) -> None:
         super().__init__(engine, clock)
         self.url = engine.url
+        self.workspace_id = (workspace_id if workspace_id is ALL_WORKSPACES
+                             else fields.name(workspace_id, "workspace_id"))
 
     @classmethod
-    def open(cls, url: DatabaseUrl, *, migrations: tuple[Migration, ...] = MIGRATIONS,
+    def open(cls, url: DatabaseUrl, *, workspace_id: str | None, adopt: bool = False,
+             migrations: tuple[Migration, ...] = MIGRATIONS,
              clock: Clock = utcnow) -> WorkStore:
-        """Open the database at ``url``, migrating it forward first.
+        """Open the database at ``url`` for the workspace ``workspace_id`` (or, with
+        :data:`ALL_WORKSPACES`, for every one), migrating it forward first.
 
-        ``WORK_DB_TOO_NEW`` when its schema is newer than this build's,
-        ``WORK_DB_UNAVAILABLE`` when it cannot be reached.
+        ``adopt``: the database is this workspace's own ``work.sqlite``, so the tasks
+        stored before tasks recorded their workspace are its own. ``WORK_DB_TOO_NEW``
+        when its schema is newer than this build's, ``WORK_DB_UNAVAILABLE`` when it
+        cannot be reached.
         """
         engine = WorkEngine(url)
         try:
             migrate(engine, migrations)
+            store = cls(engine, workspace_id=workspace_id, clock=clock)
+            if adopt:
+                store._adopt()
         except BaseException:
             engine.close()
             raise
-        return cls(engine, clock=clock)
+        return store
+
+    def _adopt(self) -> None:
+        if self.workspace_id is ALL_WORKSPACES:
+            raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
+                                 "only one workspace adopts the tasks of its own database")
+        with self._db.transaction(write=True) as conn:
+            conn.execute(update(tasks).where(tasks.c.workspace_id.is_(None))
+                         .values(workspace_id=self.workspace_id))
+
+    def _mine(self) -> ColumnElement[bool]:
+        """The tasks this store sees: its workspace's (every task with ALL_WORKSPACES)."""
+        if self.workspace_id is ALL_WORKSPACES:
+            return true()
+        return tasks.c.workspace_id == self.workspace_id
+
+    def _my_task_ids(self) -> Select[tuple[str]]:
+        return select(tasks.c.id).where(self._mine())
+
+    def _one_workspace(self, doing: str) -> str:
+        if self.workspace_id is ALL_WORKSPACES:
+            raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
+                                 f"{doing} is done for one workspace, not for all of them")
+        return self.workspace_id
 
     @property
     def dialect(self) -> str:
@@ -87,13 +133,15 @@ class WorkStore(RecordsMixin):
 
     def submit(self, message: str) -> Submission:
         """Store a new task and its first run, both ``QUEUED``; the message opens the run."""
+        workspace_id = self._one_workspace("submitting a task")
         message = fields.text(message, "message")
         task_id, run_id = new_id("task"), new_id("run")
         queued = State.QUEUED.value
         with self._db.transaction(write=True) as conn:
             now = self._now()
             conn.execute(insert(tasks).values(id=task_id, state=queued, message=message,
-                                              event_seq=0, created_at=now, updated_at=now))
+                                              event_seq=0, created_at=now, updated_at=now,
+                                              workspace_id=workspace_id))
             conn.execute(insert(runs).values(id=run_id, task_id=task_id, state=queued,
                                              attempt=0, message_count=1, created_at=now,
                                              updated_at=now))
@@ -107,7 +155,7 @@ class WorkStore(RecordsMixin):
     def get_task(self, task_id: str) -> Task:
         """One task, or ``TASK_NOT_FOUND``."""
         with self._db.transaction(write=False) as conn:
-            row = conn.execute(select(tasks).where(tasks.c.id == task_id)).first()
+            row = conn.execute(select(tasks).where(tasks.c.id == task_id, self._mine())).first()
         if row is None:
             raise RuntimeRefused(ErrorCode.TASK_NOT_FOUND, f"no task {task_id}")
         return Task.of(row)
@@ -119,7 +167,7 @@ class WorkStore(RecordsMixin):
         limit = fields.count(limit, "limit", minimum=1)
         if limit > MAX_LIMIT:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED, f"limit must be 1-{MAX_LIMIT}")
-        query = select(tasks)
+        query = select(tasks).where(self._mine())
         if state is not None:
             if state not in State.__members__:
                 raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
@@ -127,8 +175,8 @@ class WorkStore(RecordsMixin):
             query = query.where(tasks.c.state == state)
         with self._db.transaction(write=False) as conn:
             if before is not None:
-                mark = conn.execute(select(tasks.c.created_at)
-                                    .where(tasks.c.id == before)).scalar_one_or_none()
+                mark = conn.execute(select(tasks.c.created_at).where(
+                    tasks.c.id == before, self._mine())).scalar_one_or_none()
                 if mark is None:
                     raise RuntimeRefused(ErrorCode.VALIDATION_FAILED, "unknown cursor")
                 query = query.where(or_(tasks.c.created_at < mark,
@@ -138,9 +186,10 @@ class WorkStore(RecordsMixin):
         return [Task.of(row) for row in rows]
 
     def list_runs(self, task_id: str) -> list[Run]:
-        """The task's runs, oldest first."""
+        """The task's runs, oldest first (none for another workspace's task)."""
         with self._db.transaction(write=False) as conn:
-            rows = conn.execute(select(runs).where(runs.c.task_id == task_id)
+            rows = conn.execute(select(runs).where(runs.c.task_id == task_id,
+                                                   runs.c.task_id.in_(self._my_task_ids()))
                                 .order_by(runs.c.created_at, runs.c.id)).all()
         return [Run.of(row) for row in rows]
 
@@ -153,15 +202,17 @@ class WorkStore(RecordsMixin):
         cancelled = State.CANCELLED.value
         with self._db.transaction(write=True) as conn:
             now = self._now()
+            mine = conn.execute(select(tasks.c.id).where(tasks.c.id == task_id, self._mine())
+                                ).first()
+            if mine is None:  # unknown, or another workspace's: never touched
+                raise RuntimeRefused(ErrorCode.TASK_NOT_FOUND, f"no task {task_id}")
             conn.execute(update(runs).where(runs.c.task_id == task_id,
                                             runs.c.state.not_in(_FINISHED))
                          .values(state=cancelled, lease_expires_at=None, updated_at=now))
             done = conn.execute(update(tasks).where(tasks.c.id == task_id,
                                                     tasks.c.state.not_in(_FINISHED))
                                 .values(state=cancelled, updated_at=now))
-            row = conn.execute(select(tasks).where(tasks.c.id == task_id)).first()
-            if row is None:
-                raise RuntimeRefused(ErrorCode.TASK_NOT_FOUND, f"no task {task_id}")
+            row = conn.execute(select(tasks).where(tasks.c.id == task_id)).one()
             if done.rowcount == 1:
                 self._event(conn, task_id, "task.cancelled", {})
             elif row.state != cancelled:
@@ -187,19 +238,22 @@ class WorkStore(RecordsMixin):
     # -- claims --------------------------------------------------------------------------------
 
     def claim(self, worker: str, lease_seconds: float) -> Claim | None:
-        """Take the oldest runnable run for ``worker`` under a lease, or None if there is none.
+        """Take the oldest runnable run of this workspace for ``worker`` under a lease, or
+        None if there is none.
 
         Runnable: ``QUEUED``, or ``RUNNING`` with an expired lease (taken over; its
         ``attempt`` grows, which fences the previous holder out).
         """
+        self._one_workspace("claiming a run")
         worker = fields.name(worker, "worker")
         lease = datetime.timedelta(seconds=fields.seconds(lease_seconds, "lease_seconds"))
         running = State.RUNNING.value
         with self._db.transaction(write=True) as conn:
             moment = self._clock()
             now, expires = iso(moment), iso(moment + lease)
-            runnable = or_(runs.c.state == State.QUEUED.value,
-                           and_(runs.c.state == running, runs.c.lease_expires_at < now))
+            runnable = and_(or_(runs.c.state == State.QUEUED.value,
+                                and_(runs.c.state == running, runs.c.lease_expires_at < now)),
+                            runs.c.task_id.in_(self._my_task_ids()))
             row = conn.execute(select(runs.c.id, runs.c.task_id, runs.c.attempt, runs.c.state)
                                .where(runnable).order_by(runs.c.created_at, runs.c.id)
                                .limit(1).with_for_update(skip_locked=True)).first()
@@ -271,7 +325,8 @@ class WorkStore(RecordsMixin):
         if older_than < datetime.timedelta(0):
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED, "older_than must not be negative")
         cutoff = iso(self._clock() - older_than)
-        old = (select(tasks.c.id).where(tasks.c.state.in_(_FINISHED), tasks.c.updated_at < cutoff)
+        old = (select(tasks.c.id).where(tasks.c.state.in_(_FINISHED), tasks.c.updated_at < cutoff,
+                                        self._mine())
                .order_by(tasks.c.updated_at).limit(batch))
         pruned = 0
         while True:  # bounded batches: a short lock each, and no statement over SQLite's limits

@@ -138,6 +138,14 @@ def given_database_url(flag: str | None = None,
     return None if chosen is None else parse_database_url(chosen)
 
 
+def owns_database(workspace: Path, url: DatabaseUrl) -> bool:
+    """Is ``url`` the workspace's own ``work.sqlite`` (WK-11: the tasks it held before tasks
+    recorded their workspace are that workspace's)?"""
+    path = url.sqlite_path
+    return path is not None and (os.path.realpath(path)
+                                 == os.path.realpath(workspace / DEFAULT_FILE))
+
+
 def resolve_database_url(workspace: Path, flag: str | None = None,
                          environ: Mapping[str, str] | None = None) -> DatabaseUrl:
     """The Work database a command uses: ``--work-db``, else ``LABFY_WORK_DB``, else the

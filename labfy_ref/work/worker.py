@@ -56,7 +56,7 @@ from labfy_ref.work.driver import (
 )
 from labfy_ref.work.model import Claim, State
 from labfy_ref.work.store import WorkStore
-from labfy_ref.work.url import resolve_database_url
+from labfy_ref.work.url import owns_database, resolve_database_url
 from labfy_ref.workspace.layout import open_workspace
 
 log = logging.getLogger("labfy_ref.work")
@@ -278,7 +278,8 @@ def run_worker_command(args: argparse.Namespace, environ: Mapping[str, str] | No
     model = worker_model(args, environ)
     workspace_store = workspace.open_store()
     try:
-        store = WorkStore.open(url)
+        store = WorkStore.open(url, workspace_id=workspace.workspace_id,
+                               adopt=owns_database(workspace.root, url))
         try:
             services = RunServices(workspace, workspace_store, model, str(model_route(model)),
                                    mode, limits, crash)

@@ -46,6 +46,7 @@ from labfy_ref.clock import parse_iso, utcnow
 from labfy_ref.work import ENV_VAR as WORK_DB_ENV
 from labfy_ref.work import DatabaseUrl, State, WorkStore, sqlite_url
 from labfy_ref.work.schema import runs
+from labfy_ref.workspace.layout import open_workspace
 from qualification.bench.procs import FAKE_MODEL, Child, new_workspace
 from qualification.bench.table import Goal, Row, at_most, median, percentile
 from qualification.harness import wait_until
@@ -207,7 +208,7 @@ def measure(workdir: Path, fake_url: str, engine: str, url: DatabaseUrl, *, work
     """Submit ``tasks`` tasks, run ``workers`` workers on ``url`` until all are done,
     check each ran exactly once, and return the figures."""
     workspace = new_workspace(workdir, f"work-{engine}", specimen=False)
-    store = WorkStore.open(url)
+    store = WorkStore.open(url, workspace_id=open_workspace(workspace).workspace_id)
     try:
         nonces = {store.submit(message(f"{engine}{i:04d}")).task.id: f"{engine}{i:04d}"
                   for i in range(tasks)}

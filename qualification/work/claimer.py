@@ -12,6 +12,7 @@ import json
 import sys
 
 from labfy_ref.work import State, WorkStore, parse_database_url
+from qualification.work.wire import STORE_WORKSPACE
 
 #: Long enough that no lease of the race expires: each run must be claimed exactly once.
 LEASE_SECONDS = 600
@@ -20,7 +21,7 @@ LEASE_SECONDS = 600
 def main(argv: list[str]) -> int:
     """Claim and finish runs as ``WORKER`` until the database has none left."""
     url, worker = argv
-    store = WorkStore.open(parse_database_url(url))
+    store = WorkStore.open(parse_database_url(url), workspace_id=STORE_WORKSPACE)
     try:
         print("ready", flush=True)
         sys.stdin.readline()

@@ -10,13 +10,16 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from labfy_ref.cli.main import main
 from labfy_ref.clock import utcnow
 from labfy_ref.work import DatabaseUrl, WorkStore, sqlite_url
 from labfy_ref.workspace import init_workspace
 from qualification.work.postgres import PrivateCluster, absent_reason
+from qualification.work.wire import STORE_WORKSPACE, Done
 
 ENGINES = ("sqlite", "postgresql")
 
@@ -68,8 +71,9 @@ def clock() -> Clock:
 
 @pytest.fixture
 def store(work_url: DatabaseUrl, clock: Clock) -> Iterator[WorkStore]:
-    """An open store on a fresh database of each engine, with an injected clock."""
-    opened = WorkStore.open(work_url, clock=clock)
+    """An open store of one workspace on a fresh database of each engine, with an injected
+    clock."""
+    opened = WorkStore.open(work_url, workspace_id=STORE_WORKSPACE, clock=clock)
     yield opened
     opened.close()
 
@@ -80,3 +84,19 @@ def workspace(tmp_path: Path) -> Path:
     path = tmp_path / "ws"
     init_workspace(path, specimen=False)
     return path
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str]) -> Any:
+    """``run("work", ...)``: the command through ``main``, in this process."""
+
+    def call(*args: str) -> Done:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's refusals exit from inside parse_args
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return Done(code, out, err)
+
+    return call

@@ -25,6 +25,7 @@ from labfy_ref.work import Claim, DatabaseUrl, State, WorkStore
 from labfy_ref.work.schema import runs
 from qualification.work.conftest import Clock
 from qualification.work.postgres import PrivateCluster
+from qualification.work.wire import STORE_WORKSPACE
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE = 30.0
@@ -242,7 +243,7 @@ def test_postgresql_claims_skip_a_run_locked_by_another_transaction(
         pg_cluster: PrivateCluster) -> None:
     """FOR UPDATE SKIP LOCKED: a claim never waits on a row another worker is claiming."""
     with pg_cluster.database() as url:
-        store = WorkStore.open(url)
+        store = WorkStore.open(url, workspace_id=STORE_WORKSPACE)
         other = create_engine(url.url)
         try:
             first = store.submit("locked elsewhere")

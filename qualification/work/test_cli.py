@@ -9,7 +9,6 @@ exit 1), never a traceback, never the database password.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import os
@@ -26,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fake_provider import Scenario
-from labfy_ref.cli.main import build_parser, main
+from labfy_ref.cli.main import build_parser
 from labfy_ref.cli.work import HEARTBEAT_SECONDS, LEASE_SECONDS
 from labfy_ref.ids import id_pattern
 from labfy_ref.work import ENV_VAR, DatabaseUrl, State, WorkStore, sqlite_url
@@ -34,9 +33,12 @@ from labfy_ref.work.worker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECON
 from qualification.conftest import ProviderFactory
 from qualification.harness import wait_until
 from qualification.work.wire import (
+    STORE_WORKSPACE,
     TASK_KEYS,
+    Done,
     check_work_shape,
     full_url,
+    open_for,
     populate,
     run_worker_once,
 )
@@ -51,48 +53,10 @@ HOSTILE = st.one_of(
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class Done:
-    """One command's exit code and output."""
-
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        """The one JSON line it printed."""
-        assert self.code == 0, self.err
-        assert self.err == "" and self.out.count("\n") == 1, (self.out, self.err)
-        return json.loads(self.out)
-
-    def refused(self, code: str, *, exit_code: int = 2) -> str:
-        """Its one stderr line, checked to start with ``code``; nothing on stdout."""
-        assert self.code == exit_code, (self.code, self.out, self.err)
-        assert self.out == "" and self.err.count("\n") == 1, (self.out, self.err)
-        assert self.err.startswith(f"{code}: ") and "Traceback" not in self.err, self.err
-        return self.err.rstrip("\n")
-
-
 @pytest.fixture(autouse=True)
 def no_ambient_database(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads a Work database named by the machine it runs on."""
     monkeypatch.delenv(ENV_VAR, raising=False)
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str]) -> Any:
-    """``run("work", ...)``: the command through ``main``, in this process."""
-
-    def call(*args: str) -> Done:
-        capsys.readouterr()
-        try:
-            code = main(list(args))
-        except SystemExit as exc:  # argparse's refusals exit from inside parse_args
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return Done(code, out, err)
-
-    return call
 
 
 def _subprocess(*args: str | bytes, env: dict[str, str] | None = None) -> Done:
@@ -112,7 +76,7 @@ def test_submit_prints_the_task_its_first_run_and_its_state(
     assert id_pattern("task").fullmatch(task["id"]) and id_pattern("run").fullmatch(
         task["run_id"])
     assert task["state"] == "QUEUED"
-    store = WorkStore.open(work_url)
+    store = open_for(work_url, workspace)
     try:
         assert store.get_task(task["id"]).message == "summarise notes.md"
         assert [r.id for r in store.list_runs(task["id"])] == [task["run_id"]]
@@ -129,7 +93,7 @@ def test_the_default_database_is_the_workspaces_own_owner_only_work_sqlite(
     assert stat.S_IMODE(database.stat().st_mode) == 0o600
     shown = run("work", "show", task["id"], "--workspace", str(workspace)).json()
     assert shown["task"]["message"] == "m"
-    store = WorkStore.open(sqlite_url(database))
+    store = open_for(sqlite_url(database), workspace)
     try:
         assert store.get_task(task["id"]).state is State.QUEUED
     finally:
@@ -150,34 +114,35 @@ def test_labfy_work_db_names_the_database_and_the_flag_wins_over_it(
     other = sqlite_url(tmp_path / "other.sqlite")
     from_flag = run("work", "submit", "--workspace", str(workspace), "--work-db",
                     full_url(other), "--message", "flag").json()["task"]
-    listed = run("work", "list").json()
+    listed = run("work", "list", "--workspace", str(workspace)).json()
     assert [t["id"] for t in listed["tasks"]] == [from_env["id"]]
-    flagged = run("work", "list", "--work-db", full_url(other)).json()
+    flagged = run("work", "list", "--all-workspaces", "--work-db", full_url(other)).json()
     assert [t["id"] for t in flagged["tasks"]] == [from_flag["id"]]
     monkeypatch.setenv(ENV_VAR, "")  # an empty variable counts as unset
-    run("work", "list").refused("CONFIG_INVALID")
+    run("work", "list", "--all-workspaces").refused("CONFIG_INVALID")
 
 
 @pytest.mark.req("WK-05", "WK-02")
 def test_show_prints_the_work_shape(run: Any, work_url: DatabaseUrl) -> None:
-    store = WorkStore.open(work_url)
+    store = WorkStore.open(work_url, workspace_id=STORE_WORKSPACE)
     try:
         populated = populate(store, "write the notes")
     finally:
         store.close()
-    work = run("work", "show", populated.task_id, "--work-db", full_url(work_url)).json()
+    db = ("--all-workspaces", "--work-db", full_url(work_url))
+    work = run("work", "show", populated.task_id, *db).json()
     check_work_shape(work, populated, "write the notes")
-    line = run("work", "show", "task_nope", "--work-db", full_url(work_url)).refused(
+    line = run("work", "show", "task_nope", *db).refused(
         "TASK_NOT_FOUND")
     assert line == "TASK_NOT_FOUND: no task task_nope"
 
 
 @pytest.mark.req("WK-05", "WK-02")
 def test_approve_answers_a_pending_approval_once(run: Any, work_url: DatabaseUrl) -> None:
-    store = WorkStore.open(work_url)
+    store = WorkStore.open(work_url, workspace_id=STORE_WORKSPACE)
     try:
         first, second = populate(store), populate(store)
-        db = ("--work-db", full_url(work_url))
+        db = ("--all-workspaces", "--work-db", full_url(work_url))
         answered = run("work", "approve", first.approval_id, "allowed-once", *db).json()
         assert answered == {"approval": {"id": first.approval_id, "run_id": first.run_id,
                                          "tool_id": "files.write",
@@ -200,13 +165,13 @@ def test_approve_answers_a_pending_approval_once(run: Any, work_url: DatabaseUrl
 
 @pytest.mark.req("WK-05")
 def test_list_pages_tasks_newest_first(run: Any, work_url: DatabaseUrl) -> None:
-    store = WorkStore.open(work_url)
+    store = WorkStore.open(work_url, workspace_id=STORE_WORKSPACE)
     try:
         ids = [store.submit(f"task {n}").task.id for n in range(3)]
         store.cancel(ids[1])
     finally:
         store.close()
-    db = ("--work-db", full_url(work_url))
+    db = ("--all-workspaces", "--work-db", full_url(work_url))
     everything = run("work", "list", *db).json()
     assert set(everything) == {"tasks", "next_cursor"}
     assert [t["id"] for t in everything["tasks"]] == ids[::-1]
@@ -231,13 +196,13 @@ def test_list_pages_tasks_newest_first(run: Any, work_url: DatabaseUrl) -> None:
 @pytest.mark.req("WK-05", "WK-02")
 def test_cancel_cancels_a_task_once_and_refuses_a_finished_one(
         run: Any, work_url: DatabaseUrl) -> None:
-    store = WorkStore.open(work_url)
+    store = WorkStore.open(work_url, workspace_id=STORE_WORKSPACE)
     try:
         queued = store.submit("to cancel")
         done = store.submit("to finish")
         claim = store.claim("w", 60)
         assert claim is not None and claim.task_id == queued.task.id
-        db = ("--work-db", full_url(work_url))
+        db = ("--all-workspaces", "--work-db", full_url(work_url))
         cancelled = run("work", "cancel", queued.task.id, *db).json()
         assert set(cancelled) == {"task"} and set(cancelled["task"]) == TASK_KEYS
         assert (cancelled["task"]["id"], cancelled["task"]["state"]) == (queued.task.id,
@@ -259,14 +224,16 @@ def test_the_database_password_is_never_printed(run: Any, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     nowhere = tmp_path / "no-socket-here"
     unreachable = f"postgresql://alice:{PASSWORD}@/work?host={nowhere}"
-    refused = run("work", "list", "--work-db", unreachable)
+    refused = run("work", "list", "--all-workspaces", "--work-db", unreachable)
     line = refused.refused("WORK_DB_UNAVAILABLE", exit_code=1)
     assert PASSWORD not in line and "***" in line
     invalid = f"mysql://alice:{PASSWORD}@db.example/work"
-    assert PASSWORD not in run("work", "list", "--work-db", invalid).refused("WORK_DB_INVALID")
+    every = "--all-workspaces"
+    assert PASSWORD not in run("work", "list", every, "--work-db", invalid).refused(
+        "WORK_DB_INVALID")
     monkeypatch.setenv(ENV_VAR, unreachable)
-    assert PASSWORD not in run("work", "show", "task_x").refused("WORK_DB_UNAVAILABLE",
-                                                                 exit_code=1)
+    assert PASSWORD not in run("work", "show", "task_x", every).refused("WORK_DB_UNAVAILABLE",
+                                                                        exit_code=1)
 
 
 @pytest.mark.req("WK-05", "WS-01")
@@ -424,7 +391,7 @@ def test_the_readme_work_flow_runs_as_written_on_both_engines(
                                                        "model.answered"]
     assert (tmp_path / "team-lab" / "work.sqlite").exists() is not postgres
     if postgres:
-        store = WorkStore.open(work_url)
+        store = open_for(work_url, tmp_path / "team-lab")
         try:
             assert store.get_task(work["task"]["id"]).state is State.COMPLETED
         finally:
@@ -463,7 +430,7 @@ def test_the_worker_refuses_a_bad_option_before_it_claims_anything(
     assert done.err.count("\n") == 1 and "Traceback" not in done.err, done.err
     assert done.err.split(":", 1)[0] in {"CONFIG_INVALID", "ENDPOINT_REFUSED"}, done.err
     assert fragment in done.err
-    store = WorkStore.open(url)
+    store = open_for(url, workspace)
     try:
         assert store.get_task(task["id"]).state is State.QUEUED, "nothing was claimed"
     finally:
@@ -532,8 +499,8 @@ def test_prune_deletes_finished_tasks_older_than_the_age_and_nothing_else(
     """``work prune --older-than DAYS``: the issue's "pruned by age", from the command line."""
     db = ("--workspace", str(workspace))
     url = sqlite_url(workspace / "work.sqlite")
-    two_days_ago = WorkStore.open(url, clock=lambda: datetime.datetime.now(datetime.UTC)
-                                  - datetime.timedelta(days=2))
+    two_days_ago = open_for(url, workspace, clock=lambda: datetime.datetime.now(datetime.UTC)
+                            - datetime.timedelta(days=2))
     try:
         old = two_days_ago.submit("old and cancelled")
         two_days_ago.cancel(old.task.id)

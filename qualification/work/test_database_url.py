@@ -9,6 +9,7 @@ import pytest
 
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.work import ENV_VAR, WorkStore, parse_database_url, resolve_database_url
+from qualification.work.wire import STORE_WORKSPACE
 
 SECRET = "s3cr3t-Pa55"
 
@@ -119,7 +120,7 @@ def test_an_unreachable_postgresql_is_unavailable_and_its_password_never_shows(
     url = parse_database_url(f"postgresql://labfy:{SECRET}@/work?host={tmp_path}")
     caplog.set_level(logging.DEBUG)  # every logger, the driver's and SQLAlchemy's included
     with pytest.raises(LabfyError) as refused:
-        WorkStore.open(url)
+        WorkStore.open(url, workspace_id=STORE_WORKSPACE)
     error = refused.value
     assert error.code is ErrorCode.WORK_DB_UNAVAILABLE and error.status == 503
     host = str(tmp_path).replace("/", "%2F")
@@ -148,7 +149,7 @@ def test_a_sqlite_file_that_is_not_a_database_or_has_no_directory_is_unavailable
                            (tmp_path / "missing" / "work.sqlite",
                             f"directory {tmp_path / 'missing'} does not exist")):
         with pytest.raises(LabfyError) as refused:
-            WorkStore.open(parse_database_url(f"sqlite:///{target}"))
+            WorkStore.open(parse_database_url(f"sqlite:///{target}"), workspace_id=STORE_WORKSPACE)
         assert refused.value.code is ErrorCode.WORK_DB_UNAVAILABLE
         assert refused.value.message == f"work database sqlite:///{target}: {reason}"
     assert garbage.read_bytes() == b"not a database " * 400  # left as it was

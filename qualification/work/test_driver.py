@@ -43,6 +43,7 @@ from labfy_ref.work.worker import Worker, WorkerSettings, run_worker_command
 from labfy_ref.workspace.layout import open_workspace
 from qualification.conftest import ProviderFactory
 from qualification.harness import wait_until
+from qualification.work.wire import open_for
 from qualification.work.workers import (
     check_exactly_once,
     conversation_requests,
@@ -60,9 +61,9 @@ def provider(provider_factory: ProviderFactory) -> FakeProvider:
 
 
 @pytest.fixture
-def store(work_url: DatabaseUrl) -> Iterator[WorkStore]:
+def store(work_url: DatabaseUrl, specimen: Path) -> Iterator[WorkStore]:
     """The test's view of the Work database (workers open their own)."""
-    opened = WorkStore.open(work_url)
+    opened = open_for(work_url, specimen)
     yield opened
     opened.close()
 

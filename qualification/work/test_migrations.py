@@ -1,7 +1,9 @@
-"""WK-06 (and WK-02): the Work database moves by versioned forward migrations, on both engines.
+"""WK-06 (and WK-02, WK-11): the Work database moves by versioned forward migrations, on
+both engines.
 
-Migration 2 here is a real one, written the way a later release would write it
-(one DDL statement appended to the list), applied to a database migration 1 wrote.
+The next migration here (``ADD_PRIORITY``) is a real one, written the way a later release
+would write it (one DDL statement appended to the list), applied to a database this
+build wrote; migration 2, this build's own, is tried on the database release 1 left.
 """
 
 from __future__ import annotations
@@ -24,14 +26,24 @@ from labfy_ref.work import (
     sqlite_url,
 )
 from labfy_ref.work.schema import METADATA
+from labfy_ref.work.store import ALL_WORKSPACES
+from qualification.work.wire import STORE_WORKSPACE
 
 
 def _add_priority(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE work_tasks ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"))
 
 
-#: What a later release's migration 2 looks like: one step appended to MIGRATIONS.
-ADD_PRIORITY = Migration(2, "add tasks.priority", _add_priority)
+#: What a later release's next migration looks like: one step appended to MIGRATIONS.
+ADD_PRIORITY = Migration(SCHEMA_VERSION + 1, "add tasks.priority", _add_priority)
+#: The version rows this build stamps.
+STAMPED = [(step.version, step.summary) for step in MIGRATIONS]
+NEXT = SCHEMA_VERSION + 1
+
+
+def open_store(url: DatabaseUrl, **options: object) -> WorkStore:
+    """The store of the suite's workspace on ``url``."""
+    return WorkStore.open(url, workspace_id=STORE_WORKSPACE, **options)  # type: ignore[arg-type]
 
 
 def versions(url: DatabaseUrl) -> list[tuple[int, str]]:
@@ -55,18 +67,18 @@ def columns(url: DatabaseUrl, table: str) -> list[str]:
 
 
 @pytest.mark.req("WK-06", "WK-02")
-def test_a_database_written_by_migration_1_opens_again_with_its_data(
+def test_a_database_written_by_this_build_opens_again_with_its_data(
         work_url: DatabaseUrl) -> None:
-    store = WorkStore.open(work_url)
+    store = open_store(work_url)
     submitted = store.submit("kept across opens")
     claim = store.claim("w1", 600)
     assert claim is not None
     effect = store.begin_effect(claim, 1, 0, "files.write", {"path": "a"})
     store.record_reply(claim, 1, {"q": 1}, {"a": 1})
     store.close()
-    assert versions(work_url) == [(1, MIGRATIONS[0].summary)]
+    assert versions(work_url) == STAMPED
 
-    reopened = WorkStore.open(work_url)
+    reopened = open_store(work_url)
     try:
         assert reopened.get_task(submitted.task.id).state is State.RUNNING
         assert reopened.find_effect(claim.run_id, 1, 0) == effect
@@ -75,12 +87,12 @@ def test_a_database_written_by_migration_1_opens_again_with_its_data(
         reopened.heartbeat(claim, 600)  # the claim made before the reopen still holds
     finally:
         reopened.close()
-    assert versions(work_url) == [(1, MIGRATIONS[0].summary)]
+    assert versions(work_url) == STAMPED
 
 
 @pytest.mark.req("WK-06")
 def test_the_migrated_schema_is_the_schema_the_store_queries(work_url: DatabaseUrl) -> None:
-    WorkStore.open(work_url).close()
+    open_store(work_url).close()
     engine = create_engine(work_url.url)
     try:
         inspector = inspect(engine)
@@ -90,36 +102,40 @@ def test_the_migrated_schema_is_the_schema_the_store_queries(work_url: DatabaseU
             assert found == {c.name: c.nullable for c in table.columns}, name
             key = inspector.get_pk_constraint(name)["constrained_columns"]
             assert key == [c.name for c in table.primary_key.columns], name
+            indexes = {index["name"]: index["column_names"]
+                       for index in inspector.get_indexes(name)}
+            for index in table.indexes:  # the store's queries lean on them
+                assert indexes.get(index.name) == [c.name for c in index.columns], index.name
     finally:
         engine.dispose()
 
 
 @pytest.mark.req("WK-06")
-def test_a_second_migration_is_applied_once_to_a_version_1_database(
+def test_a_next_migration_is_applied_once_to_a_database_of_this_build(
         work_url: DatabaseUrl) -> None:
-    store = WorkStore.open(work_url)
-    submitted = store.submit("before migration 2")
+    store = open_store(work_url)
+    submitted = store.submit("before the next migration")
     store.close()
     newer = (*MIGRATIONS, ADD_PRIORITY)
     for _ in range(2):  # the second open finds nothing to do (a second ALTER would fail)
-        upgraded = WorkStore.open(work_url, migrations=newer)
-        assert upgraded.get_task(submitted.task.id).message == "before migration 2"
+        upgraded = open_store(work_url, migrations=newer)
+        assert upgraded.get_task(submitted.task.id).message == "before the next migration"
         upgraded.close()
-    assert [version for version, _ in versions(work_url)] == [1, 2]
+    assert [version for version, _ in versions(work_url)] == list(range(1, NEXT + 1))
     assert "priority" in columns(work_url, "work_tasks")
 
 
 @pytest.mark.req("WK-06")
 def test_a_database_newer_than_the_code_is_refused_and_left_untouched(
         work_url: DatabaseUrl) -> None:
-    WorkStore.open(work_url, migrations=(*MIGRATIONS, ADD_PRIORITY)).close()
+    open_store(work_url, migrations=(*MIGRATIONS, ADD_PRIORITY)).close()
     with pytest.raises(LabfyError) as refused:
-        WorkStore.open(work_url)
+        open_store(work_url)
     assert refused.value.code is ErrorCode.WORK_DB_TOO_NEW
     assert str(refused.value) == (
-        f"WORK_DB_TOO_NEW: the work database is at schema version 2; this labfy-ref knows "
-        f"up to {SCHEMA_VERSION}: run a newer labfy-ref")
-    assert [version for version, _ in versions(work_url)] == [1, 2]
+        f"WORK_DB_TOO_NEW: the work database is at schema version {NEXT}; this labfy-ref "
+        f"knows up to {SCHEMA_VERSION}: run a newer labfy-ref")
+    assert [version for version, _ in versions(work_url)] == list(range(1, NEXT + 1))
     assert "priority" in columns(work_url, "work_tasks")
 
 
@@ -131,12 +147,12 @@ def _half_done(conn: Connection) -> None:
 @pytest.mark.req("WK-06")
 def test_a_failed_step_leaves_the_database_at_the_last_completed_version(
         work_url: DatabaseUrl) -> None:
-    WorkStore.open(work_url).close()
+    open_store(work_url).close()
     with pytest.raises(RuntimeError, match="fails after its first statement"):
-        WorkStore.open(work_url, migrations=(*MIGRATIONS, Migration(2, "broken", _half_done)))
-    assert [version for version, _ in versions(work_url)] == [1]
+        open_store(work_url, migrations=(*MIGRATIONS, Migration(NEXT, "broken", _half_done)))
+    assert versions(work_url) == STAMPED
     assert "priority" not in columns(work_url, "work_tasks")
-    WorkStore.open(work_url).close()
+    open_store(work_url).close()
 
 
 @pytest.mark.req("WK-06")
@@ -149,7 +165,7 @@ def test_workers_opening_a_new_database_at_once_migrate_it_once(
     def open_it() -> None:
         try:
             start.wait()
-            opened.append(WorkStore.open(work_url))
+            opened.append(open_store(work_url))
         except BaseException as exc:  # reported below
             failures.append(exc)
 
@@ -161,14 +177,14 @@ def test_workers_opening_a_new_database_at_once_migrate_it_once(
     for store in opened:
         store.close()
     assert failures == [] and len(opened) == 6
-    assert [version for version, _ in versions(work_url)] == [1]
+    assert versions(work_url) == STAMPED
 
 
 @pytest.mark.req("WK-06")
 def test_migrations_must_be_numbered_from_one_in_order(work_url: DatabaseUrl) -> None:
     for broken in ((), (ADD_PRIORITY,), (*MIGRATIONS, ADD_PRIORITY, ADD_PRIORITY)):
         with pytest.raises(ValueError, match="numbered 1, 2"):
-            WorkStore.open(work_url, migrations=broken)
+            open_store(work_url, migrations=broken)
     engine = create_engine(work_url.url)
     try:
         assert inspect(engine).get_table_names() == []  # nothing was created
@@ -209,14 +225,16 @@ def sqlite_schema(path: Path) -> list[tuple[str, str, str]]:
 @pytest.mark.req("WK-06")
 def test_migration_1_still_creates_exactly_what_release_1_created(tmp_path: Path) -> None:
     """A released step is never edited: today's migration 1 makes release 1's schema."""
-    WorkStore.open(sqlite_url(tmp_path / "fresh.sqlite")).close()
+    open_store(sqlite_url(tmp_path / "fresh.sqlite"), migrations=MIGRATIONS[:1]).close()
     released = release_1_database(tmp_path / "release_1.sqlite")
     assert sqlite_schema(tmp_path / "fresh.sqlite") == sqlite_schema(released)
 
 
 @pytest.mark.req("WK-06", "WK-02")
 def test_a_database_left_by_release_1_opens_and_its_work_goes_on(tmp_path: Path) -> None:
-    store = WorkStore.open(sqlite_url(release_1_database(tmp_path / "work.sqlite")))
+    """Opened as the workspace whose own work.sqlite it is, its tasks become that
+    workspace's (WK-11) and go on."""
+    store = open_store(sqlite_url(release_1_database(tmp_path / "work.sqlite")), adopt=True)
     try:
         finished = store.show(FINISHED_IN_1)
         assert finished["task"]["final_text"] == "done"
@@ -234,3 +252,32 @@ def test_a_database_left_by_release_1_opens_and_its_work_goes_on(tmp_path: Path)
         assert store.get_task(WAITING_IN_1).final_text == "finished by this build"
     finally:
         store.close()
+
+
+@pytest.mark.req("WK-11", "WK-06")
+def test_tasks_of_release_1_on_a_shared_database_belong_to_no_workspace(
+        tmp_path: Path) -> None:
+    """Opened by a workspace that does not own the file, release 1's tasks stay unowned:
+    that workspace neither sees nor claims them; only the admin's view lists them."""
+    url = sqlite_url(release_1_database(tmp_path / "shared.sqlite"))
+    other = open_store(url)
+    try:
+        assert other.list_tasks() == [] and other.claim("worker-b", 60) is None
+        with pytest.raises(LabfyError) as hidden:
+            other.show(QUEUED_IN_1)
+        assert hidden.value.code is ErrorCode.TASK_NOT_FOUND
+        with pytest.raises(LabfyError) as unanswered:
+            other.answer_approval(APPROVAL_IN_1, "allowed-once")
+        assert unanswered.value.code is ErrorCode.APPROVAL_NOT_FOUND
+    finally:
+        other.close()
+    admin = WorkStore.open(url, workspace_id=ALL_WORKSPACES)
+    try:
+        assert [t.id for t in admin.list_tasks()] == [QUEUED_IN_1, WAITING_IN_1, FINISHED_IN_1]
+        assert admin.get_approval(APPROVAL_IN_1).decision.value == "pending"
+        for refused in (lambda: admin.submit("m"), lambda: admin.claim("w", 60)):
+            with pytest.raises(LabfyError) as one:
+                refused()
+            assert one.value.code is ErrorCode.VALIDATION_FAILED
+    finally:
+        admin.close()

@@ -28,6 +28,7 @@ from labfy_ref.work import DatabaseUrl, EffectStatus, State, WorkStore
 from labfy_ref.work.effects import AUDIT_EVENT
 from qualification.conftest import ProviderFactory
 from qualification.harness import wait_until
+from qualification.work.wire import open_for
 from qualification.work.workers import (
     check_exactly_once,
     conversation_requests,
@@ -45,9 +46,9 @@ RUNNING_BOUNDARIES = ("model.answered", "effect.started", "effect.applied", "eff
 
 
 @pytest.fixture
-def store(work_url: DatabaseUrl) -> Iterator[WorkStore]:
+def store(work_url: DatabaseUrl, specimen: Path) -> Iterator[WorkStore]:
     """The test's view of the Work database (workers open their own)."""
-    opened = WorkStore.open(work_url)
+    opened = open_for(work_url, specimen)
     yield opened
     opened.close()
 

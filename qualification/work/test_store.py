@@ -18,6 +18,7 @@ from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.ids import id_pattern
 from labfy_ref.work import Approval, Decision, EffectStatus, State, WorkStore, sqlite_url
 from qualification.work.conftest import Clock
+from qualification.work.wire import STORE_WORKSPACE
 
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -401,7 +402,7 @@ def test_an_approval_answered_at_once_by_several_people_takes_one_answer(
 
 @pytest.mark.req("WK-02")
 def test_the_sqlite_database_is_created_owner_only(tmp_path: Path) -> None:
-    store = WorkStore.open(sqlite_url(tmp_path / "work.sqlite"))
+    store = WorkStore.open(sqlite_url(tmp_path / "work.sqlite"), workspace_id=STORE_WORKSPACE)
     try:
         store.submit("private")
     finally:
@@ -410,7 +411,7 @@ def test_the_sqlite_database_is_created_owner_only(tmp_path: Path) -> None:
     link = tmp_path / "link.sqlite"
     link.symlink_to(tmp_path / "elsewhere.sqlite")
     with pytest.raises(LabfyError) as refused:
-        WorkStore.open(sqlite_url(link))
+        WorkStore.open(sqlite_url(link), workspace_id=STORE_WORKSPACE)
     assert refused.value.code is ErrorCode.WORK_DB_UNAVAILABLE
     assert refused.value.message.endswith(": the database file is a symbolic link")
     assert not (tmp_path / "elsewhere.sqlite").exists()

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.server.auth import token_hash
 from labfy_ref.work import ENV_VAR, DatabaseUrl, State, WorkStore
+from labfy_ref.workspace import init_workspace
 from qualification.conftest import ProviderFactory, ServerFactory
 from qualification.harness import ApiClient, LiveServer, ServeProcess
 from qualification.work.postgres import PrivateCluster
@@ -31,6 +32,7 @@ from qualification.work.wire import (
     WORK_KEYS,
     check_work_shape,
     full_url,
+    open_for,
     populate,
     run_worker_once,
 )
@@ -53,9 +55,10 @@ def server(server_factory: ServerFactory, workspace: Path, work_url: DatabaseUrl
 
 
 @pytest.fixture
-def store(work_url: DatabaseUrl) -> Any:
-    """The same database, opened by the test to check what the routes wrote."""
-    opened = WorkStore.open(work_url)
+def store(work_url: DatabaseUrl, workspace: Path) -> Any:
+    """The same database, opened by the test as the server's workspace to check what the
+    routes wrote."""
+    opened = open_for(work_url, workspace)
     yield opened
     opened.close()
 
@@ -144,7 +147,7 @@ def test_unknown_ids_are_404_with_a_code(server: LiveServer) -> None:
 @pytest.mark.req("WK-05", "WK-02")
 def test_an_approval_is_answered_once_and_a_second_answer_is_409(
         server: LiveServer, store: WorkStore) -> None:
-    client = server.client(token=USER_TOKEN)  # any session may answer (role "user")
+    client = server.client()  # the admin answers (WK-12)
     first, second = populate(store), populate(store)
     url = f"/api/v1/work/approvals/{first.approval_id}"
     answered = client.post(url, {"decision": "allowed-once"})
@@ -284,8 +287,10 @@ def test_serve_takes_its_work_database_from_labfy_work_db(
 @pytest.mark.req("WK-05", "WK-04")
 def test_a_write_waits_for_an_approval_answered_over_http_then_runs_once(
         server_factory: ServerFactory, specimen: Path, work_url: DatabaseUrl,
-        store: WorkStore, provider_factory: ProviderFactory) -> None:
+        provider_factory: ProviderFactory) -> None:
     provider = provider_factory(work_scenario())
+    store = open_for(work_url, specimen)
+    request_close = store.close
     client = server_factory(specimen, work_db=full_url(work_url)).client()
     task = _submit(client, message("write1", "h1"))
     parked = run_worker_once(specimen, work_url, provider.base_url)
@@ -305,7 +310,84 @@ def test_a_write_waits_for_an_approval_answered_over_http_then_runs_once(
     done = client.get(f"{TASKS}/{task['id']}").json()
     assert (done["task"]["state"], done["task"]["final_text"]) == ("COMPLETED", "done h1")
     assert done["approvals"][0]["decision"] == "allowed-once"
-    check_exactly_once(store, task["id"], "write1", "h1", specimen / "files", provider)
+    try:
+        check_exactly_once(store, task["id"], "write1", "h1", specimen / "files", provider)
+    finally:
+        request_close()
+
+
+@pytest.mark.req("WK-12", "WK-05")
+def test_a_user_session_cannot_answer_a_work_approval(
+        server: LiveServer, store: WorkStore) -> None:
+    """Work approvals are the admin's, like the bridge's: a ``user`` gets 403 and the
+    approval stays pending (a read-only worker's refusal is not lifted)."""
+    populated = populate(store)
+    url = f"/api/v1/work/approvals/{populated.approval_id}"
+    carol = server.client(token=server.user_token)
+    assert "administrators only" in _error(carol.post(url, {"decision": "allowed-once"}),
+                                           403, "FORBIDDEN")
+    assert store.get_approval(populated.approval_id).decision.value == "pending"
+    assert store.get_task(populated.task_id).state is State.WAITING_APPROVAL
+    assert carol.get(f"{TASKS}/{populated.task_id}").status_code == 200, "she may look"
+    answered = server.client().post(url, {"decision": "allowed-once"})
+    assert answered.status_code == 200, answered.text
+
+
+@pytest.mark.req("WK-11", "WK-05")
+def test_workspaces_sharing_one_database_never_reach_each_others_tasks(
+        server_factory: ServerFactory, specimen: Path, tmp_path: Path, work_url: DatabaseUrl,
+        provider_factory: ProviderFactory, run: Any) -> None:
+    """The team set-up: one database, workspace A's server with a ``user`` account,
+    workspace B's worker. B's worker never runs A's task (so A's server never shows B's
+    objects, B gets no file or campaign of A's); A's routes and CLI neither show, cancel
+    nor answer B's; the admin's --all-workspaces sees both."""
+    provider = provider_factory(work_scenario())
+    other = tmp_path / "b"
+    init_workspace(other, specimen=True)
+    accounts = tmp_path / "accounts.toml"
+    accounts.write_text(f'[[account]]\nname = "alice"\n'
+                        f'token_sha256 = "{token_hash(USER_TOKEN)}"\n')
+    server_a = server_factory(specimen, work_db=full_url(work_url), accounts=str(accounts))
+    alice = server_a.client(token=USER_TOKEN)
+    mine = _submit(alice, message("write1", "a1"))  # the oldest runnable run of the database
+    b_store = open_for(work_url, other)
+    try:
+        theirs = b_store.submit(message("write1", "b1")).task.id
+        ran = run_worker_once(other, work_url, provider.base_url)  # B's worker, read-only
+        assert (ran["task_id"], ran["outcome"]) == (theirs, "WAITING_APPROVAL"), \
+            "B's worker took B's task, not A's older one"
+        [approval] = b_store.list_approvals(theirs)
+        assert not (other / "files" / "notes" / "a1-1.md").exists()
+        assert alice.get(f"{TASKS}/{mine['id']}").json()["task"]["state"] == "QUEUED"
+        assert [t["id"] for t in alice.get(TASKS).json()["tasks"]] == [mine["id"]]
+        admin = server_a.client()
+        _error(admin.get(f"{TASKS}/{theirs}"), 404, "TASK_NOT_FOUND")
+        _error(admin.post(f"{TASKS}/{theirs}/cancel", {}), 404, "TASK_NOT_FOUND")
+        _error(admin.post(f"/api/v1/work/approvals/{approval.id}",
+                          {"decision": "allowed-once"}), 404, "APPROVAL_NOT_FOUND")
+        assert b_store.get_approval(approval.id).decision.value == "pending"
+        assert b_store.get_task(theirs).state is State.WAITING_APPROVAL, "not cancelled"
+
+        db = ("--work-db", full_url(work_url))
+        a_cli = ("--workspace", str(specimen), *db)
+        run("work", "show", theirs, *a_cli).refused("TASK_NOT_FOUND")
+        run("work", "cancel", theirs, *a_cli).refused("TASK_NOT_FOUND")
+        run("work", "approve", approval.id, "rejected", *a_cli).refused("APPROVAL_NOT_FOUND")
+        listed = run("work", "list", *a_cli).json()["tasks"]
+        assert [t["id"] for t in listed] == [mine["id"]]
+        assert run("work", "list", *db).refused("CONFIG_INVALID").startswith(
+            "CONFIG_INVALID: whose tasks?")
+        run("work", "list", "--all-workspaces", *a_cli).refused("CONFIG_INVALID")
+        every = run("work", "list", "--all-workspaces", *db).json()["tasks"]
+        assert [t["id"] for t in every] == [theirs, mine["id"]]
+
+        done = run_worker_once(specimen, work_url, provider.base_url, mode="workspace-write")
+        assert (done["task_id"], done["outcome"]) == (mine["id"], "COMPLETED")
+        assert (specimen / "files" / "notes" / "a1-1.md").exists()
+        assert not (other / "files" / "notes" / "a1-1.md").exists()
+        assert b_store.get_task(theirs).state is State.WAITING_APPROVAL
+    finally:
+        b_store.close()
 
 
 @pytest.mark.req("WK-05", "WK-02")

@@ -24,6 +24,7 @@ from labfy_ref.work.crash import ENV_VAR as CRASH_ENV
 from labfy_ref.work.worker import run_worker_command
 from qualification.conftest import ProviderFactory
 from qualification.harness import wait_until
+from qualification.work.wire import open_for
 from qualification.work.workers import (
     check_exactly_once,
     conversation_requests,
@@ -39,9 +40,9 @@ RUNS = 10
 
 
 @pytest.fixture
-def store(work_url: DatabaseUrl) -> Iterator[WorkStore]:
+def store(work_url: DatabaseUrl, specimen: Path) -> Iterator[WorkStore]:
     """The test's view of the Work database (workers open their own)."""
-    opened = WorkStore.open(work_url)
+    opened = open_for(work_url, specimen)
     yield opened
     opened.close()
 

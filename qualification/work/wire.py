@@ -14,6 +14,7 @@ from typing import Any
 
 from labfy_ref.ids import id_pattern
 from labfy_ref.work import DatabaseUrl, WorkStore
+from labfy_ref.workspace.layout import open_workspace
 
 TASK_KEYS = {"id", "state", "message", "final_text", "created_at", "updated_at"}
 RUN_KEYS = {"id", "state", "attempt", "worker", "lease_expires_at"}
@@ -25,6 +26,16 @@ ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 WORKER = "worker-a"
 ARGUMENTS = {"path": "notes.md", "content": "first line\n"}
 SUMMARY = "write notes.md (11 characters)"
+
+
+#: The workspace of the store tests that need none on disk (WK-11: a store is one
+#: workspace's); a manifest's id looks the same.
+STORE_WORKSPACE = "ws_01JWS0RE7E575000000000000W"
+
+
+def open_for(url: DatabaseUrl, workspace: Path, **options: Any) -> WorkStore:
+    """The store of ``workspace``'s tasks on ``url`` (its manifest's ``workspace_id``)."""
+    return WorkStore.open(url, workspace_id=open_workspace(workspace).workspace_id, **options)
 
 
 def full_url(url: DatabaseUrl) -> str:
@@ -102,3 +113,25 @@ def run_worker_once(workspace: Path, url: DatabaseUrl, endpoint: str, *,
     [line] = done.stdout.splitlines()
     ran: dict[str, Any] = json.loads(line)
     return ran
+
+
+@dataclasses.dataclass(frozen=True)
+class Done:
+    """One command's exit code and output."""
+
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        """The one JSON line it printed."""
+        assert self.code == 0, self.err
+        assert self.err == "" and self.out.count("\n") == 1, (self.out, self.err)
+        return json.loads(self.out)
+
+    def refused(self, code: str, *, exit_code: int = 2) -> str:
+        """Its one stderr line, checked to start with ``code``; nothing on stdout."""
+        assert self.code == exit_code, (self.code, self.out, self.err)
+        assert self.out == "" and self.err.count("\n") == 1, (self.out, self.err)
+        assert self.err.startswith(f"{code}: ") and "Traceback" not in self.err, self.err
+        return self.err.rstrip("\n")
