@@ -113,15 +113,24 @@ class BenchRecord:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Score:
-    """Mutants killed out of those made, for one module or one requirement ID."""
+    """Mutants killed out of those made, for one module or one requirement ID.
+
+    A module's score may also say what it measured: ``sha256``, that module's source
+    (:func:`labfy_ref.report.sources.files_sha256` of its one path), and ``reqs``, the IDs
+    its mutants count toward — so a change to one module makes only those IDs stale.
+    """
 
     name: str
     killed: int
     total: int
+    sha256: str | None = None
+    reqs: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         """JSON form in status.json."""
-        return {"name": self.name, "killed": self.killed, "total": self.total}
+        measured = {} if self.sha256 is None else {"sha256": self.sha256,
+                                                    "reqs": list(self.reqs)}
+        return {"name": self.name, "killed": self.killed, "total": self.total} | measured
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -151,16 +160,32 @@ class MutationRecord:
     sources_sha256: str | None
     freshness: Freshness
     reqs: tuple[str, ...] = ()
+    #: The modules whose source changed since they were measured (when every module's
+    #: score says what it measured; else empty and the whole record is fresh or stale).
+    changed: tuple[str, ...] = ()
 
     @property
     def stale(self) -> bool:
         """Measured on other sources than the report's tests ran on."""
         return self.freshness is Freshness.STALE
 
+    @property
+    def stale_reqs(self) -> tuple[str, ...]:
+        """The IDs this record can no longer back: those of the changed modules when each
+        module says what it measured, else every ID once the record is stale."""
+        if not self.stale:
+            return ()
+        if all(score.sha256 is not None for score in self.modules):
+            changed = set(self.changed)
+            return tuple(sorted({req for score in self.modules if score.name in changed
+                                 for req in score.reqs} & set(self.reqs)))
+        return self.reqs
+
     def as_json(self) -> dict[str, Any]:
         """JSON form in status.json."""
         return {"at": self.at, "sources_sha256": self.sources_sha256,
                 "sources": self.freshness.value, "stale": self.stale, "reqs": list(self.reqs),
+                "changed": list(self.changed),
                 "modules": [s.as_json() for s in self.modules],
                 "requirements": [s.as_json() for s in self.requirements],
                 "survivors": [s.as_json() for s in self.survivors]}
@@ -254,17 +279,22 @@ def read_mutation(results_dir: Path, current_sources: str | None) -> MutationRec
     check(document, "mutation", f"mutation record {path}")
 
     def scores(key: str) -> tuple[Score, ...]:
-        return tuple(Score(s["name"], s["killed"], s["total"]) for s in document[key])
+        return tuple(Score(s["name"], s["killed"], s["total"], s.get("sha256"),
+                           tuple(s.get("reqs", ()))) for s in document[key])
 
     survivors = tuple(Survivor(s["module"], s["location"], s["mutation"], tuple(s["reqs"]),
                                s["justification"]) for s in document["survivors"])
     measured = document["sources_sha256"]
     if "mutated" in document:  # keyed by the modules it mutated: stale when one of them changed
         current_sources = files_sha256(document["mutated"])
-    return MutationRecord(at=document["at"], modules=scores("modules"),
+    modules = scores("modules")
+    changed = tuple(score.name for score in modules
+                    if score.sha256 is not None and score.sha256 != files_sha256([score.name]))
+    return MutationRecord(at=document["at"], modules=modules,
                           requirements=scores("requirements"), survivors=survivors,
                           sources_sha256=measured,
-                          freshness=freshness(measured, current_sources), reqs=_reqs(document))
+                          freshness=freshness(measured, current_sources), reqs=_reqs(document),
+                          changed=changed)
 
 
 def read_conformance(results_dir: Path) -> Conformance | None:
@@ -326,7 +356,8 @@ def stale_backing(bench: BenchRecord | None, mutation: MutationRecord | None) ->
     for record, what, rerun in ((bench, "bench", "tox -e bench"),
                                 (mutation, "mutation", "the mutation run")):
         if record is not None and record.stale:
-            for req in record.reqs:
+            reqs = record.stale_reqs if isinstance(record, MutationRecord) else record.reqs
+            for req in reqs:
                 backing.setdefault(req, f"its {what} record ({record.at}) measured other "
                                         f"sources than these tests ran on: rerun {rerun}")
     return backing

@@ -251,6 +251,8 @@ def mutation(record: MutationRecord | None) -> str:
         for s in record.survivors)
     return _panel("mutation", "Mutation scores",
                   f"<p>{esc(record.at)}</p>{_fresh(record, 'scores')}"
+                  + (f"<p>Changed since measured: {esc(', '.join(record.changed))} (only "
+                     "their IDs wait for a rerun).</p>" if record.changed else "")
                   + _scores("By module", "Module", record.modules)
                   + _scores("By requirement", "ID", record.requirements)
                   + f"<h4>Surviving mutants ({len(record.survivors)})</h4>"

@@ -127,7 +127,9 @@ def _md_evidence(report: StatusReport) -> list[str]:
         out.append(f"- Mutation ({mutation.at}): {killed} of {total} mutants killed in "
                    f"{len(mutation.modules)} modules, {len(mutation.survivors)} surviving "
                    f"({unjustified} not justified); "
-                   f"{_sources(mutation.freshness.value, mutation.sources_sha256)}.")
+                   f"{_sources(mutation.freshness.value, mutation.sources_sha256)}"
+                   + (f" (changed since: {_md_cell(', '.join(mutation.changed))}; only "
+                      "their IDs wait for a rerun)" if mutation.changed else "") + ".")
     if report.screenshots:
         out.append("- Screenshots: " + ", ".join(
             f"{browser} {len(paths)}" for browser, paths in report.screenshots.items())

@@ -188,10 +188,10 @@ def _keep(self: Authenticator, session_id: str) -> None:
     return None
 
 
-@fault("user-on-cordis", replaces="labfy_ref.server.bridge_routes:_admin",
+@fault("user-on-cordis", replaces="labfy_ref.server.bridge_routes:require_admin",
        killer=f"{ROLES}::test_a_user_account_is_refused_on_every_admin_route",
        breaks="a user-role session is served on /api/cordis/*")
-def _anyone(request: Any) -> None:
+def _anyone(state: Any, what: str) -> None:
     return None
 
 

@@ -1,8 +1,10 @@
 """``python -m qualification.mutation [--module PATH ...] [--jobs N] [--fresh|--survivors]``.
 
 Runs the listed modules (default: every module of the scope) two at a time,
-then writes the record from every complete session on disk, so a later run of
-other modules adds to it rather than replacing it.
+then writes the record from every complete session on disk and, for a module with
+no session here, its score in the committed record if that module's source is
+unchanged — so a later run of other modules adds to it rather than replacing it,
+and a fresh clone reruns only the modules that changed.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime
+import json
 import time
+from typing import Any
 
 from qualification.mutation import record
 from qualification.mutation.run import run_module, session_path
@@ -27,6 +31,14 @@ def _complete_sessions() -> dict[str, list[Mutant]]:
             if all(m.skipped or m.outcome is not None for m in items):
                 found[scope.path] = items
     return found
+
+
+def _previous() -> dict[str, Any] | None:
+    try:
+        document: dict[str, Any] = json.loads(record.RECORD_PATH.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return document
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,11 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     newest = max((session_path(by_path(path)).stat().st_mtime for path in sessions), default=None)
     at = None if newest is None else datetime.datetime.fromtimestamp(
         newest, datetime.UTC).replace(microsecond=0).isoformat()
-    document = record.build(sessions, at=at)
+    previous = _previous()
+    if at is None and previous is not None:
+        at = previous.get("at")  # nothing measured here: the kept scores' time stands
+    carried = {path: entry for path, entry in record.carried_over(previous).items()
+               if path not in sessions}
+    document = record.build(sessions, at=at, carried=carried)
     record.write(document)
     for score in document["modules"]:
+        kept = " (kept from the record: source unchanged)" if score["name"] in carried else ""
         print(f"{score['name']}: {score['killed']}/{score['total']} killed "
-              f"({by_path(score['name']).describe()})")
+              f"({by_path(score['name']).describe()}){kept}")
     equivalent = sum(s["justification"] is not None for s in document["survivors"])
     print(f"{len(document['survivors'])} surviving ({equivalent} equivalent, counted in no "
           f"score); record: {record.RECORD_PATH}; wall time {time.monotonic() - started:.0f} s")

@@ -76,36 +76,71 @@ def load_triage(path: Path = TRIAGE_PATH) -> dict[str, tuple[str, str]]:
     return triage
 
 
+def carried_over(previous: Mapping[str, Any] | None, scopes: Sequence[ModuleScope] = MODULES,
+                 ) -> dict[str, dict[str, Any]]:
+    """The modules of ``previous`` (an earlier record) still measured on today's source.
+
+    A module scored with its own ``sha256`` whose file is unchanged keeps its score, its
+    IDs and its survivors, so rerunning one module does not need every other session on
+    disk; a changed module, or one scored before modules said what they measured, is
+    dropped (its IDs are then not backed until it is run again).
+    """
+    kept: dict[str, dict[str, Any]] = {}
+    if previous is None:
+        return kept
+    paths = {scope.path for scope in scopes}
+    for score in previous.get("modules", []):
+        name = score.get("name")
+        if (name in paths and score.get("sha256") is not None
+                and score["sha256"] == files_sha256([name])):
+            kept[name] = {"score": dict(score), "survivors": [
+                dict(s) for s in previous.get("survivors", []) if s.get("module") == name]}
+    return kept
+
+
 def build(results: Mapping[str, Sequence[Mutant]], *, at: str | None = None,
           triage: Mapping[str, tuple[str, str]] | None = None,
-          scopes: Sequence[ModuleScope] = MODULES) -> dict[str, Any]:
-    """The record of ``results`` (module path -> its complete session's mutants)."""
+          scopes: Sequence[ModuleScope] = MODULES,
+          carried: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The record of ``results`` (module path -> its complete session's mutants), with the
+    ``carried`` modules of an earlier record (:func:`carried_over`) where no session ran."""
     triage = load_triage() if triage is None else triage
+    carried = carried or {}
     modules: list[dict[str, Any]] = []
     per_req: dict[str, list[int]] = {}
     survivors: list[dict[str, Any]] = []
     for scope in scopes:
-        if scope.path not in results:
+        if scope.path in results:
+            done = [m for m in results[scope.path] if m.done]
+            killed = sum(m.killed for m in done)
+            equivalent = sum(not m.killed and triage.get(key(m), ("",))[0] == EQUIVALENT
+                             for m in done)
+            reqs = scope.reqs()
+            total = len(done) - equivalent
+            module_survivors = []
+            for mutant in done:
+                if mutant.killed:
+                    continue
+                verdict, reason = triage.get(key(mutant), (None, None))
+                module_survivors.append({
+                    "module": scope.path, "location": f"{mutant.module}:{mutant.line}",
+                    "mutation": describe(mutant), "reqs": list(reqs),
+                    "justification": f"{verdict}: {reason}" if verdict == EQUIVALENT else None})
+        elif scope.path in carried:
+            score = carried[scope.path]["score"]
+            killed, total, reqs = score["killed"], score["total"], tuple(score["reqs"])
+            module_survivors = [dict(s) for s in carried[scope.path]["survivors"]]
+        else:
             continue
-        done = [m for m in results[scope.path] if m.done]
-        killed = sum(m.killed for m in done)
-        equivalent = sum(not m.killed and triage.get(key(m), ("",))[0] == EQUIVALENT
-                         for m in done)
-        modules.append({"name": scope.path, "killed": killed, "total": len(done) - equivalent})
-        reqs = scope.reqs()
+        # what this score measured: a change to this module makes only these IDs stale
+        modules.append({"name": scope.path, "killed": killed, "total": total,
+                        "sha256": files_sha256([scope.path]), "reqs": list(reqs)})
         for req in reqs:
             tally = per_req.setdefault(req, [0, 0])
             tally[0] += killed
-            tally[1] += len(done) - equivalent
-        for mutant in done:
-            if mutant.killed:
-                continue
-            verdict, reason = triage.get(key(mutant), (None, None))
-            survivors.append({"module": scope.path, "location": f"{mutant.module}:{mutant.line}",
-                              "mutation": describe(mutant), "reqs": list(reqs),
-                              "justification": f"{verdict}: {reason}"
-                              if verdict == EQUIVALENT else None})
-    complete = {scope.path for scope in scopes} <= set(results)
+            tally[1] += total
+        survivors += module_survivors
+    complete = {scope.path for scope in scopes} <= {module["name"] for module in modules}
     mutated = sorted(scope.path for scope in scopes)
     return {
         "schema": "labfy.mutation.v1",

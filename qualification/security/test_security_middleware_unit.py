@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from labfy_ref.server.auth import Account, Authenticator, Session, token_hash
+from labfy_ref.errors import ErrorCode, RuntimeRefused
+from labfy_ref.server.auth import Account, Authenticator, Role, Session, token_hash
 from labfy_ref.server.security import (
     CSP,
     DEFAULT_MAX_BODY,
@@ -29,6 +30,7 @@ from labfy_ref.server.security import (
     host_ok,
     json_content_type,
     origin_ok,
+    require_admin,
     session_of,
 )
 
@@ -278,7 +280,8 @@ def test_the_session_reaches_the_route() -> None:
     ("a=1; sid=v", "v"), ('sid="v"', "v"), ('sid="', '"'), ('sid=""', ""), ('sid="v', '"v'),
     ("a; sid=v", "v"), ('a="; sid=v', "v"), ("sid=first; sid=second", "first"),
     ("xsid=v", None), ("sid", None), ("sid=a=b", "a=b"), ("\tsid\t=\tv\t", "v"),
-    ('sid=!v"', '!v"'), ('sid=v"', 'v"'), ("sid=!v!", "!v!"),
+    ('sid=!v"', '!v"'), ('sid=v"', 'v"'), ("sid=!v!", "!v!"), ("sid=vv", "vv"),
+    ("sid=#v#", "#v#"),
 ])
 def test_cookie_value_reads_rfc_6265_pairs(header: str | None, value: str | None) -> None:
     assert cookie_value(header, "sid") == value
@@ -493,3 +496,18 @@ def test_refusals_on_the_openai_routes_are_openai_shaped() -> None:
     plain = _call(harness.middleware, "GET", "/api/cordis/sessions",
                   [(b"host", HOST.encode()), (b"authorization", b"Bearer wrong")])
     assert set(json.loads(plain.body)["error"]) == {"code", "message"}
+
+
+@pytest.mark.req("SV-03", "WK-12")
+@pytest.mark.parametrize("role", list(Role))
+def test_require_admin_serves_the_admin_and_refuses_every_other_role(role: Role) -> None:
+    class State:
+        session = Session("sid", role, role.value, "csrf", 1e18)
+
+    if role is Role.ADMIN:
+        require_admin(State(), "the engine")  # no refusal
+        return
+    with pytest.raises(RuntimeRefused) as refused:
+        require_admin(State(), "the engine")
+    assert refused.value.code is ErrorCode.FORBIDDEN
+    assert "the engine is for administrators only" in str(refused.value)
