@@ -115,6 +115,9 @@ class ErrorCode(enum.StrEnum):
     RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
     SESSION_FULL = "SESSION_FULL"
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
+    # connections (SV-09)
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"  # a request head that did not arrive in time
+    TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"  # at the cap, with no idle one to close
     # isolated work (WK)
     WORK_DB_INVALID = "WORK_DB_INVALID"  # a work database URL refused (scheme, form, query)
     WORK_DB_UNAVAILABLE = "WORK_DB_UNAVAILABLE"  # the work database cannot be reached or read
@@ -165,6 +168,7 @@ HTTP_STATUS: Mapping[ErrorCode, int] = {
     ErrorCode.DELETE_UNSUPPORTED: 501,
     ErrorCode.RECORD_TOO_LARGE: 413, ErrorCode.SESSION_FULL: 409,
     ErrorCode.TOO_MANY_SESSIONS: 429,
+    ErrorCode.REQUEST_TIMEOUT: 408, ErrorCode.TOO_MANY_CONNECTIONS: 503,
     ErrorCode.WORK_DB_INVALID: 422, ErrorCode.WORK_DB_UNAVAILABLE: 503,
     ErrorCode.WORK_DB_TOO_NEW: 409, ErrorCode.TASK_NOT_FOUND: 404,
     ErrorCode.TASK_FINISHED: 409, ErrorCode.APPROVAL_NOT_FOUND: 404,

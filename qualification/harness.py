@@ -29,6 +29,7 @@ from labfy_ref.config import RawOptions, resolve
 from labfy_ref.runtime import RuntimeLimits
 from labfy_ref.server.app import create_app
 from labfy_ref.server.auth import cookie_name
+from labfy_ref.server.connections import DEFAULT_LIMITS, ConnectionLimits
 from labfy_ref.server.serve import bind_socket, build_state, uvicorn_config
 from labfy_ref.server.state import ServerState
 from labfy_ref.workspace import open_workspace
@@ -52,7 +53,7 @@ class LiveServer:
     """The real workspace server (uvicorn + the real app) in a background thread."""
 
     def __init__(self, workspace: Path, *, limits: RuntimeLimits | None = None,
-                 **options: Any) -> None:
+                 connections: ConnectionLimits = DEFAULT_LIMITS, **options: Any) -> None:
         self.config = resolve(RawOptions(workspace=str(workspace), **options), {})
         self.sock = bind_socket(self.config.host.value, None)
         self.port = int(self.sock.getsockname()[1])
@@ -62,7 +63,8 @@ class LiveServer:
         except BaseException:
             self.sock.close()
             raise
-        self.server = uvicorn.Server(uvicorn_config(create_app(self.state)))
+        self.server = uvicorn.Server(uvicorn_config(create_app(self.state),
+                                                    limits=connections))
         self._thread = threading.Thread(target=lambda: asyncio.run(
             self.server.serve(sockets=[self.sock])), daemon=True)
         self._clients: list[ApiClient] = []
@@ -226,13 +228,14 @@ class ApiClient:
 class ServeProcess:
     """``labfy-ref serve`` as a real subprocess, with its ready file and output."""
 
-    def __init__(self, *args: str, ready_file: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *args: str, ready_file: Path, env: dict[str, str] | None = None,
+                 preexec_fn: Callable[[], None] | None = None) -> None:
         self.ready_file = ready_file
         self.process = subprocess.Popen(
             [sys.executable, "-m", "labfy_ref.cli.main", "serve", "--ready-file",
              str(ready_file), *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **(env or {})})
+            env={**os.environ, **(env or {})}, preexec_fn=preexec_fn)  # noqa: PLW1509
         self.ready: dict[str, Any] = {}
 
     def wait_ready(self, timeout: float = 30) -> dict[str, Any]:

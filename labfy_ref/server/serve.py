@@ -12,9 +12,12 @@ accepted is one ``SERVE_FAILED`` line (exit 1), never a traceback.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
+import math
 import os
+import resource
 import secrets
 import signal
 import socket
@@ -30,7 +33,7 @@ from labfy_ref.config import AgentMode, ServeConfig
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import default_composition, load_composition
-from labfy_ref.logs import configure, debug_enabled
+from labfy_ref.logs import configure, debug_enabled, one_line
 from labfy_ref.model import ClientLimits, LocalModelClient
 from labfy_ref.model.gguf import Progress, verify_gguf
 from labfy_ref.model.supervised import SupervisedLlama, govern, supervised_llama
@@ -39,6 +42,7 @@ from labfy_ref.protocol import ChatModel
 from labfy_ref.runtime import DEMO_LABEL, AgentRuntime, DemoAgent, RuntimeLimits
 from labfy_ref.server.app import create_app
 from labfy_ref.server.auth import Authenticator, cookie_name, load_accounts
+from labfy_ref.server.connections import DEFAULT_LIMITS, ConnectionLimits, guarded_protocol
 from labfy_ref.server.state import ServerState
 from labfy_ref.server.work_access import WorkAccess
 from labfy_ref.workspace import (
@@ -119,14 +123,17 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
                        owns_model=owns_model)
 
 
-def uvicorn_config(app: FastAPI, log_level: str = "warning") -> uvicorn.Config:
-    """How uvicorn runs our app: no access log (no URLs in logs), no Server header.
+def uvicorn_config(app: FastAPI, log_level: str = "warning",
+                   limits: ConnectionLimits = DEFAULT_LIMITS) -> uvicorn.Config:
+    """How uvicorn runs our app: no access log (no URLs in logs), no Server header, h11
+    with SV-09's deadlines and connection cap (no WebSocket: the app serves none).
 
     ``log_config=None``: uvicorn installs no handler of its own; :func:`serve`
     routes its loggers through ours.
     """
     return uvicorn.Config(app, log_level=log_level, log_config=None, access_log=False,
-                          lifespan="on", server_header=False)
+                          lifespan="on", server_header=False, http=guarded_protocol(limits),
+                          ws="none", timeout_keep_alive=math.ceil(limits.idle_seconds))
 
 
 def _failed(message: str) -> LabfyError:
@@ -144,25 +151,29 @@ class _UvicornRelay(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         """Hand ``record`` (cut to one line unless debugging) to ``labfy_ref.server.uvicorn``."""
         if not debug_enabled():
-            record = _one_line(record)
+            record = one_line(record)
         logging.getLogger(f"{log.name}.uvicorn").handle(record)
 
 
-def _one_line(record: logging.LogRecord) -> logging.LogRecord:
-    text = record.getMessage()
-    lines = [line for line in text.splitlines() if line.strip()]
-    exception = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else None
-    if "Traceback (most recent call last)" in text:
-        exception = lines[-1].split(":", 1)[0]
-        summary = f"{ErrorCode.INTERNAL_ERROR.value} in the application"
-    else:
-        summary = lines[0] if lines else ""
-    if exception is not None:
-        summary += f" exception={exception} (the traceback only with --debug)"
-    copy = logging.makeLogRecord(record.__dict__)
-    copy.msg, copy.args = summary, None
-    copy.exc_info = copy.exc_text = copy.stack_info = None
-    return copy
+#: Descriptors kept free of connections: the log, the stores, the model client, the listener.
+RESERVED_DESCRIPTORS = 128
+
+
+def connection_limits(limits: ConnectionLimits = DEFAULT_LIMITS) -> ConnectionLimits:
+    """SV-09 at start: raise the soft descriptor limit to the hard one, and keep the
+    connection cap below what it allows (a warning says so when it must be lowered)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the descriptor limit from %d to %s: %s", soft, hard, exc)
+    if soft == resource.RLIM_INFINITY or soft - RESERVED_DESCRIPTORS >= limits.max_connections:
+        return limits
+    cap = max(1, soft - RESERVED_DESCRIPTORS)
+    log.warning("descriptor limit %d: at most %d connections at once", soft, cap)
+    return dataclasses.replace(limits, max_connections=cap)
 
 
 def _configure_log(config: ServeConfig) -> str:
@@ -277,7 +288,7 @@ def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
             print(launch_code, flush=True)
 
         server = uvicorn.Server(uvicorn_config(create_app(state, on_started=announce),
-                                               uvicorn_level))
+                                               uvicorn_level, connection_limits()))
         try:
             asyncio.run(_run(server, sock))
         except SystemExit:  # uvicorn exits 3 when the app's startup fails; it logged why
