@@ -32,7 +32,7 @@ from labfy_ref.eval.record import EvalEntry, write_entry
 from labfy_ref.eval.tasks import Observed, Task, judge
 from labfy_ref.ids import repeatable
 from labfy_ref.model.binary import identify
-from labfy_ref.model.gguf import verify_gguf
+from labfy_ref.model.gguf import PinnedGguf, open_gguf
 from labfy_ref.model.supervised import (
     CTX_SIZE,
     REPEAT_PENALTY,
@@ -119,16 +119,23 @@ async def _run_model(entry: EvalEntry, root: Path, *, options: EvalOptions,
                      rules: frozenset[str], say: Say) -> None:
     """Start the verified, governed model (with a tool template for a baseline) and run."""
     wanted = options.model
-    govern(wanted.model_file, wanted.llama_server, root)
-    verify_gguf(wanted.model_file, wanted.model_sha256, None)
+    with open_gguf(wanted.model_file) as pinned:  # SM-09: what is checked is what runs
+        govern(pinned, wanted.llama_server, root)
+        pinned.hash(wanted.model_sha256, None)
+        await _run_pinned(entry, pinned, root, options=options, rules=rules, say=say)
+
+
+async def _run_pinned(entry: EvalEntry, pinned: PinnedGguf, root: Path, *,
+                      options: EvalOptions, rules: frozenset[str], say: Say) -> None:
+    wanted = options.model
     identity = identify(wanted.llama_server)
     entry.llama_server = {"version": identity.version, "package": identity.package}
     template = None
     if options.baseline == "smolagents":  # native tool calls need a tool template
-        template = await _tool_template(wanted, root)
+        template = await _tool_template(wanted, pinned, root)
         entry.notes.append(f"llama-server --jinja --chat-template-file {template.name} "
                            "(shipped in labfy_ref/eval/templates)")
-    model = supervised_llama(wanted.llama_server, wanted.model_file, wanted.model_file.stem,
+    model = supervised_llama(wanted.llama_server, pinned, wanted.model_file.stem,
                              cpu_variant=wanted.cpu_variant,
                              timeout_seconds=MODEL_TIMEOUT_SECONDS, log_dir=root / "llama",
                              chat_template_file=template)
@@ -162,9 +169,9 @@ def _row(result: dict[str, Any]) -> str:
             f"{result['wall_ms'] / 1000:6.1f} s [{calls}]{why}")
 
 
-async def _tool_template(wanted: SupervisedModel, root: Path) -> Path:
+async def _tool_template(wanted: SupervisedModel, pinned: PinnedGguf, root: Path) -> Path:
     """The shipped tool template for this model's chat format (read from a first start)."""
-    probe = supervised_llama(wanted.llama_server, wanted.model_file, wanted.model_file.stem,
+    probe = supervised_llama(wanted.llama_server, pinned, wanted.model_file.stem,
                              cpu_variant=wanted.cpu_variant,
                              timeout_seconds=MODEL_TIMEOUT_SECONDS, log_dir=root / "probe")
     try:

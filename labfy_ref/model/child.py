@@ -109,7 +109,7 @@ class ChildProcess:
     """
 
     def __init__(self, argv: list[str], *, cwd: Path, env: Mapping[str, str], log: BoundedLog,
-                 on_exit: Callable[[], None]) -> None:
+                 on_exit: Callable[[], None], pass_fds: tuple[int, ...] = ()) -> None:
         self._log = log
         self._on_exit = on_exit
         self.exited = asyncio.Event()
@@ -118,7 +118,7 @@ class ChildProcess:
         self._process = subprocess.Popen(
             die_with_parent(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, env=dict(env), cwd=cwd, start_new_session=True,
-            close_fds=True)
+            close_fds=True, pass_fds=pass_fds)
         self.pid = self._process.pid
         self._output = self._process.stdout
         self._pidfd = -1

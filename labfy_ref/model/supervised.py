@@ -27,6 +27,7 @@ from labfy_ref.model.client import (
     Sampling,
     StreamDelta,
 )
+from labfy_ref.model.gguf import PinnedGguf
 from labfy_ref.model.governor import ResourceReport, check_resources
 from labfy_ref.model.supervisor import LaunchOptions, LocalModelSupervisor, SupervisorState
 
@@ -119,6 +120,7 @@ class SupervisedLlama:
     def describe(self) -> dict[str, Any]:
         """What ``/status`` shows of the supervised server."""
         return {"state": self.state, "cpu_variant": self.supervisor.cpu_variant,
+                "model": self.supervisor.opened,
                 "notes": list(self.supervisor.notes),
                 "exit": self.supervisor.exit_description if self.state == "exited" else None}
 
@@ -160,18 +162,22 @@ TEMPERATURE = 0.0
 REPEAT_PENALTY = 1.1
 
 
-def govern(model_file: Path, binary: Path, scratch: Path) -> ResourceReport:
-    """SM-04 before anything starts: file size, KV cache and scratch disk (never hashes)."""
-    return check_resources(model_file, ctx_size=CTX_SIZE, scratch=scratch, binary=binary)
+def govern(model: PinnedGguf, binary: Path, scratch: Path) -> ResourceReport:
+    """SM-04 before anything starts: file size, KV cache and scratch disk (never hashes).
+
+    It reads the pinned descriptor (SM-09), so what is sized is what is hashed and run.
+    """
+    return check_resources(model.by_descriptor() or model.path, ctx_size=CTX_SIZE,
+                           scratch=scratch, binary=binary)
 
 
-def supervised_llama(binary: Path, model_file: Path, model_id: str, *,
+def supervised_llama(binary: Path, model: PinnedGguf, model_id: str, *,
                      cpu_variant: str | None, timeout_seconds: float,
                      log_dir: Path, chat_template_file: Path | None = None) -> SupervisedLlama:
-    """Our llama-server for ``model_file`` (not started), with deterministic sampling."""
+    """Our llama-server for the pinned ``model`` (not started), with deterministic sampling."""
     options = LaunchOptions(ctx_size=CTX_SIZE, seed=SEED, parallel=1, cpu_variant=cpu_variant,
                             model_alias=model_id, chat_template_file=chat_template_file)
-    supervisor = LocalModelSupervisor(binary, model_file, options, log_dir=log_dir)
+    supervisor = LocalModelSupervisor(binary, model, options, log_dir=log_dir)
     return SupervisedLlama(supervisor, model_id,
                            limits=ClientLimits.with_timeout(timeout_seconds),
                            sampling=Sampling(temperature=TEMPERATURE, seed=SEED,

@@ -15,6 +15,12 @@ socket is one of the child's own descriptors (where ``/proc`` tells), and
 and the answer must be 200. A child that dies of SIGILL before ready is
 retried once on a conservative CPU variant, staged (SM-06).
 
+The model is a :class:`~labfy_ref.model.gguf.PinnedGguf` (SM-09): the child
+is handed ``/proc/self/fd/N`` of the very descriptor that was hashed (only
+the child inherits it), the file's identity is checked right before each
+spawn and again once the child is proven, and ``/proc/<pid>/maps`` tells
+whether the child mapped that inode (:attr:`LocalModelSupervisor.opened`).
+
 Signals go only to the child's process group, and only while the child is
 our unreaped child: its id then cannot name anyone else's group. When the
 child ends, its group is killed before the child is reaped, so no remnant
@@ -50,6 +56,7 @@ from labfy_ref.errors import (
 from labfy_ref.model.binary import child_environment, run_probe
 from labfy_ref.model.child import BoundedLog, ChildProcess, group_gone
 from labfy_ref.model.endpoint import ModelEndpoint, ModelPath, parse_endpoint
+from labfy_ref.model.gguf import FileIdentity, PinnedGguf
 from labfy_ref.model.governor import LOG_CAP_BYTES
 from labfy_ref.model.variants import (
     available_variants,
@@ -112,6 +119,21 @@ class SupervisorState(enum.StrEnum):
     EXITED = "exited"
 
 
+def maps_file(pid: int, identity: FileIdentity) -> bool | None:
+    """Whether process ``pid`` has the file of ``identity`` mapped; None when ``/proc`` is mute."""
+    wanted = f"{os.major(identity.device):02x}:{os.minor(identity.device):02x}"
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as handle:
+            for line in handle:
+                fields = line.split(maxsplit=5)
+                if (len(fields) >= 5 and fields[4] == str(identity.inode).encode()
+                        and fields[3].decode("ascii", "replace") == wanted):
+                    return True
+    except OSError:
+        return None
+    return False
+
+
 def listener_owned_by(pid: int, port: int) -> bool | None:
     """Whether every TCP listener on ``port`` is a socket of process ``pid``.
 
@@ -142,10 +164,12 @@ def listener_owned_by(pid: int, port: int) -> bool | None:
 class LocalModelSupervisor:
     """Starts, proves, watches and stops one llama-server of our own (one per ``log_dir``)."""
 
-    def __init__(self, binary: Path, model_file: Path, options: LaunchOptions, *,
+    def __init__(self, binary: Path, model: PinnedGguf, options: LaunchOptions, *,
                  log_dir: Path) -> None:
         self._binary = binary.absolute()  # the child runs in its own folder
-        self._model_file = model_file.absolute()
+        self._model = model  # kept open by its opener as long as the server runs
+        self._mapped: bool | None = None
+        self._handed: str | None = None  # "descriptor" or "path", once a child was started
         self._options = options
         self._log_dir = log_dir
         self._state = SupervisorState.STOPPED
@@ -200,6 +224,14 @@ class LocalModelSupervisor:
     def log_path(self) -> Path:
         """The child's log (its older half, when rotated, is ``<name>.1``)."""
         return self._log_dir / LOG_NAME
+
+    @property
+    def opened(self) -> dict[str, object]:
+        """The model file the child was handed, and whether its maps show that very inode."""
+        model = self._model
+        return {"file": model.path.name, "sha256": model.sha256, "size": model.size,
+                "inode": model.identity.inode,
+                "handed": self._handed, "mapped": self._mapped}
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -282,7 +314,8 @@ class LocalModelSupervisor:
     def _argv(self, binary: Path, port: int, flags: frozenset[str]) -> list[str]:
         assert self._run_dir is not None
         options = self._options
-        argv = [str(binary), "-m", str(self._model_file), "--host", HOST, "--port", str(port),
+        argv = [str(binary), "-m", str(self._model_argument()), "--host", HOST,
+                "--port", str(port),
                 "-c", str(options.ctx_size), "-t", str(options.thread_count()),
                 "-np", str(options.parallel), "--seed", str(options.seed)]
         if "--api-key-file" in flags:
@@ -302,6 +335,34 @@ class LocalModelSupervisor:
         ui_off = next((flag for flag in ("--no-webui", "--no-ui") if flag in flags), None)
         return argv + ([ui_off] if ui_off else [])
 
+    def _model_argument(self) -> Path:
+        """``/proc/self/fd/N`` of the pinned file; its path only where ``/proc`` has no fds."""
+        model = self._model
+        by_descriptor = model.by_descriptor()
+        if by_descriptor is not None:
+            self._handed = "descriptor"
+            return by_descriptor
+        try:
+            at_path = FileIdentity.of(os.stat(model.path))
+        except OSError:
+            at_path = None
+        if at_path != model.identity:
+            model.check_unchanged("before the server started")
+            raise ConfigRefused(f"{model.path.name}: another file is at its path now; nothing "
+                                "runs a model that is not the one verified",
+                                code=ErrorCode.GGUF_CHANGED)
+        self._handed = "path"
+        return model.path.absolute()
+
+    def _check_opened(self, child: ChildProcess) -> None:
+        """Once proven: the file unchanged, and (where maps tell) the child maps that inode."""
+        model = self._model
+        model.check_unchanged("while the server started")
+        self._mapped = maps_file(child.pid, model.identity)
+        if self._mapped is False and self._handed == "path":
+            raise ConfigRefused(f"{model.path.name}: the server did not map the verified file",
+                                code=ErrorCode.GGUF_CHANGED)
+
     async def _attempt(self, variant: str | None, flags: frozenset[str]) -> None:
         assert self._run_dir is not None
         assert self._log is not None
@@ -312,9 +373,11 @@ class LocalModelSupervisor:
         self._port, self._api_key = free_port(HOST), secrets.token_urlsafe(32)
         self._variant = None
         argv = self._argv(binary, self._port, flags)
+        self._model.check_unchanged("before the server started")
         try:
             self._child = ChildProcess(argv, cwd=self._run_dir, env=child_environment(),
-                                       log=self._log, on_exit=self._child_ended)
+                                       log=self._log, on_exit=self._child_ended,
+                                       pass_fds=(self._model.fd,))
         except OSError as exc:
             raise ConfigRefused(f"{binary}: cannot run ({exc.strerror})",
                                 code=ErrorCode.LLAMA_SERVER_NOT_FOUND) from exc
@@ -323,6 +386,7 @@ class LocalModelSupervisor:
                                      timeout=_REQUEST_TIMEOUT) as http:
             await self._wait_healthy(self._child, http, deadline)
             await self._prove_ours(self._child, http)
+        self._check_opened(self._child)
         with contextlib.suppress(FileNotFoundError):  # read at start; no longer needed
             (self._run_dir / KEY_FILE).unlink()
 

@@ -12,6 +12,7 @@ accepted is one ``SERVE_FAILED`` line (exit 1), never a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -35,7 +36,7 @@ from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import default_composition, load_composition
 from labfy_ref.logs import configure, debug_enabled, one_line
 from labfy_ref.model import ClientLimits, LocalModelClient
-from labfy_ref.model.gguf import Progress, verify_gguf
+from labfy_ref.model.gguf import Progress, open_gguf
 from labfy_ref.model.supervised import SupervisedLlama, govern, supervised_llama
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol import ChatModel
@@ -220,20 +221,22 @@ def _write_ready_file(path: Path, document: dict[str, object]) -> None:
         raise
 
 
-def prepare_supervised(config: ServeConfig, scratch: Path,
+def prepare_supervised(config: ServeConfig, scratch: Path, held: contextlib.ExitStack,
                        progress: Progress | None = None) -> SupervisedLlama | None:
     """SM-07 before serving: govern (file size only), verify (SHA-256), then the model to start.
 
     Both checks run before anything starts; a refusal is ``ConfigRefused``
-    (``RESOURCES_INSUFFICIENT``, ``GGUF_SHA256_MISMATCH``: exit 2).
+    (``RESOURCES_INSUFFICIENT``, ``GGUF_SHA256_MISMATCH``: exit 2). The file
+    stays open in ``held`` (SM-09): what was checked is what the server runs.
     """
     supervised = config.agent.supervised
     if supervised is None:
         return None
     assert config.agent.model_id is not None
-    govern(supervised.model_file, supervised.llama_server, scratch)
-    verify_gguf(supervised.model_file, supervised.model_sha256, progress)
-    return supervised_llama(supervised.llama_server, supervised.model_file,
+    model = held.enter_context(open_gguf(supervised.model_file))
+    govern(model, supervised.llama_server, scratch)
+    model.hash(supervised.model_sha256, progress)
+    return supervised_llama(supervised.llama_server, model,
                             config.agent.model_id, cpu_variant=supervised.cpu_variant,
                             timeout_seconds=config.agent.timeout_seconds,
                             log_dir=scratch / "llama-server")
@@ -244,8 +247,9 @@ def serve(config: ServeConfig, progress: Progress | None = None) -> int:
     uvicorn_level = _configure_log(config)
     workspace = (open_workspace(config.workspace) if config.workspace is not None
                  else default_specimen_workspace())
-    with tempfile.TemporaryDirectory(prefix="labfy-serve-") as scratch:
-        supervised = prepare_supervised(config, Path(scratch), progress)
+    with (tempfile.TemporaryDirectory(prefix="labfy-serve-") as scratch,
+          contextlib.ExitStack() as held):
+        supervised = prepare_supervised(config, Path(scratch), held, progress)
         return _serve(config, workspace, uvicorn_level, supervised)
 
 

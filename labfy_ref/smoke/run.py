@@ -37,7 +37,7 @@ from labfy_ref.eval.tasks import degenerate, grounded
 from labfy_ref.ids import repeatable
 from labfy_ref.model.binary import identify
 from labfy_ref.model.endpoint import LoopbackHost
-from labfy_ref.model.gguf import Progress, verify_gguf
+from labfy_ref.model.gguf import PinnedGguf, Progress, open_gguf
 from labfy_ref.model.supervised import (
     CTX_SIZE,
     REPEAT_PENALTY,
@@ -114,25 +114,34 @@ async def run_smoke(options: SmokeOptions, say: Say,
 async def _stages(options: SmokeOptions, record: SmokeRecord, scratch: Path, say: Say,
                   progress: Progress | None) -> None:
     wanted = options.model
+    pinned = open_gguf(wanted.model_file)
+    with pinned:  # SM-09: the file checked is the file that runs
+        await _pinned_stages(options, record, pinned, scratch, say=say, progress=progress)
+
+
+async def _pinned_stages(options: SmokeOptions, record: SmokeRecord, pinned: PinnedGguf,
+                         scratch: Path, *, say: Say, progress: Progress | None) -> None:
+    wanted = options.model
     with record.timed("governor"):
-        report = govern(wanted.model_file, wanted.llama_server, scratch)
+        report = govern(pinned, wanted.llama_server, scratch)
     record.passed("governor")
     say(f"governor: ok ({report.memory_text()})")
     with record.timed("verify"):
-        verify_gguf(wanted.model_file, wanted.model_sha256, progress)
+        pinned.hash(wanted.model_sha256, progress)
     record.passed("verify")
     say(f"verify: ok (sha256 {wanted.model_sha256[:12]}…)")
     identity = identify(wanted.llama_server)
     record.llama_server.update(version=identity.version, package=identity.package,
                                sha256=identity.sha256)
     model_id = wanted.model_file.stem
-    model = supervised_llama(wanted.llama_server, wanted.model_file, model_id,
+    model = supervised_llama(wanted.llama_server, pinned, model_id,
                              cpu_variant=wanted.cpu_variant,
                              timeout_seconds=MODEL_TIMEOUT_SECONDS, log_dir=scratch / "llama")
     try:
         with record.timed("start"):
             await model.start()
         record.llama_server["cpu_variant"] = model.supervisor.cpu_variant
+        record.model["opened"] = model.supervisor.opened
         for note in model.supervisor.notes:
             say(f"start: {note}")
         record.passed("start")

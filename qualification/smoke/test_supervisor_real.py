@@ -21,6 +21,7 @@ from labfy_ref.errors import ConfigRefused, ErrorCode, LlamaServerFailed
 from labfy_ref.model import LocalModelClient
 from labfy_ref.model import supervisor as supervisor_module
 from labfy_ref.model.binary import identify, locate_llama_server
+from labfy_ref.model.gguf import open_gguf
 from labfy_ref.model.governor import check_resources
 from labfy_ref.model.supervisor import LaunchOptions, LocalModelSupervisor, SupervisorState
 from labfy_ref.model.variants import available_variants, conservative_variant, cpu_flags
@@ -56,7 +57,7 @@ def supervisor(real: tuple[Path, Path], tmp_path: Path, **options: Any) -> Local
     binary, model = real
     settings = {"ctx_size": 512, "threads": 2, "model_alias": ALIAS, "start_timeout": 120.0,
                 **options}
-    return LocalModelSupervisor(binary, model, LaunchOptions(**settings),
+    return LocalModelSupervisor(binary, open_gguf(model), LaunchOptions(**settings),
                                 log_dir=tmp_path / "logs")
 
 
@@ -131,3 +132,54 @@ def test_a_pinned_variant_is_the_one_that_runs_and_is_reported(
     assert variant == "haswell"
     assert content.strip()
     assert running_members(pgid) == []
+
+
+@pytest.mark.req("SM-09")
+def test_a_real_server_runs_the_hashed_file_when_its_link_is_retargeted_after_the_hash(
+        real: tuple[Path, Path], tmp_path: Path) -> None:
+    # The TOCTOU of issue 20: the path's target is swapped after the hash. The child
+    # is handed the hashed descriptor, so the swapped-in file (not even a GGUF: had it
+    # been opened, the server could not have loaded it) never runs.
+    binary, model = real
+    decoy = tmp_path / "decoy.gguf"
+    decoy.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 4096)
+    link = tmp_path / "model.gguf"
+    link.symlink_to(model.resolve())
+    with open_gguf(link) as pinned:
+        info = pinned.hash(None)
+        link.unlink()
+        link.symlink_to(decoy)  # after the hash, before the start
+        sup = LocalModelSupervisor(binary, pinned, LaunchOptions(
+            ctx_size=512, threads=2, model_alias=ALIAS, start_timeout=120.0),
+            log_dir=tmp_path / "logs")
+        content, pgid, _tokens, _variant = asyncio.run(chat_then_stop(sup))
+    assert content.strip()
+    assert sup.opened["sha256"] == info.sha256
+    assert sup.opened["inode"] == model.resolve().stat().st_ino
+    assert sup.opened["handed"] == "descriptor"
+    assert sup.opened["mapped"] is True  # /proc/<pid>/maps showed the hashed inode
+    assert not group_exists(pgid)
+
+
+@pytest.mark.req("SM-09")
+def test_a_real_model_rewritten_in_place_after_the_hash_never_starts(
+        real: tuple[Path, Path], tmp_path: Path) -> None:
+    binary, model = real
+    copy = tmp_path / "model.gguf"
+    copy.write_bytes(model.read_bytes())
+    with open_gguf(copy) as pinned:
+        pinned.hash(None)
+        before = copy.stat()
+        with copy.open("r+b") as handle:  # one byte of the tensor data, mtime restored
+            handle.seek(before.st_size - 1)
+            byte = handle.read(1)
+            handle.seek(before.st_size - 1)
+            handle.write(bytes([byte[0] ^ 1]))
+        os.utime(copy, ns=(before.st_atime_ns, before.st_mtime_ns))
+        sup = LocalModelSupervisor(binary, pinned, LaunchOptions(
+            ctx_size=512, threads=2, model_alias=ALIAS, start_timeout=120.0),
+            log_dir=tmp_path / "logs")
+        with pytest.raises(ConfigRefused) as caught:
+            asyncio.run(sup.start())
+    assert caught.value.code is ErrorCode.GGUF_CHANGED
+    assert sup.pid is None

@@ -4,7 +4,9 @@
 ``#!`` line names this interpreter, and its configuration. Run, it answers
 ``--version`` and ``--help`` like llama-server, parses the flags the
 supervisor passes, records each run (argv, environment, pid, CPU variant) as
-one JSON line, and behaves as its ``mode`` says:
+one JSON line, and behaves as its ``mode`` says. Like llama.cpp it opens and
+maps the ``-m`` file (so ``/proc/<pid>/maps`` names its inode) and records
+that file's SHA-256 and inode (``model``) -- what the fake actually runs.
 
 * ``serve``: the fake provider (:class:`~fake_provider.FakeProvider`) on
   ``--host``/``--port`` with the key, ``/health`` 503 for ``loading_checks``
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import mmap
 import os
@@ -153,6 +156,15 @@ def _load_backend(backend: Path, sigill: list[str]) -> mmap.mmap:
     return mapped
 
 
+def _open_model(path: str) -> tuple[dict[str, Any], mmap.mmap | None]:
+    """Open and map ``-m`` as llama.cpp does: (its digest and inode, the mapping)."""
+    with open(path, "rb") as handle:
+        status = os.fstat(handle.fileno())
+        data = handle.read()
+        mapped = mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) if data else None
+    return {"sha256": hashlib.sha256(data).hexdigest(), "inode": status.st_ino}, mapped
+
+
 def _serve(host: str, port: int, key: str | None, alias: str, loading: int,
            scenario_file: str | None = None) -> None:
     """Serve until SIGTERM (or forever, when SIGTERM is ignored)."""
@@ -207,6 +219,7 @@ def main(config_path: str, launcher: str) -> int:
              "from qualification.supervisor.fake_llama import _serve; "
              "_serve('127.0.0.1', int(sys.argv[2]), sys.argv[3], '', 0)",
              str(REPO), flags["--port"], key or ""], start_new_session=True).pid
+    run["model"], _model = _open_model(flags["-m"])
     with open(config["record"], "a", encoding="utf-8") as record:
         record.write(json.dumps(run) + "\n")
     _mapped = _load_backend(backend, config["sigill"]) if backend else None

@@ -182,7 +182,7 @@ def the_child(fake: FakeLlama) -> dict[str, Any]:
 # -- 1. loading, then ready; a turn and the bridge on the same server ---------------------
 
 
-@pytest.mark.req("SM-07", "SM-02", "SM-05")
+@pytest.mark.req("SM-07", "SM-02", "SM-05", "SM-09")
 def test_status_says_loading_until_our_server_is_proven_then_a_turn_and_the_bridge_use_it(
         serve: Serve, tmp_path: Path) -> None:
     model, digest = gguf(tmp_path)
@@ -200,8 +200,11 @@ def test_status_says_loading_until_our_server_is_proven_then_a_turn_and_the_brid
     gate.touch()
     ready = server.wait_status("ready")
     assert ready["available"] is True
+    opened = {"file": "model.gguf", "sha256": digest, "size": model.stat().st_size,
+              "inode": model.stat().st_ino, "handed": "descriptor", "mapped": True}
     assert ready["llama_server"] == {"state": "ready", "cpu_variant": None, "notes": [],
-                                     "exit": None}
+                                     "model": opened, "exit": None}  # SM-09: what it opened
+    assert child["model"] == {"sha256": digest, "inode": model.stat().st_ino}
     done = server.turn("What does the workspace hold?")
     assert done["state"] == "COMPLETED", done
     assert done["final_text"] == FINAL_TEXT
@@ -419,7 +422,10 @@ def test_smoke_on_a_model_that_does_not_work_fails_with_the_stage_reached(
     else:
         assert "MODEL_PROTOCOL_ERROR" in record["reason"]
     assert record["model"] == {"file": "model.gguf", "bytes": model.stat().st_size,
-                               "sha256": digest}
+                               "sha256": digest, "opened": {
+                                   "file": "model.gguf", "sha256": digest,
+                                   "size": model.stat().st_size, "inode": model.stat().st_ino,
+                                   "handed": "descriptor", "mapped": True}}
     assert record["llama_server"]["version"] == VERSION_LINE
     assert record["llama_server"]["sha256"] == hashlib.sha256(
         fake.binary.read_bytes()).hexdigest()

@@ -23,6 +23,7 @@ from fake_provider import FakeProvider, Scenario
 from labfy_ref.errors import ErrorCode, IllegalTransition, LlamaServerFailed
 from labfy_ref.model import LocalModelClient
 from labfy_ref.model.child import BoundedLog
+from labfy_ref.model.gguf import open_gguf
 from labfy_ref.model.supervisor import (
     KEY_FILE,
     LaunchOptions,
@@ -53,8 +54,8 @@ def model_file(tmp_path: Path) -> Path:
 def supervisor(fake: FakeLlama, tmp_path: Path, **options: Any) -> LocalModelSupervisor:
     settings = {"start_timeout": 30.0, "model_alias": ALIAS, "ctx_size": 512, "threads": 1,
                 "seed": 7, **options}
-    return LocalModelSupervisor(fake.binary, model_file(tmp_path), LaunchOptions(**settings),
-                                log_dir=tmp_path / "logs")
+    return LocalModelSupervisor(fake.binary, open_gguf(model_file(tmp_path)),
+                                LaunchOptions(**settings), log_dir=tmp_path / "logs")
 
 
 def flag(argv: list[str], name: str) -> str:
@@ -300,10 +301,11 @@ def test_cancelling_a_start_leaves_no_process(tmp_path: Path) -> None:
 _PARENT = """
 import asyncio, json, sys
 from pathlib import Path
+from labfy_ref.model.gguf import open_gguf
 from labfy_ref.model.supervisor import LaunchOptions, LocalModelSupervisor
 
 async def main() -> None:
-    sup = LocalModelSupervisor(Path(sys.argv[1]), Path(sys.argv[2]),
+    sup = LocalModelSupervisor(Path(sys.argv[1]), open_gguf(Path(sys.argv[2])),
                                LaunchOptions(start_timeout=30), log_dir=Path(sys.argv[3]))
     await sup.start()
     Path(sys.argv[4]).write_text(json.dumps({"pid": sup.pid}))
