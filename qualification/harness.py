@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -275,6 +276,7 @@ class TurnReader:
         self._body = {"text": text, "headless": headless} if headless else {"text": text}
         self._path = f"/api/cordis/sessions/{session_id}/messages"
         self._stop = threading.Event()
+        self._socket: socket.socket | None = None  # the stream's connection, once it answered
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
@@ -290,6 +292,8 @@ class TurnReader:
                                       headers=self._client.headers(True), timeout=30) as reply:
             self.status = reply.status_code
             self.headers = dict(reply.headers)
+            stream = reply.extensions.get("network_stream")
+            self._socket = stream.get_extra_info("socket") if stream is not None else None
             if reply.status_code != 200:
                 self.error_body = reply.read()
                 return
@@ -311,8 +315,16 @@ class TurnReader:
         return next(c for c in list(self.chunks) if c["type"] == chunk_type)
 
     def disconnect(self) -> None:
-        """Stop reading and close the connection."""
+        """Close the connection now, as a browser tab closed mid-turn does.
+
+        The socket is shut down under the reader, so a quiet stream (a model request
+        held) is left at once, not when its next chunk arrives.
+        """
         self._stop.set()
+        wait_until(lambda: self._socket is not None or not self._thread.is_alive(), timeout=10)
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.shutdown(socket.SHUT_RDWR)
         self._thread.join(timeout=15)
 
     def join(self, timeout: float = 30) -> list[dict[str, Any]]:
