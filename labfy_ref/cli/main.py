@@ -52,6 +52,7 @@ from labfy_ref.report import (
     regenerate,
 )
 from labfy_ref.report.compare import GATES, parse_gates, tripped
+from labfy_ref.text import terminal
 
 EXIT_OK, EXIT_FAILURE, EXIT_REFUSED = 0, 1, 2
 DESCRIPTION = ("A secure local-model agent runtime and engine bridge: serve a workspace to "
@@ -141,7 +142,8 @@ def _workspace_init(args: argparse.Namespace) -> int:
     from labfy_ref.workspace import init_workspace  # noqa: PLC0415
 
     workspace = init_workspace(Path(args.directory), specimen=args.specimen, name=args.name)
-    print(f"created {workspace.kind.value} workspace '{workspace.name}' at {workspace.root}")
+    print(f"created {workspace.kind.value} workspace '{terminal(workspace.name)}' at "
+          f"{terminal(str(workspace.root))}")
     return EXIT_OK
 
 
@@ -151,11 +153,11 @@ def _workspace_upgrade(args: argparse.Namespace) -> int:
     root = Path(args.directory).resolve()
     done = upgrade_workspace(root)
     if done.backup is None:
-        print(f"the workspace at {root} is already at schema version {done.to_version}; "
-              "nothing to do")
+        print(f"the workspace at {terminal(str(root))} is already at schema version "
+              f"{done.to_version}; nothing to do")
     else:
-        print(f"upgraded the workspace at {root} from schema version {done.from_version} to "
-              f"{done.to_version}; backup: {done.backup}")
+        print(f"upgraded the workspace at {terminal(str(root))} from schema version "
+              f"{done.from_version} to {done.to_version}; backup: {terminal(str(done.backup))}")
     return EXIT_OK
 
 
@@ -277,18 +279,19 @@ def _report(args: argparse.Namespace) -> int:
     report, written = regenerate(results, requirements, formats, compare_with)
     counts = ", ".join(f"{status} {count}" for status, count in report.summary().items())
     for path in written:
-        print(path)
+        print(terminal(str(path)))
     print(f"requirements: {counts}")
-    if report.changes is not None:
-        print(f"changed since {report.changes.since}: {len(report.changes.items)}")
+    if report.changes is not None:  # read from an old file: shown inert (ATTACKS.md §H)
+        print(f"changed since {terminal(report.changes.since, limit=64)}: "
+              f"{len(report.changes.items)}")
         for change in report.changes.items:
-            print(change.describe())
+            print(terminal(change.describe(), limit=300))
     if not gates:
         return EXIT_OK
     # the report is written either way: a pipeline publishes it, then the gate decides
     found = tripped(report, gates)
-    print(f"gate --fail-on {','.join(sorted(gates))}: "
-          + ("FAILED: " + "; ".join(found) if found else "passed"))
+    print(terminal(f"gate --fail-on {','.join(sorted(gates))}: "
+                   + ("FAILED: " + "; ".join(found) if found else "passed")))
     return EXIT_FAILURE if found else EXIT_OK
 
 
@@ -446,15 +449,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except (ConfigRefused, WorkspaceError, ReportInvalid) as exc:
-        sys.stderr.write(f"{exc}\n")
+        sys.stderr.write(f"{terminal(str(exc))}\n")  # a message may quote a foreign value
         return EXIT_REFUSED
     except LabfyError as exc:
-        sys.stderr.write(f"{exc}\n")
+        sys.stderr.write(f"{terminal(str(exc))}\n")
         return EXIT_FAILURE
     except Exception as exc:
         if getattr(args, "debug", False):
             traceback.print_exc()
-        sys.stderr.write(f"INTERNAL_ERROR: {bounded(type(exc).__name__ + ': ' + str(exc))}\n")
+        sys.stderr.write("INTERNAL_ERROR: "
+                         f"{terminal(bounded(type(exc).__name__ + ': ' + str(exc)))}\n")
         return EXIT_FAILURE
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -207,7 +208,7 @@ class Conformance:
 def read_smoke_record(results_dir: Path) -> dict[str, Any] | None:
     """The last real-model smoke record, if one was written."""
     path = results_dir / SMOKE_RECORD
-    if not path.is_file():
+    if not os.path.lexists(path):  # present but not a plain file: refused when read
         return None
     record = load_json(path, "smoke record")
     if not isinstance(record, dict) or "status" not in record:
@@ -226,7 +227,7 @@ COMMITTED_EVAL_RECORD = Path("qualification/eval") / EVAL_RECORD
 def read_eval(results_dir: Path) -> dict[str, Any] | None:
     """eval-record.json (``labfy-ref eval``, EV-01), checked against its schema, if present."""
     path = results_dir / EVAL_RECORD
-    if not path.is_file():
+    if not os.path.lexists(path):  # present but not a plain file: refused when read
         return None
     record = load_json(path, "eval record")
     check(record, "eval-record", f"eval record {path}")
@@ -252,7 +253,7 @@ def _reqs(document: Mapping[str, Any]) -> tuple[str, ...]:
 def read_bench(results_dir: Path, current_sources: str | None) -> BenchRecord | None:
     """bench.json (``python -m qualification.bench``), if present."""
     path = results_dir / BENCH_RECORD
-    if not path.is_file():
+    if not os.path.lexists(path):  # present but not a plain file: refused when read
         return None
     document = load_json(path, "bench record")
     check(document, "bench", f"bench record {path}")
@@ -271,9 +272,9 @@ def read_bench(results_dir: Path, current_sources: str | None) -> BenchRecord | 
 def read_mutation(results_dir: Path, current_sources: str | None) -> MutationRecord | None:
     """mutation.json (the mutation run of QR-04), else the committed record, if present."""
     path = results_dir / MUTATION_RECORD
-    if not path.is_file():
+    if not os.path.lexists(path):
         path = COMMITTED_MUTATION_RECORD
-    if not path.is_file():
+    if not os.path.lexists(path):  # present but not a plain file: refused when read
         return None
     document = load_json(path, "mutation record")
     check(document, "mutation", f"mutation record {path}")
@@ -300,7 +301,7 @@ def read_mutation(results_dir: Path, current_sources: str | None) -> MutationRec
 def read_conformance(results_dir: Path) -> Conformance | None:
     """conformance.json (a run with ``--target-url``, QR-03), if present."""
     path = results_dir / CONFORMANCE_RECORD
-    if not path.is_file():
+    if not os.path.lexists(path):  # present but not a plain file: refused when read
         return None
     document = load_json(path, "conformance record")
     check(document, "conformance", f"conformance record {path}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,23 @@ def to_json(report: StatusReport) -> dict[str, Any]:
     return document
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+#: Markdown that a foreign string could start: emphasis, code, links and images, tables
+#: (an underscore only where it could open or close emphasis: not inside a word).
+_MD_SPECIAL = re.compile(r"[\\`*\[\]|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+#: HTML a Markdown renderer would pass through: written as entities.
+_MD_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+_CODE_SAFE = re.compile(r"[\w./:@=,+-]+", re.ASCII)
+
+
+def _md_cell(text: object) -> str:
+    """Any text as inert Markdown on one line: no HTML, link, emphasis, code or cell break.
+
+    Everything a report shows that it did not write itself (an old status file, a
+    results file, a conformance target's version answer, a model file name, a
+    skip reason) goes through here, in a table cell or in running text.
+    """
+    escaped = _MD_SPECIAL.sub(lambda found: "\\" + found.group(), str(text))
+    return "".join(_MD_ENTITIES.get(char, " " if char in "\r\n" else char) for char in escaped)
 
 
 def _grouped(nodeids: tuple[str, ...]) -> str:
@@ -51,11 +67,16 @@ def _grouped(nodeids: tuple[str, ...]) -> str:
     for nodeid in nodeids:
         base = nodeid.split("[", 1)[0]
         counts[base] = counts.get(base, 0) + 1
-    return ", ".join(f"`{base}`" + (f" x{n}" if n > 1 else "") for base, n in counts.items())
+    return ", ".join(_code(base) + (f" x{n}" if n > 1 else "") for base, n in counts.items())
+
+
+def _code(text: str) -> str:
+    """A code span of ``text``; one holding a backtick (or markup) is escaped text instead."""
+    return f"`{text}`" if _CODE_SAFE.fullmatch(text) else _md_cell(text)
 
 
 def _md_row(line: Line, *, tests: bool) -> str:
-    cells = [line.name, line.shown_status, _md_cell(line.title)]
+    cells = [_md_cell(line.name), _md_cell(line.shown_status), _md_cell(line.title)]
     if tests:
         cells.append(_md_cell(_grouped(line.tests)) or "—")
     cells.append(_md_cell(line.reason or ""))
@@ -66,16 +87,18 @@ def _md_build(report: StatusReport) -> list[str]:
     build = report.build
     if build is None:
         return []
-    where = {"run": "tested by " + ", ".join(f"`{name}`" for name in build.runs),
+    where = {"run": "tested by " + ", ".join(_code(name) for name in build.runs),
              "target": "the conformance target's GET /api/version",
              "report": "no run recorded its build: this is the code that wrote the report"}
-    out = [f"Build: {build.name} {build.version}, commit {build.commit or 'unknown'}, "
-           f"SPEC {build.spec or 'unknown'} ({where[build.source]}).", ""]
+    out = [f"Build: {_md_cell(build.name)} {_md_cell(build.version)}, commit "
+           f"{_md_cell(build.commit or 'unknown')}, SPEC {_md_cell(build.spec or 'unknown')} "
+           f"({where[build.source]}).", ""]
     if report.conformance is not None:
         proven = report.proven()
-        out += [f"Conformance target: {_md_cell(report.conformance.target_url)}. Proven against "
-                f"it ({len(proven)}): {', '.join(proven) or 'none'}. Every other ID needs a "
-                "local build, a user login or the kit's provider (NOT_RUN) or has no test.", ""]
+        out += [f"Conformance target: {_md_cell(report.conformance.target_url)}. Proven "
+                f"against it ({len(proven)}): {_md_cell(', '.join(proven) or 'none')}. Every "
+                "other ID needs a local build, a user login or the kit's provider (NOT_RUN) "
+                "or has no test.", ""]
     return out
 
 
@@ -83,14 +106,15 @@ def _md_changes(report: StatusReport) -> list[str]:
     changes = report.changes
     if changes is None:
         return []
-    out = [f"## Changed since {changes.since}", "",
-           f"Compared with `{_md_cell(changes.source)}`"
+    out = [f"## Changed since {_md_cell(changes.since)}", "",
+           f"Compared with {_md_cell(changes.source)}"
            f" (schema version {changes.old_schema_version}).", ""]
     if not changes.items:
         return [*out, "Nothing changed.", ""]
     out += ["| Kind | ID | Was | Now | Regression |", "|---|---|---|---|---|"]
-    out += [f"| {c.kind} | {c.id} | {c.old or '(absent)'} | {c.new or '(absent)'} | "
-            f"{'yes' if c.regression else ''} |" for c in changes.items]
+    out += [f"| {c.kind} | {_md_cell(c.id)} | {_md_cell(c.old or '(absent)')} | "
+            f"{_md_cell(c.new or '(absent)')} | {'yes' if c.regression else ''} |"
+            for c in changes.items]
     return [*out, ""]
 
 
@@ -102,7 +126,8 @@ def _sources(freshness: str, sha: str | None) -> str:
 
 
 def _md_evidence(report: StatusReport) -> list[str]:
-    out = [f"- {label} ({entry['finished_at']}, commit {str(entry.get('commit'))[:12]}): "
+    out = [f"- {label} ({_md_cell(entry['finished_at'])}, commit "
+           f"{_md_cell(str(entry.get('commit'))[:12])}): "
            f"{_md_cell(entry['model']['file'])} · {_md_cell(entry['agent'])}"
            + (f" without {_md_cell(entry['ablate'])}" if entry.get("ablate") else "")
            + f": {entry['passed']} of {entry['total']} tasks passed "
@@ -115,7 +140,7 @@ def _md_evidence(report: StatusReport) -> list[str]:
     if report.bench is not None:
         bench = report.bench.as_json()
         missed = [row.figure for row in report.bench.rows if row.met is False]
-        out.append(f"- Bench ({bench['at']}{', quick' if bench['quick'] else ''}): "
+        out.append(f"- Bench ({_md_cell(bench['at'])}{', quick' if bench['quick'] else ''}): "
                    f"{bench['goals']['met']} of {bench['goals']['total']} goals met"
                    + (f" (missed: {_md_cell('; '.join(missed))})" if missed else "")
                    + f"; {_sources(bench['sources'], bench['sources_sha256'])}.")
@@ -124,7 +149,7 @@ def _md_evidence(report: StatusReport) -> list[str]:
         killed = sum(s.killed for s in mutation.modules)
         total = sum(s.total for s in mutation.modules)
         unjustified = sum(s.justification is None for s in mutation.survivors)
-        out.append(f"- Mutation ({mutation.at}): {killed} of {total} mutants killed in "
+        out.append(f"- Mutation ({_md_cell(mutation.at)}): {killed} of {total} mutants killed in "
                    f"{len(mutation.modules)} modules, {len(mutation.survivors)} surviving "
                    f"({unjustified} not justified); "
                    f"{_sources(mutation.freshness.value, mutation.sources_sha256)}"
@@ -132,12 +157,12 @@ def _md_evidence(report: StatusReport) -> list[str]:
                       "their IDs wait for a rerun)" if mutation.changed else "") + ".")
     if report.screenshots:
         out.append("- Screenshots: " + ", ".join(
-            f"{browser} {len(paths)}" for browser, paths in report.screenshots.items())
+            f"{_md_cell(browser)} {len(paths)}" for browser, paths in report.screenshots.items())
             + " (under `screens/`).")
     if report.conformance is not None:
         target = report.conformance
         out.append(f"- Conformance target: {_md_cell(target.target_url)} answered "
-                   f"`{_md_cell(json.dumps(dict(target.version), sort_keys=True))}`.")
+                   f"{_md_cell(json.dumps(dict(target.version), sort_keys=True))}.")
     return ["## Evidence", "", *out, ""] if out else []
 
 
@@ -148,7 +173,8 @@ def to_markdown(report: StatusReport) -> str:
         "# labfy-ref qualification status",
         "",
         f"Generated {report.generated_at} from "
-        + (", ".join(f"`{r.name}` ({r.generated_at}, {len(r.tests)} tests)" for r in report.runs)
+        + (", ".join(f"{_code(r.name)} ({_md_cell(r.generated_at)}, {len(r.tests)} tests)"
+                     for r in report.runs)
            or "no recorded run")
         + ".",
         "",
@@ -175,26 +201,35 @@ def to_markdown(report: StatusReport) -> str:
 
 def _plain(text: str) -> str:
     """Text a file can hold and a terminal shows as is: a lone surrogate (a skip reason may carry
-    one) becomes its ``\\udXXX`` escape, a control character other than newline a space."""
+    one) becomes its ``\\udXXX`` escape, a control character other than newline (or a
+    bidirectional override) a space."""
     return "".join(
-        ch if ch == "\n" or unicodedata.category(ch) not in {"Cc", "Cs"}
+        ch if ch == "\n" or (unicodedata.category(ch) not in {"Cc", "Cs"} and ch not in _BIDI)
         else (f"\\u{ord(ch):04x}" if unicodedata.category(ch) == "Cs" else " ")
         for ch in text)
+
+
+#: Bidirectional overrides and isolates: they reorder what a reader sees (shown as a space).
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                  "\u2066\u2067\u2068\u2069")
 
 
 def write_report(report: StatusReport, directory: Path, formats: tuple[str, ...]) -> list[Path]:
     """Write the chosen formats into ``directory`` atomically; return the paths.
 
-    status.html comes with its stylesheet, status.css, written beside it (its path follows).
+    Every format is rendered before any file is written, so a record one of them
+    cannot render leaves the previous report whole. status.html comes with its
+    stylesheet, status.css, written beside it (its path follows).
     """
     renderers = {"md": to_markdown, "json": lambda r: json.dumps(to_json(r), indent=2) + "\n",
                  "html": to_html}
+    rendered = [(fmt, renderers[fmt](report)) for fmt in formats]
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for fmt in formats:
+    for fmt, text in rendered:
         target = directory / FORMATS[fmt]
         tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(renderers[fmt](report), "utf-8")
+        tmp.write_text(text, "utf-8")
         tmp.replace(target)
         written.append(target)
         if fmt == "html":

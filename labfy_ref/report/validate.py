@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import stat
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -45,14 +47,39 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not JSON")
 
 
-def load_json(path: Path, what: str) -> Any:
-    """Parse ``path`` as strict JSON (no NaN/Infinity); ReportInvalid naming ``what`` if not."""
+def read_bounded(path: Path, what: str, limit: int = _MAX_BYTES) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit``; ReportInvalid otherwise.
+
+    Opened without waiting (a FIFO is refused, never waited on) and read to the
+    bound, whatever its size claims (``/dev/zero`` says 0 and never ends).
+    """
     try:
-        if path.stat().st_size > _MAX_BYTES:
-            raise ReportInvalid(f"{what} {path}: larger than {_MAX_BYTES} bytes")
-        return json.loads(path.read_bytes(), parse_constant=_refuse_constant)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise ReportInvalid(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ReportInvalid(f"{what} {path}: not a regular file")
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise ReportInvalid(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    if left <= 0:
+        raise ReportInvalid(f"{what} {path}: larger than {limit} bytes")
+    return b"".join(chunks)
+
+
+def load_json(path: Path, what: str) -> Any:
+    """Parse ``path`` as strict JSON (no NaN/Infinity); ReportInvalid naming ``what`` if not."""
+    data = read_bounded(path, what)
+    try:
+        return json.loads(data, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:
         raise ReportInvalid(f"malformed {what} {path}: not JSON ({exc})") from exc
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,13 @@ from qualification.report.projects import (
 )
 
 OTHER_SOURCES = "0" * 64
+#: A smoke record every check passes (the malformed cases change one field).
+SMOKE: dict[str, Any] = {
+    "stage": "REAL_LOCAL_MODEL_SMOKE", "status": "FAIL", "reached": "turn", "reason": "r",
+    "model": {"file": "m.gguf"}, "llama_server": {}, "settings": {},
+    "timings_ms": {"rounds": [1.5]}, "tokens": {"prompt": 3}, "turn": {"rounds": [{"ms": 1}]},
+    "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:41Z",
+    "labfy_ref_version": "0"}
 
 
 def _mutation(sources: str | None, reqs: list[str]) -> dict[str, Any]:
@@ -211,6 +219,14 @@ def test_results_and_reports_of_version_zero_are_read(tmp_path: Path) -> None:
     ("conformance.json", b'{"target_url": "file:///etc/passwd", "at": "x", "version": {}}',
      "REPORT_INVALID: malformed conformance record "),
     ("smoke-record.json", b"[1]", "REPORT_INVALID: smoke record "),
+    ("smoke-record.json", json.dumps({**SMOKE, "turn": {"rounds": 5}}).encode(),
+     "REPORT_INVALID: malformed smoke record "),
+    ("smoke-record.json", json.dumps({**SMOKE, "timings_ms": {"rounds": ["x"]}}).encode(),
+     "REPORT_INVALID: malformed smoke record "),
+    ("smoke-record.json", json.dumps({**SMOKE, "tokens": {"prompt": "many"}}).encode(),
+     "REPORT_INVALID: malformed smoke record "),
+    ("smoke-record.json", json.dumps({**SMOKE, "model": {"file": "m" * 300}}).encode(),
+     "REPORT_INVALID: malformed smoke record "),
 ])
 def test_a_malformed_record_is_one_line_and_exit_2(
         tmp_path: Path, name: str, content: bytes, fragment: str) -> None:
@@ -223,6 +239,55 @@ def test_a_malformed_record_is_one_line_and_exit_2(
     assert done.returncode == 2
     assert done.stderr.startswith(fragment), done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert not (report / "status.json").exists()
+
+
+@pytest.mark.req("QR-05", "QR-02")
+def test_a_record_that_cannot_render_leaves_the_previous_report_whole(tmp_path: Path) -> None:
+    # Schema-valid, then written: before, STATUS.md and status.json were rewritten, then
+    # rendering the HTML failed INTERNAL_ERROR (exit 1) on a record of an unexpected shape.
+    report = tmp_path / "report"
+    (report / "results").mkdir(parents=True)
+    (tmp_path / "requirements.toml").write_text(REQUIREMENTS)
+    before = {name: f"the previous {name}" for name in ("STATUS.md", "status.json")}
+    for name, text in before.items():
+        (report / name).write_text(text)
+    (report / "smoke-record.json").write_text(json.dumps({**SMOKE, "turn": {"rounds": 5}}))
+    done = cli("report", "--results", str(report), "--requirements",
+               str(tmp_path / "requirements.toml"), "--format", "md,json,html")
+    assert done.returncode == 2, done.stderr
+    assert {name: (report / name).read_text() for name in before} == before
+    assert not (report / "status.html").exists()
+
+
+@pytest.mark.req("QR-05", "QR-02")
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+@pytest.mark.parametrize("where", ["smoke-record.json", "--compare"])
+def test_a_record_that_is_not_a_regular_file_is_refused_at_once(
+        tmp_path: Path, kind: str, where: str) -> None:
+    # ATTACKS.md §H, foreign records: a FIFO used to hang the report, /dev/zero (size 0)
+    # to be read until memory ran out. Only a regular file is read, and only to a bound.
+    report = tmp_path / "report"
+    (report / "results").mkdir(parents=True)
+    (tmp_path / "requirements.toml").write_text(REQUIREMENTS)
+    odd = tmp_path / "odd.json"
+    if kind == "fifo":
+        os.mkfifo(odd)
+    elif kind == "dev-zero":
+        odd.symlink_to("/dev/zero")
+    else:
+        odd.mkdir()
+    extra: list[str] = []
+    if where == "--compare":
+        extra = ["--compare", str(odd)]
+    else:
+        (report / where).symlink_to(odd)
+    done = cli("report", "--results", str(report), "--requirements",
+               str(tmp_path / "requirements.toml"), *extra)  # a hang fails (timeout)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("REPORT_INVALID: "), done.stderr
+    assert "not a regular file" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1
     assert not (report / "status.json").exists()
 
 
