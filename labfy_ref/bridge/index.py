@@ -37,6 +37,7 @@ from typing import Any
 from labfy_ref.bridge.sessions import SESSION_ID, Appended, Stamp
 from labfy_ref.clock import parse_iso
 from labfy_ref.errors import ErrorCode, RuntimeRefused
+from labfy_ref.private import private_database
 
 INDEX_NAME = ".index.sqlite"
 SCHEMA_VERSION = 1
@@ -139,9 +140,19 @@ def decode_cursor(cursor: str) -> Key:
         raise refused from None
     if not (isinstance(value, list) and len(value) == 2
             and all(isinstance(part, str) for part in value)
-            and len(value[0]) <= _SORT_CHARS * 2 and SESSION_ID.fullmatch(value[1])):
+            and len(value[0]) <= _SORT_CHARS * 2 and SESSION_ID.fullmatch(value[1])
+            and _encodable(value[0])):
         raise refused
     return (value[0], value[1])
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` is Unicode SQLite can bind (a lone surrogate from JSON is not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class IndexLost(Exception):
@@ -173,10 +184,12 @@ class SessionIndex:
         if self.path is None:
             return _prepare(sqlite3.connect(":memory:", check_same_thread=False))
         _remove_strays(self.path)
+        private_database(self.path, create=True)  # titles copy users' first messages
         try:
             return _prepare(sqlite3.connect(self.path, check_same_thread=False))
         except sqlite3.DatabaseError:
             _remove_files(self.path)  # a cache: rebuilt from the logs
+            private_database(self.path, create=True)
             return _prepare(sqlite3.connect(self.path, check_same_thread=False))
 
     def _reset(self) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from labfy_ref.errors import ErrorCode, LabfyError
+from labfy_ref.private import create_private
 from labfy_ref.work.url import DatabaseUrl
 
 #: How long a SQLite writer waits for the lock before WORK_DB_UNAVAILABLE.
@@ -113,13 +113,9 @@ def _create_private(url: DatabaseUrl, path: Path) -> None:
     if path.is_symlink():  # SQLite would follow it, and write where the link points
         raise unavailable(url, "the database file is a symbolic link")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-    except FileExistsError:
-        return
+        create_private(path)  # an empty file is an empty SQLite database
     except OSError as exc:
         raise unavailable(url, exc.strerror or type(exc).__name__) from None
-    os.close(fd)  # an empty file is an empty SQLite database
 
 
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:

@@ -27,6 +27,7 @@ from typing import IO
 
 from labfy_ref.errors import ErrorCode, WorkspaceError
 from labfy_ref.ids import id_pattern, new_id
+from labfy_ref.private import private_database
 from labfy_ref.workspace.migrations import MIGRATIONS, Migration, StoreUpgrade, upgrade_store
 from labfy_ref.workspace.store import WorkspaceStore
 
@@ -73,13 +74,30 @@ class Workspace:
         return self.root / SESSIONS
 
     def open_store(self) -> WorkspaceStore:
-        """A new handle on the store."""
+        """A new handle on the store (owner-only, narrowed if an older release made it wider)."""
+        try:
+            private_database(self.store_path, create=False)
+        except OSError as exc:
+            raise WorkspaceError(f"store {STORE} is not a plain file "
+                                 f"({exc.strerror or type(exc).__name__})",
+                                 code=ErrorCode.WORKSPACE_INVALID) from exc
         return WorkspaceStore(self.store_path)
 
 
 def _manifest_text(kind: WorkspaceKind, name: str, workspace_id: str) -> str:
     return (f"# labfy-ref workspace\nformat = {FORMAT}\nkind = {json.dumps(kind.value)}\n"
             f"name = {json.dumps(name)}\nworkspace_id = {json.dumps(workspace_id)}\n")
+
+
+def _folder_name(folder: Path) -> str:
+    """A display name from a folder's name: valid, printable text of at most the limit.
+
+    A name that is not UTF-8 (bytes Python holds as lone surrogates) keeps what it
+    can, with U+FFFD for the rest, so the manifest is always text it can read back.
+    """
+    text = os.fsencode(folder.name).decode("utf-8", "replace")
+    text = "".join(char if char.isprintable() else "\ufffd" for char in text)
+    return text[:_MAX_NAME] or "workspace"
 
 
 def open_workspace(path: Path) -> Workspace:
@@ -176,7 +194,7 @@ def _create(path: Path, *, specimen: bool, name: str | None) -> Workspace:
     absolute = Path(os.path.abspath(path))  # "." has no name to build a sibling from
     data = json.loads(_specimen().joinpath("objects.json").read_text("utf-8"))
     kind = WorkspaceKind.SPECIMEN if specimen else WorkspaceKind.LIVE
-    chosen = name or (data["name"] if specimen else absolute.resolve().name or "workspace")
+    chosen = name or (data["name"] if specimen else _folder_name(absolute.resolve()))
     # A random staging name: a predictable one could be planted, or removed under another
     # user's feet; mkdir (never exist_ok) fails rather than reuse a directory it did not make,
     # and (never parents) refuses a missing parent as mkdir without -p does.
@@ -188,6 +206,7 @@ def _create(path: Path, *, specimen: bool, name: str | None) -> Workspace:
             _copy_tree(_specimen().joinpath("files"), staging / FILES)
         else:
             (staging / FILES).mkdir()
+        private_database(staging / STORE, create=True)  # the ledger, campaign questions
         store = WorkspaceStore(staging / STORE, create=True)
         try:
             if specimen:
@@ -198,6 +217,7 @@ def _create(path: Path, *, specimen: bool, name: str | None) -> Workspace:
         finally:
             store.close()
         (staging / MANIFEST).write_text(_manifest_text(kind, chosen, new_id("ws")), "utf-8")
+        open_workspace(staging)  # it reads back before it takes the name: else nothing is left
         if path.exists():
             path.rmdir()
         staging.rename(path)

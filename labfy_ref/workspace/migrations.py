@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from labfy_ref.errors import ErrorCode, LabfyError, WorkspaceError
+from labfy_ref.private import PRIVATE_MODE
 
 BASE_VERSION = 1
 _VERSION_1 = (
@@ -173,13 +174,12 @@ def outdated(path: Path, found: int) -> WorkspaceError:
 def _reserve_backup(path: Path, version: int) -> Path:
     """Create an empty, never-before-used backup file beside ``path`` (never overwrites)."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    mode = os.stat(path).st_mode & 0o666  # as readable as the store, no more
     for attempt in range(1, 100):
         suffix = "" if attempt == 1 else f"-{attempt}"
         target = path.with_name(f"{path.name}.v{version}-{stamp}{suffix}.bak")
         try:
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, mode)
+                         | os.O_CLOEXEC, PRIVATE_MODE)
         except FileExistsError:
             continue
         except OSError as exc:

@@ -173,6 +173,24 @@ def test_a_bad_limit_or_cursor_is_422(specimen: Path, server_factory: ServerFact
 
 
 @pytest.mark.req("BR-04", "BR-15")
+@pytest.mark.parametrize("sort_key", ["\\ud800", "\\udfff2026", "2026\\ud83d", "\\u0000"])
+def test_a_cursor_of_the_right_shape_holding_text_no_server_gave_is_422_or_a_page(
+        specimen: Path, server_factory: ServerFactory, sort_key: str) -> None:
+    # JSON can spell a lone surrogate that no UTF-8 store can hold (ATTACKS.md §G):
+    # the cursor must be refused as any other foreign one, never reach SQLite (500).
+    client = server_factory(specimen, bridge=True).client()
+    made = client.post("/api/cordis/sessions", {}).json()["session"]["id"]
+    raw = ('["' + sort_key + '","' + made + '"]').encode("ascii")
+    cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    answered = client.get(f"/api/cordis/sessions?cursor={cursor}")
+    if "\\ud" in sort_key:
+        assert answered.status_code == 422, answered.text
+        assert answered.json()["error"]["code"] == "VALIDATION_FAILED"
+    else:  # text SQLite can hold is only a position: a page, maybe empty
+        assert answered.status_code == 200, answered.text
+
+
+@pytest.mark.req("BR-04", "BR-15")
 def test_the_largest_page_and_a_cursor_past_every_session(
         specimen: Path, server_factory: ServerFactory) -> None:
     client = server_factory(specimen, bridge=True).client()

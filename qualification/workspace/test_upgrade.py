@@ -274,3 +274,17 @@ def test_serve_upgrades_the_per_user_specimen_copy_of_an_older_release(tmp_path:
     assert rows(copy / "labfy.sqlite")["grants"] == before["grants"]
     [backup] = _backups(copy)
     assert rows(backup) == before
+
+
+@pytest.mark.req("WS-06", "WS-05")
+def test_an_upgrade_backup_is_owner_only_even_of_a_world_readable_store(v1: Path) -> None:
+    (v1 / "labfy.sqlite").chmod(0o644)  # as an older release left it
+    old = os.umask(0o022)
+    try:
+        done = upgrade_workspace(v1)
+    finally:
+        os.umask(old)
+    assert done.backup is not None
+    assert done.backup.stat().st_mode & 0o777 == 0o600
+    open_workspace(v1)
+    assert (v1 / "labfy.sqlite").stat().st_mode & 0o777 == 0o600

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from labfy_ref.bridge.index import SessionIndex
 from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ErrorCode, WorkspaceError
 from labfy_ref.gateway import AgentGateway, CallContext
@@ -139,3 +140,65 @@ def test_serve_without_workspace_copies_the_embedded_specimen_once(tmp_path: Pat
         second.stop()
     assert marker.read_text() == "kept across runs"
     assert open_workspace(copied).workspace_id == workspace.workspace_id
+
+
+@pytest.mark.req("WS-01")
+def test_init_on_a_folder_name_that_is_not_utf8_makes_a_workspace_that_opens(
+        tmp_path: Path) -> None:
+    # ATTACKS.md §G: raw bytes where text is expected. The name is the folder's, kept
+    # as far as it is text; before, init built everything, then could not read back
+    # its own manifest and left a folder that could never be opened or re-initialised.
+    target = Path(os.fsdecode(bytes(tmp_path) + b"/field\xff\xfelab"))
+    done = _cli("workspace", "init", os.fsdecode(target))
+    assert done.returncode == 0, done.stderr
+    workspace = open_workspace(target)
+    assert workspace.name == "field\ufffd\ufffdlab"
+    assert workspace.kind is WorkspaceKind.LIVE
+    control = tmp_path / "control\x07name"  # a control character is not printable either
+    init_workspace(control, specimen=False)
+    assert open_workspace(control).name == "control\ufffdname"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no staging"
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+@pytest.mark.req("WS-06")
+def test_every_database_and_sidecar_is_owner_only_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o002)  # a permissive umask: group-writable, world-readable files
+    try:
+        workspace = init_workspace(tmp_path / "ws", specimen=True)
+        store = workspace.open_store()
+        store.add_object("note", "a title", "a body")  # a write: the -wal and -shm exist
+        index = SessionIndex.beside(workspace.sessions_dir)
+        assert index.path is not None
+        databases = [workspace.store_path, index.path]
+        written = [path for base in databases for path in (
+            base, Path(f"{base}-wal"), Path(f"{base}-shm")) if path.exists()]
+        assert len(written) >= 4, written
+        assert {path.name: _mode(path) for path in written} == {
+            path.name: 0o600 for path in written}
+        index.close()
+        store.close()
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.req("WS-06")
+def test_a_store_an_older_release_made_world_readable_is_narrowed_when_opened(
+        tmp_path: Path) -> None:
+    workspace = init_workspace(tmp_path / "ws", specimen=True)
+    workspace.open_store().close()
+    for path in workspace.root.glob("labfy.sqlite*"):
+        path.chmod(0o644)
+    workspace.open_store().close()
+    assert {path.name: _mode(path) for path in workspace.root.glob("labfy.sqlite*")} == {
+        path.name: 0o600 for path in workspace.root.glob("labfy.sqlite*")}
+    planted = tmp_path / "elsewhere.sqlite"
+    planted.write_bytes(b"")
+    workspace.store_path.unlink()
+    workspace.store_path.symlink_to(planted)
+    with pytest.raises(WorkspaceError) as caught:
+        workspace.open_store()
+    assert caught.value.code is ErrorCode.WORKSPACE_INVALID
