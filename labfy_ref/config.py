@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import math
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,9 +203,18 @@ def _model_id(text: str) -> str:
 
 
 def _existing_file(text: str, flag: str) -> Path:
+    """A path that is a regular file now (say what it is otherwise: never open a FIFO)."""
     path = Path(text)
-    if not path.is_file():
-        raise _refuse(f"{flag}: no such file")
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise _refuse(f"{flag}: no such file") from None
+    except OSError as exc:
+        raise _refuse(f"{flag}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    if stat.S_ISDIR(mode):
+        raise _refuse(f"{flag}: a directory, not a file")
+    if not stat.S_ISREG(mode):
+        raise _refuse(f"{flag}: not a regular file (a FIFO, socket or device)")
     return path
 
 

@@ -53,26 +53,33 @@ def error_response(status: int, code: ErrorCode | str, message: str, *,
     return JSONResponse({"error": error}, status_code=status)
 
 
-def refusal(error: LabfyError) -> JSONResponse:
+def refusal(error: LabfyError, *, openai: bool = False) -> JSONResponse:
     """The answer to a refused request: the status of its code, its one-line message."""
-    return error_response(error.status, error.code, error.message)
+    return error_response(error.status, error.code, error.message, openai=openai)
+
+
+def _openai(request: Request) -> bool:
+    """Whether ``request`` is one of the chat-client API's (even a route it does not have)."""
+    path = request.url.path
+    return path.startswith(OPENAI_PREFIX) or path == OPENAI_PREFIX.rstrip("/")
 
 
 def install_error_handlers(app: FastAPI) -> None:
     """Map refusals and framework errors to the JSON error shape; never a traceback."""
 
     @app.exception_handler(LabfyError)
-    async def labfy_error(_: Request, exc: LabfyError) -> JSONResponse:
-        return refusal(exc)
+    async def labfy_error(request: Request, exc: LabfyError) -> JSONResponse:
+        return refusal(exc, openai=_openai(request))
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         kind = first.get("type", "invalid")
-        return error_response(422, ErrorCode.VALIDATION_FAILED, f"{where or 'body'}: {kind}")
+        return error_response(422, ErrorCode.VALIDATION_FAILED, f"{where or 'body'}: {kind}",
+                              openai=_openai(request))
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, ErrorCode.INTERNAL_ERROR)
-        return error_response(exc.status_code, code, str(exc.detail))
+        return error_response(exc.status_code, code, str(exc.detail), openai=_openai(request))

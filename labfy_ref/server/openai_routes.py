@@ -132,7 +132,7 @@ class ChatBody(Strict):
     messages: list[MessageBody] = Field(min_length=1, max_length=MAX_MESSAGES)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: Literal[1] = 1
+    n: int = Field(default=1, ge=1, le=1)  # an int, not a Literal: True == 1 in Python
     # Accepted for compatibility, not applied: the action contract sets the decoding.
     temperature: float | None = None
     top_p: float | None = None

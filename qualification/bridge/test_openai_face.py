@@ -341,6 +341,9 @@ def test_an_unknown_model_is_an_openai_shaped_404(
     ([{"role": "user", "content": "hi"}],
      {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}),
     ([{"role": "user", "content": "hi"}], {"n": 2}),
+    ([{"role": "user", "content": "hi"}], {"n": True}),  # JSON true is not the number 1
+    ([{"role": "user", "content": "hi"}], {"n": 1.0}),
+    ([{"role": "user", "content": "hi"}], {"n": 0}),
     ([{"role": "user", "content": ""}], {}),
     ([], {}),
 ])
@@ -535,3 +538,24 @@ def test_the_security_checks_refuse_a_chat_client_in_its_own_error_shape(
                            headers={"Content-Type": "application/x-www-form-urlencoded"})
         assert set(native.json()["error"]) == {"code", "message"}, "other APIs keep theirs"
     assert len(provider.chat_requests()) == before, "no refused request reached the model"
+
+
+@pytest.mark.req("BR-13", "SV-05")
+@pytest.mark.parametrize(("method", "path", "status"), [
+    ("GET", "/api/cordis/v1/nope", 404), ("GET", "/api/cordis/v1", 404),
+    ("GET", "/api/cordis/v1/models/x/y", 404), ("POST", "/api/cordis/v1/embeddings", 404),
+    ("GET", "/api/cordis/v1/chat/completions", 405),
+    ("DELETE", "/api/cordis/v1/chat/completions", 405)])
+def test_a_route_the_face_does_not_have_answers_in_openais_error_shape(
+        face: FaceFactory, method: str, path: str, status: int) -> None:
+    # A chat client reads error.message and error.type: before, an unknown route under the
+    # face answered the workspace API's {"error": {"code", "message"}}.
+    server, provider, _ = face(Scenario.always(_final("never")))
+    with bearer_client(server) as http:
+        response = http.request(method, path)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["param"] is None
+    assert error["code"] == ("NOT_FOUND" if status == 404 else "METHOD_NOT_ALLOWED")
+    assert provider.chat_requests() == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,22 @@ def test_log_settings_are_resolved_and_shown(tmp_path: Path) -> None:
         with pytest.raises(ConfigRefused) as caught:
             resolve(RawOptions(log_level=level), {})
         assert caught.value.message == "--log-level must be one of debug, info, warning, error"
+
+
+@pytest.mark.req("SV-05", "SM-07")
+@pytest.mark.parametrize("field", ["accounts", "composition"])
+@pytest.mark.parametrize(("kind", "fragment"), [
+    ("fifo", "not a regular file"), ("directory", "a directory, not a file"),
+    ("missing", "no such file")])
+def test_a_file_flag_says_what_the_path_is_when_it_is_not_a_file(
+        tmp_path: Path, field: str, kind: str, fragment: str) -> None:
+    # Before, a FIFO (or a directory) was "no such file": a user looked for a typo.
+    path = tmp_path / "it"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    with pytest.raises(ConfigRefused) as caught:
+        resolve(RawOptions(**{field: str(path)}), {})  # type: ignore[arg-type]
+    assert caught.value.code is ErrorCode.CONFIG_INVALID
+    assert caught.value.message == f"--{field}: {fragment}" or fragment in caught.value.message
