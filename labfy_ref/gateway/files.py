@@ -16,9 +16,12 @@ from __future__ import annotations
 import codecs
 import contextlib
 import errno
+import fcntl
+import hashlib
 import os
 import secrets
 import stat
+import time
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -81,6 +84,50 @@ def _os_error(exc: OSError, what: str) -> ToolError:
         return ToolError(f"{what}: is a directory", code=ErrorCode.NOT_A_FILE)
     return ToolError(f"{what}: {errno.errorcode.get(exc.errno or 0, 'error')}",
                      code=ErrorCode.TOOL_UNAVAILABLE)
+
+
+#: How long a write waits for another write into the same directory to finish.
+LOCK_WAIT_SECONDS = 10.0
+_LOCK_POLL = 0.01
+
+
+@contextmanager
+def _locked(dir_fd: int, what: str) -> Iterator[None]:
+    """Hold the directory's write lock (``flock``; every write into it takes it)."""
+    for _ in range(int(LOCK_WAIT_SECONDS / _LOCK_POLL) + 1):
+        try:
+            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            time.sleep(_LOCK_POLL)
+    else:
+        raise ToolError(f"{what}: another write to its directory is still in progress; "
+                        "nothing was written", code=ErrorCode.FILE_CHANGED)
+    try:
+        yield
+    finally:
+        fcntl.flock(dir_fd, fcntl.LOCK_UN)
+
+
+def _file_sha256(name: str, dir_fd: int, what: str) -> str | None:
+    """The SHA-256 of a regular file's bytes (streamed); None when there is no such name."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _os_error(exc, what) from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _outside(f"{what}: not a regular file")
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+    except OSError as exc:
+        raise _os_error(exc, what) from exc
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
 
 
 def _is_symlink(name: str, dir_fd: int) -> bool:
@@ -181,8 +228,29 @@ class ConfinedFiles:
             raise ToolError(f"{path}: not UTF-8 text", code=ErrorCode.NOT_UTF8) from None
         return {"path": "/".join(parts), "content": text, "truncated": truncated}
 
-    def write(self, path: str, content: str) -> dict[str, Any]:
-        """Replace (or create) a text file atomically; refuses links and special files."""
+    def sha256(self, path: str) -> str | None:
+        """The SHA-256 of a file's bytes, None when it does not exist (links refused)."""
+        parts = split_path(path)
+        if not parts:
+            raise ToolError("a file path is needed", code=ErrorCode.NOT_A_FILE)
+        try:
+            with self._directory(parts[:-1]) as dir_fd:
+                return _file_sha256(parts[-1], dir_fd, path)
+        except ToolError as exc:
+            if exc.code is ErrorCode.FILE_NOT_FOUND:  # a missing directory: no such file
+                return None
+            raise
+
+    def write(self, path: str, content: str, *, conditional: bool = False,
+              prior_sha256: str | None = None) -> dict[str, Any]:
+        """Replace (or create) a text file atomically; refuses links and special files.
+
+        ``conditional``: write only if the file still holds what was decided on
+        (``prior_sha256``, None for no file), checked under the directory's write
+        lock right before the rename; a file that already holds ``content`` is a
+        write already done. Anything else is ``FILE_CHANGED`` and nothing is
+        written: a worker paused past its lease cannot overwrite a later write.
+        """
         parts = split_path(path)
         if not parts:
             raise ToolError("files.write needs a file path", code=ErrorCode.NOT_A_FILE)
@@ -218,7 +286,16 @@ class ConfinedFiles:
                     handle.write(data)
                     handle.flush()
                     os.fsync(handle.fileno())
-                os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                with _locked(dir_fd, path):
+                    if conditional:
+                        now = _file_sha256(name, dir_fd, path)
+                        if now == hashlib.sha256(data).hexdigest():
+                            os.unlink(temp, dir_fd=dir_fd)
+                            return {"path": "/".join(parts), "bytes_written": len(data)}
+                        if now != prior_sha256:
+                            raise ToolError(f"{path}: changed since this write was decided; "
+                                            "nothing was written", code=ErrorCode.FILE_CHANGED)
+                    os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             except BaseException as exc:
                 with contextlib.suppress(OSError):
                     os.unlink(temp, dir_fd=dir_fd)

@@ -78,7 +78,7 @@ def _code(text: str) -> str:
 def _md_row(line: Line, *, tests: bool) -> str:
     cells = [_md_cell(line.name), _md_cell(line.shown_status), _md_cell(line.title)]
     if tests:
-        cells.append(_md_cell(_grouped(line.tests)) or "—")
+        cells.append(_grouped(line.tests) or "—")  # code spans of safe names, else escaped
     cells.append(_md_cell(line.reason or ""))
     return "| " + " | ".join(cells) + " |"
 

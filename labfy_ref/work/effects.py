@@ -15,7 +15,11 @@ wrapped by :class:`EffectLedger`, so what reaches the ledger is a validated call
   nothing). What cannot be told is refused ``EFFECT_UNRESOLVED``, a normal tool error.
 
 Each ``files.write`` first records the file's prior content digest (the
-``effect.target`` event), then writes, then leaves its audit entry, then completes the
+``effect.target`` event, appended only while the claim still holds the run: the fence
+and the event are one transaction, the last before the effect), then writes *on the
+condition* that the file still holds that prior content (checked under the directory's
+write lock, right before the rename: a worker paused past its lease cannot overwrite a
+later write, ``FILE_CHANGED``), then leaves its audit entry, then completes the
 effect. Resumed, a started write without a target event never began; with an audit
 entry it happened; otherwise the file holding the new content means it happened (the
 crash fell between the rename and the audit), holding the prior content means it did
@@ -67,6 +71,10 @@ class Targets(Protocol):
 
     def campaigns_like(self, arguments: dict[str, Any], since: str) -> list[str]:
         """Campaigns ``research.prepare`` with ``arguments`` made at or after ``since``."""
+        ...
+
+    def file_sha256(self, path: str) -> str | None:
+        """The SHA-256 of a file's whole bytes, or None when there is none."""
         ...
 
 
@@ -124,12 +132,16 @@ class EffectLedger:
         try:
             kind = effect_of(effect.tool_id)
             if kind is ToolEffect.WRITE:
-                prior = targets.read_text(arguments["path"])
-                self._event(TARGET_EVENT, effect, prior_sha256=None if prior is None
-                            else digest(prior))
+                prior = targets.file_sha256(arguments["path"])
+                self.store.record_target(self.claim, effect, {"prior_sha256": prior})
+                self.crash.reached("effect.target")
+                data = service(**arguments, conditional=True, prior_sha256=prior)
             elif kind is ToolEffect.RESEARCH:
-                self._event(TARGET_EVENT, effect)
-            data = service(**arguments)
+                self.store.record_target(self.claim, effect, {})
+                self.crash.reached("effect.target")
+                data = service(**arguments)
+            else:
+                data = service(**arguments)
         except ToolError as exc:  # refused by the service (a path outside files/…): no effect
             self._complete(effect, {"ok": False, "error": exc.as_dict()}, refused=True)
             raise
@@ -178,7 +190,8 @@ class EffectLedger:
             return data
         now = targets.read_text(arguments["path"])
         prior = target.data.get("prior_sha256")
-        if now is not None and now == content:
+        if now is not None and now == content and targets.file_sha256(
+                arguments["path"]) == digest(content):
             data = {"path": "/".join(split_path(arguments["path"])),
                     "bytes_written": len(content.encode("utf-8"))}
             self._event(AUDIT_EVENT, effect, path=data["path"], sha256=digest(content),
@@ -186,7 +199,7 @@ class EffectLedger:
             self._event("effect.resolved", effect, how="content written")
             self._complete(effect, {"ok": True, "data": data})
             return data
-        if (None if now is None else digest(now)) == prior:
+        if targets.file_sha256(arguments["path"]) == prior:
             self._event("effect.resolved", effect, how="content unchanged")
             return self._execute(effect, service, targets, arguments)
         return self._unresolved(effect, f"{arguments['path'][:200]} holds neither its content "
@@ -234,6 +247,10 @@ class WorkGateway(AgentGateway):
         return self._store.campaigns_like(
             self.workspace.workspace_id, arguments["topic"], arguments["questions"],
             arguments.get("object_refs") or [], since)
+
+    def file_sha256(self, path: str) -> str | None:
+        """The SHA-256 of a file's bytes as the gateway reads them, None when there is none."""
+        return self._files.sha256(path)
 
     def read_text(self, path: str) -> str | None:
         """A file's whole text as the gateway reads it, or None when there is none."""

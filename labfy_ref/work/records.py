@@ -124,6 +124,20 @@ class RecordsMixin(StoreBase):
                 row = conn.execute(select(effects).where(*key)).one()
         return Effect.of(row)
 
+    def record_target(self, claim: Claim, effect: Effect, data: Any) -> Event:
+        """The effect's target event, appended only while ``claim`` holds the run.
+
+        The fence and the event are one transaction, the last store write before the
+        effect itself: a worker paused past its lease anywhere before this point
+        is refused ``LEASE_NOT_HELD`` here and never reaches the effect.
+        """
+        fields.dump_json(data, "event data")
+        with self._db.transaction(write=True) as conn:
+            self._fence(conn, claim)
+            return self._event(conn, claim.task_id, "effect.target",
+                               {"effect_id": effect.id, "step": effect.step,
+                                "tool_id": effect.tool_id, **data}, claim.run_id)
+
     def complete_effect(self, claim: Claim, effect_id: str, result: Any, *,
                         refused: bool = False) -> Effect:
         """Record the outcome of a started effect (``completed``, or ``refused``).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
 import secrets
 import stat
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from labfy_ref.errors import ErrorCode, ToolError
+from labfy_ref.gateway import files as files_module
 from labfy_ref.gateway.files import MAX_PATH_CHARS, ConfinedFiles, _invisible, _os_error, split_path
 
 
@@ -280,3 +282,94 @@ def test_a_guessed_temporary_name_planted_as_a_link_is_never_written_through(
     with pytest.raises(ToolError):
         files.write("a.txt", "overwritten")
     assert secret.read_text() == "secret" and not (root / "a.txt").exists()
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _temps(directory: Path) -> list[str]:
+    return [p.name for p in directory.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.req("WK-12", "GW-06")
+def test_a_conditional_write_lands_only_on_the_content_it_was_decided_on(root: Path) -> None:
+    # ATTACKS.md §H, time of check / time of use: a Work effect decides a write on the
+    # file's prior content; a later write by another holder must never be overwritten.
+    files = ConfinedFiles(root)
+    assert files.write("a/n.md", "one", conditional=True, prior_sha256=None) == {
+        "path": "a/n.md", "bytes_written": 3}
+    assert (root / "a" / "n.md").read_text() == "one"
+    assert files.write("a/n.md", "two", conditional=True, prior_sha256=_sha("one")) == {
+        "path": "a/n.md", "bytes_written": 3}
+    assert (root / "a" / "n.md").read_text() == "two"
+    for prior in (None, _sha("one"), "0" * 64):  # stale: the file holds "two" now
+        code, message = _code(lambda p=prior: files.write(
+            "a/n.md", "three", conditional=True, prior_sha256=p))
+        assert code is ErrorCode.FILE_CHANGED
+        assert message == "a/n.md: changed since this write was decided; nothing was written"
+        assert (root / "a" / "n.md").read_text() == "two"
+    assert _temps(root / "a") == []
+    code, _ = _code(lambda: files.write("a/new.md", "x", conditional=True,
+                                        prior_sha256=_sha("x")))
+    assert code is ErrorCode.FILE_CHANGED, "absent is not the content decided on"
+    assert not (root / "a" / "new.md").exists()
+
+
+@pytest.mark.req("WK-12", "GW-06")
+def test_a_conditional_write_of_what_the_file_already_holds_is_done_not_repeated(
+        root: Path) -> None:
+    files = ConfinedFiles(root)
+    files.write("n.md", "same")
+    before = (root / "n.md").stat()
+    assert files.write("n.md", "same", conditional=True, prior_sha256="f" * 64) == {
+        "path": "n.md", "bytes_written": 4}
+    after = (root / "n.md").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert _temps(root) == []
+    # unconditional writes ignore the prior digest entirely
+    assert files.write("n.md", "other", prior_sha256="f" * 64)["bytes_written"] == 5
+    assert (root / "n.md").read_text() == "other"
+
+
+@pytest.mark.req("GW-06")
+def test_the_sha256_of_a_file_is_of_its_bytes_and_refuses_what_is_not_a_file(
+        root: Path) -> None:
+    files = ConfinedFiles(root)
+    (root / "d").mkdir()
+    (root / "d" / "big.bin").write_bytes(b"\xff" * (3 << 20))  # not UTF-8, several chunks
+    assert files.sha256("d/big.bin") == hashlib.sha256(b"\xff" * (3 << 20)).hexdigest()
+    assert files.sha256("d/absent.md") is None
+    assert files.sha256("no/such/dir.md") is None
+    (root / "link.md").symlink_to(root / "d" / "big.bin")
+    os.mkfifo(root / "fifo")
+    for path in ("link.md", "fifo", "d", "../outside/secret.txt"):
+        code, _ = _code(files.sha256, path)
+        assert code in (ErrorCode.PATH_OUTSIDE_WORKSPACE, ErrorCode.NOT_A_FILE), (path, code)
+    assert _code(files.sha256, "")[0] is ErrorCode.NOT_A_FILE
+
+
+@pytest.mark.req("GW-06", "WK-12")
+def test_a_write_waits_a_bounded_time_for_another_write_into_its_directory(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(files_module, "LOCK_WAIT_SECONDS", 0.2)
+    files = ConfinedFiles(root)
+    files.write("d/n.md", "before")
+    holder = os.open(root / "d", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another writer is in the middle of its write
+        code, message = _code(lambda: files.write("d/n.md", "after"))
+        assert code is ErrorCode.FILE_CHANGED
+        assert message == ("d/n.md: another write to its directory is still in progress; "
+                           "nothing was written")
+        assert (root / "d" / "n.md").read_text() == "before"
+        assert _temps(root / "d") == []
+        assert files.write("e/other.md", "free")["bytes_written"] == 4  # another directory
+    finally:
+        os.close(holder)
+    files.write("d/n.md", "after")
+    probe = os.open(root / "d", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the write let its lock go
+    finally:
+        os.close(probe)

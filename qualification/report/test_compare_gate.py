@@ -175,10 +175,15 @@ NOT_A_STATUS = {
     "package.json": (b'{"name": "left-pad", "version": "1.3.0"}', "'generated_at' is a required"),
     "a later version": (b'{"schema_version": 2, "generated_at": "x"}', "unknown schema_version 2"),
     "a version as text": (b'{"schema_version": "1"}', "unknown schema_version \"1\""),
-    "a foreign status": (b'{"schema_version": 1, "generated_at": "x", "summary": {}, "runs": [], '
+    "a time that is not a time": (b'{"schema_version": 1, "generated_at": "\\u001b[2J", '
+                                  b'"summary": {}, "runs": [], "stages": [], '
+                                  b'"requirements": []}', "at $.generated_at"),
+    "a foreign status": (b'{"schema_version": 1, "generated_at": "2026-01-01T00:00:00Z", '
+                         b'"summary": {}, "runs": [], '
                          b'"stages": [], "requirements": [{"id": "AA-01", "status": "GREEN"}]}',
                          "at $.requirements[0]"),
-    "v0 with a bad id": (b'{"generated_at": "x", "stages": [], "requirements": '
+    "v0 with a bad id": (b'{"generated_at": "2026-01-01T00:00:00Z", "stages": [], '
+                         b'"requirements": '
                          b'[{"id": "AA 01\\nFAKE: line", "status": "CURRENT"}]}',
                          "at $.requirements[0].id"),
 }

@@ -227,3 +227,49 @@ def test_a_crashed_research_prepare_makes_its_campaign_once(
     finished = [e.data for e in store.list_events(task_id) if e.type == "run.finished"]
     assert campaign_id in finished[0]["error"]["message"]
     assert len(conversation_requests(provider, "q1")) == 1
+
+
+def _paused(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP): state ``T`` in ``/proc/PID/stat``."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text("ascii")
+    except OSError:
+        return False
+    return stat_line.rsplit(")", 1)[-1].split()[0] == "T"
+
+
+@pytest.mark.req("WK-12", "WK-03")
+@pytest.mark.parametrize(("pause", "resolved"), [
+    ("effect.started:1:stop", ["never began"]),  # paused before the fenced target record
+    ("effect.target:1:stop", ["content unchanged"]),  # paused between it and the write
+])
+def test_a_worker_paused_past_its_lease_never_overwrites_the_later_write(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore, provider: FakeProvider,
+        tmp_path: Path, pause: str, resolved: list[str]) -> None:
+    """ATTACKS.md §H: a worker SIGSTOPped mid-effect (a debugger, a VM pause, a stall) loses
+    its lease; another worker takes the run over, writes the file and then writes it
+    again. Resumed, the paused worker must not write its stale content over the later
+    write (a lost update): the fenced target record refuses it, or the conditional
+    write finds the file changed. Before, it wrote "first" over "second"."""
+    nonce = "p" + pause.split(".")[1][:3]
+    task_id = store.submit(message("rewrite", nonce)).task.id
+    target = specimen / f"files/notes/{nonce}-1.md"
+    paused = start_worker(specimen, work_url, provider, tmp_path / "paused.out", crash=pause,
+                          once=True)
+    try:
+        wait_until(lambda: _paused(paused.pid) or paused.poll() is not None, timeout=60)
+        assert paused.poll() is None, (tmp_path / "paused.err").read_text()
+        taker = start_worker(specimen, work_url, provider, tmp_path / "taker.out", max_runs=1)
+        assert taker.wait(timeout=60) == 0, (tmp_path / "taker.err").read_text()
+        assert store.get_task(task_id).state is State.COMPLETED
+        assert target.read_text("utf-8") == f"second {nonce}"
+        paused.send_signal(signal.SIGCONT)
+        paused.wait(timeout=60)
+    finally:
+        if paused.poll() is None:
+            paused.kill()
+            paused.wait(timeout=30)
+    assert target.read_text("utf-8") == f"second {nonce}", "the paused worker overwrote it"
+    assert resolutions(store, task_id) == resolved
+    assert lines(tmp_path / "paused.out") == [] or all(
+        line["outcome"] != "COMPLETED" for line in lines(tmp_path / "paused.out"))

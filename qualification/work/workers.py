@@ -6,7 +6,8 @@ and its request log tells which conversation asked what. Scripts:
 
 * ``write2``: write ``notes/NONCE-1.md``, write ``notes/NONCE-2.md``, read the first,
   answer ``done NONCE`` (four model steps, three effects);
-* ``write1``: write ``notes/NONCE-1.md``, answer ``done NONCE`` (two steps, one effect).
+* ``write1``: write ``notes/NONCE-1.md``, answer ``done NONCE`` (two steps, one effect);
+* ``rewrite``: write ``notes/NONCE-1.md`` twice, other content each time, then answer.
 
 Workers are real ``labfy-ref work worker`` processes; the fake provider is on loopback.
 """
@@ -52,10 +53,17 @@ def script(writes: int, *, delay_final: float = 0.0) -> list[dict[str, Any]]:
     return [*answers, final]
 
 
+def rewrite_script() -> list[dict[str, Any]]:
+    """Write ``notes/NONCE-1.md``, then write it again with other content, then answer."""
+    return [_call("files.write", path="notes/{nonce}-1.md", content="first {nonce}"),
+            _call("files.write", path="notes/{nonce}-1.md", content="second {nonce}"),
+            {"content": json.dumps({"type": "final", "text": "done {nonce}"})}]
+
+
 def work_scenario(**extra: list[dict[str, Any]]) -> Scenario:
-    """The scripts above, plus any given by name."""
+    """The scripts above (and ``rewrite``), plus any given by name."""
     return Scenario.from_json({"name": "work", "keyed": {
-        "write2": script(2), "write1": script(1), **extra}})
+        "write2": script(2), "write1": script(1), "rewrite": rewrite_script(), **extra}})
 
 
 def message(key: str, nonce: str) -> str:
