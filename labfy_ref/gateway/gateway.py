@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from labfy_ref.errors import ErrorCode, ToolError
+from labfy_ref.gateway.files import split_path
 from labfy_ref.gateway.policy import CallContext, decide, needs_approval
 from labfy_ref.gateway.services import FileService, GrantService, ObjectService, ResearchService
 from labfy_ref.gateway.usage import UsageService
@@ -128,6 +129,34 @@ class AgentGateway:
         """Would this call be refused now but allowed by a one-time approval (BR-12)?"""
         spec = self.catalog.get(tool_id)
         return spec is not None and needs_approval(spec, context)
+
+    def screen(self, tool_id: str, arguments: dict[str, Any]) -> tuple[dict[str, Any],
+                                                                       ToolError | None]:
+        """What a human is asked to approve: the call with its paths canonical, or the
+        refusal the call would get whatever the answer (schema, confinement).
+
+        A path a call takes or writes (its catalog traits say which) is confined
+        here, before anyone is asked: an approver never sees ``../../outside.txt``
+        for a write the gateway would refuse anyway.
+        """
+        spec = self.catalog.get(tool_id)
+        if spec is None:
+            return arguments, ToolError(f"{tool_id[:64]} is not an available tool",
+                                        code=ErrorCode.TOOL_UNAVAILABLE)
+        error = next(iter(spec.input_validator.iter_errors(arguments)), None)
+        if error is not None:
+            return arguments, ToolError(f"arguments do not match the schema ({error.validator})",
+                                        code=ErrorCode.INVALID_ARGUMENTS)
+        shown = dict(arguments)
+        kinds = {**spec.traits.consumes, **spec.traits.targets}
+        for name, kind in kinds.items():
+            value = arguments.get(name)
+            if kind in ("file", "directory") and isinstance(value, str):
+                try:
+                    shown[name] = "/".join(split_path(value))
+                except ToolError as exc:
+                    return arguments, exc
+        return shown, None
 
     # -- calls --------------------------------------------------------------------
 

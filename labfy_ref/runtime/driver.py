@@ -311,7 +311,10 @@ class TurnDriver:
         if refused is not None:
             return gateway.refuse(action.tool_id, action.arguments, refused)
         if gateway.needs_approval(action.tool_id, context):
-            decision = await port.approve(call_id, action)
+            shown, refusal = gateway.screen(action.tool_id, action.arguments)
+            if refusal is not None:  # refused whatever a human says: nobody is asked
+                return gateway.refuse(action.tool_id, action.arguments, refusal)
+            decision = await port.approve(call_id, dataclasses.replace(action, arguments=shown))
             if decision == ALLOWED_ONCE:
                 return gateway.call(action.tool_id, action.arguments,
                                     dataclasses.replace(context, approved_once=True))

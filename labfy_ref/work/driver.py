@@ -220,8 +220,12 @@ def approval_summary(action: ToolCall) -> str:
     arguments = action.arguments
     if effect_of(action.tool_id) is ToolEffect.WRITE:
         path = str(arguments.get("path", ""))
-        size = len(str(arguments.get("content", "")).encode("utf-8", "surrogatepass"))
-        text = f"{action.tool_id} {path} ({size} bytes)"
+        content = str(arguments.get("content", ""))
+        size = len(content.encode("utf-8", "surrogatepass"))
+        head = f"{action.tool_id} {path[:100]} ({size} bytes)"
+        text = f"{head}: {encode_json(content)}"  # the content, quoted: data, never a line
+        if len(text) > 200:
+            text = text[:199] + "…"
     else:
         text = f"{action.tool_id} {encode_json(arguments)}"
     printable = "".join(c if c.isprintable() else "?" for c in text)

@@ -35,8 +35,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, and_, delete, insert, or_, select, true, update
 
 from labfy_ref.clock import iso, utcnow
-from labfy_ref.errors import ErrorCode, RuntimeRefused
+from labfy_ref.errors import ErrorCode, ProtocolRefused, RuntimeRefused
 from labfy_ref.ids import new_id
+from labfy_ref.protocol.strict_json import loads_strict
 from labfy_ref.work import fields
 from labfy_ref.work.base import Clock
 from labfy_ref.work.engine import WorkEngine
@@ -233,7 +234,22 @@ class WorkStore(RecordsMixin):
                 "events": [event.as_dict() for event in self.list_events(task_id)],
                 "effects": [effect.as_dict() for run in task_runs
                             for effect in self.list_effects(run.id)],
-                "approvals": [approval.as_dict() for approval in self.list_approvals(task_id)]}
+                "approvals": [{**approval.as_dict(),
+                               "arguments": self._asked(approval.run_id, approval.step)}
+                              for approval in self.list_approvals(task_id)]}
+
+    def _asked(self, run_id: str, step: int) -> dict[str, Any] | None:
+        """The arguments of the call an approval is about, as the model gave them
+        (the step's stored reply), so whoever answers sees what would run, content too."""
+        reply = self.get_reply(run_id, step)
+        if reply is None:
+            return None
+        try:
+            action = loads_strict(str(reply.response.get("content", "")))
+        except (ProtocolRefused, ValueError):
+            return None
+        arguments = action.get("arguments") if isinstance(action, dict) else None
+        return arguments if isinstance(arguments, dict) else None
 
     # -- claims --------------------------------------------------------------------------------
 

@@ -157,7 +157,9 @@ def test_read_only_write_waits_for_an_approval_then_another_worker_resumes_it(
     assert approval.id == parked["detail"]
     assert (approval.tool_id, approval.step, approval.decision.value) == (
         "files.write", 1, "pending")
-    assert approval.summary == "files.write notes/b1-1.md (9 bytes)"
+    assert approval.summary == 'files.write notes/b1-1.md (9 bytes): "note 1 b1"'
+    shown = store.show(task.id)["approvals"]
+    assert shown[0]["arguments"] == {"path": "notes/b1-1.md", "content": "note 1 b1"}
     assert not (specimen / "files/notes/b1-1.md").exists()
     assert store.list_effects(parked["run_id"]) == []
     assert worker_once(specimen, work_url, provider, capsys, permission_mode="read-only") == []
@@ -326,7 +328,7 @@ def test_an_approval_summary_is_always_a_name_the_store_keeps(tool_id: str, path
     assert summary.startswith(tool_id)
     if tool_id == "files.write" and len(path) < 100:
         size = len(content.encode("utf-8", "surrogatepass"))
-        assert summary.endswith(f"({size} bytes)")
+        assert f"({size} bytes): " in summary
 
 
 @pytest.mark.req("PR-07", "GW-02")
@@ -348,3 +350,26 @@ def test_work_tells_effects_apart_by_the_catalog_not_by_tool_ids() -> None:
         source = module.read_text("utf-8")
         for tool_id in default_catalog():
             assert f'"{tool_id}"' not in source, f"{module.name} spells {tool_id}"
+
+
+@pytest.mark.req("WK-05", "GW-06")
+@pytest.mark.parametrize("path", ["../../outside.txt", "/etc/passwd", "notes/../../x.md"])
+def test_a_write_confinement_refuses_anyway_is_never_put_to_a_human(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore,
+        provider_factory: ProviderFactory, capsys: pytest.CaptureFixture[str],
+        path: str) -> None:
+    """read-only: before, the approver was asked to allow ``files.write ../../outside.txt``,
+    a write the confined files service refuses whatever the answer. Confinement is
+    checked first: no approval, the model reads PATH_OUTSIDE_WORKSPACE and answers."""
+    outside = {"content": json.dumps({"type": "tool_call", "tool_id": "files.write",
+                                      "arguments": {"path": path, "content": "x"}})}
+    final = {"content": json.dumps({"type": "final", "text": "refused"})}
+    provider = provider_factory(Scenario.from_json({"answers": [outside, final]}))
+    task = store.submit("write outside").task
+    (line,) = worker_once(specimen, work_url, provider, capsys, permission_mode="read-only")
+    assert line["outcome"] == "COMPLETED"
+    assert store.list_approvals(task.id) == []
+    answered = [e.data for e in store.list_events(task.id) if e.type == "tool.answered"]
+    assert answered == [{"step": 1, "tool_id": "files.write", "status": "refused",
+                         "error_code": "PATH_OUTSIDE_WORKSPACE"}]
+    assert not (specimen.parent / "outside.txt").exists()

@@ -293,7 +293,7 @@ def test_show_is_the_pinned_work_shape(store: WorkStore) -> None:
                                  "tool_id": "files.write",
                                  "arguments": {"path": "a", "content": "b"},
                                  "status": "completed", "result": {"ok": True}}]
-    assert shown["approvals"] == [approval.as_dict()]
+    assert shown["approvals"] == [{**approval.as_dict(), "arguments": None}]  # no reply stored
 
 
 @pytest.mark.req("WK-02")

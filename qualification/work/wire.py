@@ -91,9 +91,13 @@ def check_work_shape(work: dict[str, Any], populated: Populated, message: str) -
                                 "step": 1, "tool_id": "files.write", "arguments": ARGUMENTS,
                                 "status": "completed",
                                 "result": {"ok": True, "data": {"bytes": 11}}}]
-    assert work["approvals"] == [{"id": populated.approval_id, "run_id": populated.run_id,
-                                  "tool_id": "files.write", "summary": SUMMARY,
-                                  "decision": "pending"}]
+    # SPEC §15 pins these keys; ``arguments`` (what the call would run) may be added
+    pinned = [{k: v for k, v in approval.items() if k != "arguments"}
+              for approval in work["approvals"]]
+    assert pinned == [{"id": populated.approval_id, "run_id": populated.run_id,
+                       "tool_id": "files.write", "summary": SUMMARY, "decision": "pending"}]
+    assert all(isinstance(approval.get("arguments"), dict | None)
+               for approval in work["approvals"])
     assert id_pattern("task").fullmatch(task["id"]) and id_pattern("eff").fullmatch(
         populated.effect_id) and id_pattern("appr").fullmatch(populated.approval_id)
 
