@@ -15,6 +15,7 @@ import hashlib
 import os
 import secrets
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -373,3 +374,28 @@ def test_a_write_waits_a_bounded_time_for_another_write_into_its_directory(
         fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the write let its lock go
     finally:
         os.close(probe)
+
+
+@pytest.mark.req("GW-06", "WK-12")
+def test_a_write_waits_for_another_write_into_its_directory_to_finish(root: Path) -> None:
+    files = ConfinedFiles(root)
+    files.write("d/n.md", "before")
+    holder = os.open(root / "d", os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    release = threading.Timer(0.5, lambda: os.close(holder))  # the other write finishes
+    release.start()
+    try:
+        assert files.write("d/n.md", "after") == {"path": "d/n.md", "bytes_written": 5}
+    finally:
+        release.join()
+    assert (root / "d" / "n.md").read_text() == "after"
+
+
+@pytest.mark.req("GW-06")
+def test_the_default_listing_bound_holds_past_the_small_integers(root: Path) -> None:
+    files = ConfinedFiles(root)
+    for index in range(files.max_entries + 1):
+        (root / f"f{index:04d}").write_bytes(b"")
+    listed = files.list("")["entries"]
+    assert len(listed) == files.max_entries == 1000
+    assert listed[-1]["name"] == "f0999"
