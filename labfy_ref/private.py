@@ -11,7 +11,6 @@ made wider is narrowed when it is opened. A symbolic link is never followed
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from pathlib import Path
@@ -64,5 +63,4 @@ def private_database(path: Path, *, create: bool) -> None:
         create_private(path)
     narrow(path)
     for suffix in SIDECARS:
-        with contextlib.suppress(FileNotFoundError):
-            narrow(Path(f"{path}{suffix}"))
+        narrow(Path(f"{path}{suffix}"))  # an absent sidecar is fine

@@ -139,14 +139,9 @@ class AgentGateway:
         here, before anyone is asked: an approver never sees ``../../outside.txt``
         for a write the gateway would refuse anyway.
         """
-        spec = self.catalog.get(tool_id)
-        if spec is None:
-            return arguments, ToolError(f"{tool_id[:64]} is not an available tool",
-                                        code=ErrorCode.TOOL_UNAVAILABLE)
-        error = next(iter(spec.input_validator.iter_errors(arguments)), None)
-        if error is not None:
-            return arguments, ToolError(f"arguments do not match the schema ({error.validator})",
-                                        code=ErrorCode.INVALID_ARGUMENTS)
+        spec = self._checked(tool_id, arguments)
+        if isinstance(spec, ToolError):
+            return arguments, spec
         shown = dict(arguments)
         kinds = {**spec.traits.consumes, **spec.traits.targets}
         for name, kind in kinds.items():
@@ -159,6 +154,19 @@ class AgentGateway:
         return shown, None
 
     # -- calls --------------------------------------------------------------------
+
+    def _checked(self, tool_id: str, arguments: dict[str, Any]) -> ToolSpec | ToolError:
+        """The spec of an available tool whose arguments match its schema, else the refusal
+        (what :meth:`call` and :meth:`screen` check first)."""
+        spec = self.catalog.get(tool_id)
+        if spec is None or not self.availability(spec)[0]:
+            return ToolError(f"{tool_id[:64]} is not an available tool",
+                             code=ErrorCode.TOOL_UNAVAILABLE)
+        error = next(iter(spec.input_validator.iter_errors(arguments)), None)
+        if error is not None:
+            return ToolError(f"arguments do not match the schema ({error.validator})",
+                             code=ErrorCode.INVALID_ARGUMENTS)
+        return spec
 
     def call(self, tool_id: str, arguments: dict[str, Any], context: CallContext) -> ToolOutcome:
         """Run one tool call through capability, policy and service."""
@@ -174,16 +182,9 @@ class AgentGateway:
 
     def _call(self, tool_id: str, arguments: dict[str, Any],
               context: CallContext) -> ToolOutcome:
-        spec = self.catalog.get(tool_id)
-        if spec is None or not self.availability(spec)[0]:
-            return _failure(tool_id, arguments, "refused",
-                            ToolError(f"{tool_id[:64]} is not an available tool",
-                                      code=ErrorCode.TOOL_UNAVAILABLE))
-        error = next(iter(spec.input_validator.iter_errors(arguments)), None)
-        if error is not None:
-            return _failure(tool_id, arguments, "refused",
-                            ToolError(f"arguments do not match the schema ({error.validator})",
-                                      code=ErrorCode.INVALID_ARGUMENTS))
+        spec = self._checked(tool_id, arguments)
+        if isinstance(spec, ToolError):
+            return _failure(tool_id, arguments, "refused", spec)
         decision = decide(spec, context)
         if not decision.allowed:
             assert decision.code is not None

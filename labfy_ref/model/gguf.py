@@ -71,10 +71,6 @@ class FileIdentity:
         return cls(status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns,
                    status.st_ctime_ns)
 
-    def same_file(self, other: FileIdentity) -> bool:
-        """Whether ``other`` is the same inode (whatever its state)."""
-        return (self.device, self.inode) == (other.device, other.inode)
-
 
 def expected_digest(text: str) -> str:
     """A SHA-256 given on the command line, normalised to lower case."""

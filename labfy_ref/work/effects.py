@@ -65,10 +65,6 @@ def effect_of(tool_id: str) -> ToolEffect | None:
 class Targets(Protocol):
     """Where the ledger looks to learn whether a crashed effect happened."""
 
-    def read_text(self, path: str) -> str | None:
-        """A file's whole text, or None when there is none."""
-        ...
-
     def campaigns_like(self, arguments: dict[str, Any], since: str) -> list[str]:
         """Campaigns ``research.prepare`` with ``arguments`` made at or after ``since``."""
         ...
@@ -188,10 +184,9 @@ class EffectLedger:
             self._event("effect.resolved", effect, how="audited")
             self._complete(effect, {"ok": True, "data": data})
             return data
-        now = targets.read_text(arguments["path"])
+        now = targets.file_sha256(arguments["path"])
         prior = target.data.get("prior_sha256")
-        if now is not None and now == content and targets.file_sha256(
-                arguments["path"]) == digest(content):
+        if now == digest(content):
             data = {"path": "/".join(split_path(arguments["path"])),
                     "bytes_written": len(content.encode("utf-8"))}
             self._event(AUDIT_EVENT, effect, path=data["path"], sha256=digest(content),
@@ -199,7 +194,7 @@ class EffectLedger:
             self._event("effect.resolved", effect, how="content written")
             self._complete(effect, {"ok": True, "data": data})
             return data
-        if targets.file_sha256(arguments["path"]) == prior:
+        if now == prior:
             self._event("effect.resolved", effect, how="content unchanged")
             return self._execute(effect, service, targets, arguments)
         return self._unresolved(effect, f"{arguments['path'][:200]} holds neither its content "
@@ -252,13 +247,3 @@ class WorkGateway(AgentGateway):
         """The SHA-256 of a file's bytes as the gateway reads them, None when there is none."""
         return self._files.sha256(path)
 
-    def read_text(self, path: str) -> str | None:
-        """A file's whole text as the gateway reads it, or None when there is none."""
-        try:
-            found = self._files.read(path)
-        except ToolError as exc:
-            if exc.code in (ErrorCode.FILE_NOT_FOUND, ErrorCode.NOT_A_FILE):
-                return None
-            raise
-        text: str = found["content"]
-        return text

@@ -82,17 +82,13 @@ def test_the_child_runs_the_hashed_descriptor_and_status_names_that_file(
         pinned.hash(digest(VERIFIED))
         sup = LocalModelSupervisor(fake.binary, pinned, OPTIONS, log_dir=tmp_path / "logs")
         run_and_stop(sup)
-        inode = pinned.identity.inode
+        inode, fd = pinned.identity.inode, pinned.fd
     assert ran(fake) == {"sha256": digest(VERIFIED), "inode": inode}
     argv = fake.runs()[0]["argv"]
-    assert argv[argv.index("-m") + 1] == f"/proc/self/fd/{pinned_fd_of(argv)}"
+    assert argv[argv.index("-m") + 1] == f"/proc/self/fd/{fd}", "the hashed descriptor"
     assert sup.opened == {"file": "model.gguf", "sha256": digest(VERIFIED),
                           "size": len(VERIFIED), "inode": inode,
                           "handed": "descriptor", "mapped": True}
-
-
-def pinned_fd_of(argv: list[str]) -> int:
-    return int(argv[argv.index("-m") + 1].rsplit("/", 1)[-1])
 
 
 @pytest.mark.req("SM-09")
