@@ -12,7 +12,6 @@ would fail on.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 import re
 import stat
@@ -25,6 +24,7 @@ from labfy_ref.logs import DEFAULT_LEVEL, LEVELS
 from labfy_ref.model.binary import locate_llama_server
 from labfy_ref.model.endpoint import LoopbackHost, ModelEndpoint, parse_endpoint
 from labfy_ref.model.variants import check_variant
+from labfy_ref.modes import AgentMode, PermissionMode
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 
@@ -44,20 +44,6 @@ _SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 _PORT = re.compile(r"0|[1-9][0-9]{0,4}", re.ASCII)
 _COUNT = re.compile(r"0|[1-9][0-9]{0,3}", re.ASCII)
 MAX_CONCLUDE_AFTER = 1000
-
-
-class AgentMode(enum.StrEnum):
-    """Which agent answers turns."""
-
-    DEMO = "demo"
-    LOCAL_MODEL = "local-model"
-
-
-class PermissionMode(enum.StrEnum):
-    """What tool effects a runtime turn may have (GW-07)."""
-
-    READ_ONLY = "read-only"
-    WORKSPACE_WRITE = "workspace-write"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

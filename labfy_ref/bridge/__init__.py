@@ -1,6 +1,6 @@
 """The engine bridge: contract, stream handle, JSONL sessions, reference engine (SPEC §10)."""
 
-from labfy_ref.bridge.contract import Decision, Engine
+from labfy_ref.bridge.contract import Engine
 from labfy_ref.bridge.engine import ReferenceEngine
 from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.ndjson import NdjsonDecoder, encode_line
@@ -9,5 +9,5 @@ from labfy_ref.bridge.sessions import JsonlSessionStore
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.errors import SessionInvalid
 
-__all__ = ["Bridge", "BridgeState", "Decision", "Engine", "JsonlSessionStore", "ModelRoute",
+__all__ = ["Bridge", "BridgeState", "Engine", "JsonlSessionStore", "ModelRoute",
            "NdjsonDecoder", "ReferenceEngine", "SessionInvalid", "StreamHandle", "encode_line"]

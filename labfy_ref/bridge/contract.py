@@ -10,8 +10,8 @@ import dataclasses
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from labfy_ref.bridge.stream import StreamHandle
+from labfy_ref.modes import Approval
 
-Decision = Literal["allowed-once", "rejected"]
 #: Sessions per page of :meth:`Engine.list_sessions` when the caller names no limit.
 PAGE_SIZE = 50
 #: The largest page a caller may ask for.
@@ -78,7 +78,7 @@ class Engine(Protocol):
         ...
 
     def decide_approval(self, session_id: str, approval_id: str,
-                        decision: Decision) -> dict[str, Any]:
+                        decision: Approval) -> dict[str, Any]:
         """Resolve a pending approval of the session's running turn."""
         ...
 

@@ -22,12 +22,12 @@ import dataclasses
 from typing import Any, Protocol
 
 from labfy_ref.bridge.catalog import SessionCatalog
-from labfy_ref.bridge.contract import MAX_PAGE_SIZE, PAGE_SIZE, Decision, Transcript
+from labfy_ref.bridge.contract import MAX_PAGE_SIZE, PAGE_SIZE, Transcript
 from labfy_ref.bridge.history import SessionState
 from labfy_ref.bridge.index import SessionIndex, Summary
 from labfy_ref.bridge.journal import SessionWriter
 from labfy_ref.bridge.llm import ModelRoute
-from labfy_ref.bridge.loop import AGENT_ID, AgentLoop, Approval, TurnContext, decide
+from labfy_ref.bridge.loop import AGENT_ID, AgentLoop, PendingApproval, TurnContext, decide
 from labfy_ref.bridge.sessions import (
     MAX_LOG_BYTES,
     MAX_RECORD_BYTES,
@@ -38,14 +38,13 @@ from labfy_ref.bridge.sessions import (
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.bridge.transient import TransientLog, new_transient_id, seed
 from labfy_ref.clock import iso, utcnow
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ErrorCode, LabfyError, ModelUnavailable, RuntimeRefused, SessionInvalid
 from labfy_ref.host.scope import Scope
 from labfy_ref.ids import new_id
+from labfy_ref.modes import Approval, PermissionMode
 
 MAX_MESSAGE_CHARS = 32_000
 _SETTINGS = {"model", "permission_mode"}
-_DECISIONS = ("allowed-once", "rejected")
 
 
 class SessionStore(Protocol):
@@ -66,7 +65,7 @@ class SessionStore(Protocol):
 class _Running:
     handle: StreamHandle
     task: asyncio.Task[None]
-    approvals: dict[str, Approval]
+    approvals: dict[str, PendingApproval]
     writer: SessionWriter
 
     @property
@@ -212,15 +211,16 @@ class ReferenceEngine:
         return self._view(self._state(session_id), messages=True)
 
     def decide_approval(self, session_id: str, approval_id: str,
-                        decision: Decision) -> dict[str, Any]:
+                        decision: str) -> dict[str, Any]:
         """Answer a pending approval of this session's running turn."""
-        if decision not in _DECISIONS:
+        answer = Approval.parse(decision)
+        if answer is None:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
                                  "decision must be allowed-once or rejected")
         self._state(session_id)
         running = self._running.get(session_id)
-        decide(running.approvals if running else {}, approval_id, decision)
-        return {"approval_id": approval_id, "decision": decision}
+        decide(running.approvals if running else {}, approval_id, answer)
+        return {"approval_id": approval_id, "decision": answer.value}
 
     def send_message(self, session_id: str, text: str, *, headless: bool = False) -> StreamHandle:
         """Start a turn and return its handle (it replays everything already emitted)."""
@@ -240,7 +240,7 @@ class ReferenceEngine:
         line = writer.stage({"kind": "message", "role": "user", "text": text})
         self._store.check_room(session_id, state.summary.end, line)
         handle = StreamHandle(session_id, AGENT_ID)
-        approvals: dict[str, Approval] = {}
+        approvals: dict[str, PendingApproval] = {}
         history = state.history()
         history.add([{"role": "user", "content": text}])
         turn = TurnContext(

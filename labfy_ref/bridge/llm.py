@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from labfy_ref.config import AgentConfig, AgentMode
+from labfy_ref.config import AgentConfig
 from labfy_ref.errors import ModelUnavailable
 from labfy_ref.model import ClientLimits, LocalModelClient, StreamDelta
 from labfy_ref.model.route import ModelRoute
 from labfy_ref.model.supervised import SupervisedLlama
+from labfy_ref.modes import AgentMode
 from labfy_ref.protocol import Decoding
 from labfy_ref.runtime.demo import DemoAgent
 

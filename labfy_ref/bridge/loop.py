@@ -37,11 +37,11 @@ from typing import Any
 from labfy_ref.bridge.final_text import FinalTextExtractor
 from labfy_ref.bridge.llm import ModelProvider, ModelRoute
 from labfy_ref.bridge.stream import StreamHandle
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ErrorCode, LabfyError, ProtocolRefused, RuntimeRefused, ToolError
 from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
 from labfy_ref.ids import new_id
 from labfy_ref.logs import incident
+from labfy_ref.modes import Approval, PermissionMode
 from labfy_ref.protocol import (
     Answer,
     ChatMessage,
@@ -62,12 +62,12 @@ DEFAULT_APPROVAL_SECONDS = 300.0
 
 
 @dataclasses.dataclass(slots=True)
-class Approval:
+class PendingApproval:
     """One pending question to the human, answered once."""
 
     approval_id: str
     call_id: str
-    future: asyncio.Future[str]
+    future: asyncio.Future[Approval]
     state: str = "pending"
 
 
@@ -87,7 +87,7 @@ class TurnContext:
     headless: bool
     #: Make a session record (refused at once if it cannot be stored).
     record: Callable[[dict[str, Any]], object]
-    approvals: dict[str, Approval]
+    approvals: dict[str, PendingApproval]
     #: The session store's largest record, in bytes (its line, newline included).
     max_record_bytes: int = 4 * 1024 * 1024
     #: Returns once every record made so far is on disk (a ``record`` that writes at
@@ -226,27 +226,28 @@ class _StreamPort:
         self._shown = extractor.started
         return Answer(extractor.content, streamed=extractor.started, usage=usage)
 
-    async def approve(self, call_id: str, action: ToolCall) -> str | None:
+    async def approve(self, call_id: str, action: ToolCall) -> Approval | None:
         turn = self._turn
         if turn.headless:
-            return "rejected"  # a caller that cannot show the question gets a refusal
+            return Approval.REJECTED  # a caller that cannot show the question gets a refusal
         approval_id = new_id("appr")
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        approval = Approval(approval_id, call_id, future)
+        future: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
+        approval = PendingApproval(approval_id, call_id, future)
         turn.approvals[approval_id] = approval
         turn.handle.emit("approval-request", approval_id=approval_id, call_id=call_id,
                          summary=_summary(action.tool_id, action.arguments))
         try:
-            decision = await asyncio.wait_for(asyncio.shield(future), self._loop.approval_seconds)
-        except TimeoutError:
-            approval.state, decision = "expired", "expired"
+            answer = await asyncio.wait_for(asyncio.shield(future), self._loop.approval_seconds)
+            decision = answer.value
+        except TimeoutError:  # nobody answered: recorded as expired, refused like a rejection
+            approval.state, decision, answer = "expired", "expired", Approval.REJECTED
         turn.handle.emit("approval-decision", approval_id=approval_id, call_id=call_id,
                          decision=decision)
         turn.record({"kind": "approval", "approval_id": approval_id, "call_id": call_id,
                      "decision": decision})
         await turn.flush()  # the decision is on disk before the tool it allows runs
         self._decisions[call_id] = decision
-        return decision
+        return answer
 
     def admit(self, action: ToolCall) -> ToolError | None:
         size = len(encode_json(action.arguments).encode("utf-8"))
@@ -296,7 +297,7 @@ class _StreamPort:
         _fail(handle, error.code, error.message)
 
 
-def decide(approvals: Mapping[str, Approval], approval_id: str, decision: str) -> None:
+def decide(approvals: Mapping[str, PendingApproval], approval_id: str, decision: Approval) -> None:
     """Answer a pending approval once; anything else is 409 APPROVAL_NOT_PENDING."""
     approval = approvals.get(approval_id)
     if approval is None or approval.state != "pending" or approval.future.done():

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from labfy_ref.bridge.llm import ModelRoute
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import LabfyError, SessionInvalid
+from labfy_ref.modes import PermissionMode
 from labfy_ref.protocol import ChatMessage, canonical, tool_exchange
 
 Event = dict[str, Any]

@@ -33,10 +33,10 @@ from typing import Any
 
 import httpx
 
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ConfigRefused
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.gateway.policy import CallContext
+from labfy_ref.modes import PermissionMode
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.tools import default_catalog
 from labfy_ref.tools.catalog import ToolSpec

@@ -17,8 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ConfigRefused, ErrorCode
+from labfy_ref.modes import PermissionMode
 
 TASKS_FORMAT = "labfy.eval_tasks.v1"
 _EXPECT_KEYS = {"read_objects", "read_files", "prepared", "topic_grounded", "final_any",

@@ -2,7 +2,14 @@
 
 from labfy_ref.gateway.files import ConfinedFiles
 from labfy_ref.gateway.gateway import TRUST, AgentGateway, ToolOutcome
-from labfy_ref.gateway.policy import CallContext, Decision, decide
+from labfy_ref.gateway.policy import CallContext, Verdict, decide
 
-__all__ = ["TRUST", "AgentGateway", "CallContext", "ConfinedFiles", "Decision", "ToolOutcome",
-           "decide"]
+__all__ = [
+           "TRUST",
+           "AgentGateway",
+           "CallContext",
+           "ConfinedFiles",
+           "ToolOutcome",
+           "Verdict",
+           "decide",
+]

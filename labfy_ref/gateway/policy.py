@@ -13,8 +13,8 @@ import dataclasses
 import datetime
 from collections.abc import Sequence
 
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ErrorCode
+from labfy_ref.modes import PermissionMode
 from labfy_ref.tools.catalog import Effect, ToolSpec
 from labfy_ref.workspace.store import Grant
 
@@ -28,7 +28,7 @@ class CallContext:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Decision:
+class Verdict:
     """Allowed, or refused with a code and a one-line reason."""
 
     allowed: bool
@@ -36,14 +36,14 @@ class Decision:
     reason: str = ""
 
 
-ALLOW = Decision(True)
+ALLOW = Verdict(True)
 
 
-def decide(spec: ToolSpec, context: CallContext) -> Decision:
+def decide(spec: ToolSpec, context: CallContext) -> Verdict:
     """May ``spec`` run in ``context``?"""
     if spec.effect is Effect.WRITE and not (
             context.permission_mode is PermissionMode.WORKSPACE_WRITE or context.approved_once):
-        return Decision(False, ErrorCode.PERMISSION_DENIED,
+        return Verdict(False, ErrorCode.PERMISSION_DENIED,
                         f"{spec.tool_id} needs the workspace-write permission "
                         f"(this turn runs {context.permission_mode.value})")
     return ALLOW
@@ -55,9 +55,9 @@ def needs_approval(spec: ToolSpec, context: CallContext) -> bool:
 
 
 def research_allowed(grants: Sequence[Grant], workspace_id: str,
-                     now: datetime.datetime) -> Decision:
+                     now: datetime.datetime) -> Verdict:
     """A campaign may run only with an active grant of this workspace (RT-08)."""
     if any(grant.active_for(workspace_id, now) for grant in grants):
         return ALLOW
-    return Decision(False, ErrorCode.GRANT_REQUIRED,
+    return Verdict(False, ErrorCode.GRANT_REQUIRED,
                     "no active grant for this campaign in this workspace")

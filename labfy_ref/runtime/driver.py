@@ -34,6 +34,7 @@ from typing import Protocol
 
 from labfy_ref.errors import ErrorCode, LabfyError, ModelUnavailable, ProtocolRefused, ToolError
 from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
+from labfy_ref.modes import Approval
 from labfy_ref.protocol import (
     ActionParser,
     Answer,
@@ -58,7 +59,6 @@ from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
 from labfy_ref.tools.catalog import ToolCatalog
 
-ALLOWED_ONCE = "allowed-once"
 #: What of the user's message orders reference menus (a bound, not a meaning).
 MAX_QUERY_CHARS = 2000
 
@@ -163,7 +163,7 @@ class TurnPort(Protocol):
         """Ask the model once (may raise ModelUnavailable or ProtocolRefused)."""
         ...
 
-    async def approve(self, call_id: str, action: ToolCall) -> str | None:
+    async def approve(self, call_id: str, action: ToolCall) -> Approval | None:
         """Ask a human about a write; None when this surface has no one to ask."""
         ...
 
@@ -315,7 +315,7 @@ class TurnDriver:
             if refusal is not None:  # refused whatever a human says: nobody is asked
                 return gateway.refuse(action.tool_id, action.arguments, refusal)
             decision = await port.approve(call_id, dataclasses.replace(action, arguments=shown))
-            if decision == ALLOWED_ONCE:
+            if decision is Approval.ALLOWED_ONCE:
                 return gateway.call(action.tool_id, action.arguments,
                                     dataclasses.replace(context, approved_once=True))
             if decision is not None:

@@ -21,13 +21,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused, ToolError
 from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
 from labfy_ref.host.scope import Scope
 from labfy_ref.ids import new_id
 from labfy_ref.logs import incident
 from labfy_ref.model.route import ModelRoute
+from labfy_ref.modes import Approval, PermissionMode
 from labfy_ref.protocol import (
     Answer,
     ChatMessage,
@@ -360,7 +360,7 @@ class _RuntimePort:
     async def ask(self, messages: Sequence[ChatMessage], decoding: Decoding) -> Answer:
         return await self._ask(messages, decoding)
 
-    async def approve(self, call_id: str, action: ToolCall) -> str | None:
+    async def approve(self, call_id: str, action: ToolCall) -> Approval | None:
         return None
 
     def admit(self, action: ToolCall) -> ToolError | None:

@@ -16,9 +16,10 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import Field
 
-from labfy_ref.bridge.contract import PAGE_SIZE, Decision, Engine
+from labfy_ref.bridge.contract import PAGE_SIZE, Engine
 from labfy_ref.bridge.service import Bridge
 from labfy_ref.gateway.usage import USAGE_PAGE, UsageService
+from labfy_ref.modes import Approval
 from labfy_ref.server.routes import Strict
 from labfy_ref.server.security import require_admin
 
@@ -70,7 +71,7 @@ class MessageBody(Strict):
 class DecisionBody(Strict):
     """``POST /api/cordis/sessions/<id>/approvals/<approval_id>``."""
 
-    decision: Decision
+    decision: Annotated[Approval, Field(strict=False)]  # a JSON string names the member
 
 
 @router.get("/health")

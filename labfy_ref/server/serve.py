@@ -30,7 +30,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from labfy_ref.bridge.service import Bridge
-from labfy_ref.config import AgentMode, ServeConfig
+from labfy_ref.config import ServeConfig
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import default_composition, load_composition
@@ -38,6 +38,7 @@ from labfy_ref.logs import configure, debug_enabled, one_line
 from labfy_ref.model import ClientLimits, LocalModelClient
 from labfy_ref.model.gguf import Progress, open_gguf
 from labfy_ref.model.supervised import SupervisedLlama, govern, supervised_llama
+from labfy_ref.modes import AgentMode
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol import ChatModel
 from labfy_ref.runtime import DEMO_LABEL, AgentRuntime, DemoAgent, RuntimeLimits

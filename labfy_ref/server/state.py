@@ -10,10 +10,11 @@ import time
 from typing import Any
 
 from labfy_ref.bridge.service import Bridge
-from labfy_ref.config import AgentMode, ServeConfig
+from labfy_ref.config import ServeConfig
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.model import LocalModelClient
 from labfy_ref.model.supervised import SupervisedLlama
+from labfy_ref.modes import AgentMode
 from labfy_ref.runtime import AgentRuntime
 from labfy_ref.server.auth import Authenticator
 from labfy_ref.server.work_access import WorkAccess

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from labfy_ref.config import AgentConfig, AgentMode, PermissionMode, ServeConfig, SupervisedModel
+from labfy_ref.config import AgentConfig, ServeConfig, SupervisedModel
 from labfy_ref.errors import ConfigRefused, LabfyError
 from labfy_ref.eval.tasks import degenerate, grounded
 from labfy_ref.ids import repeatable
@@ -47,6 +47,7 @@ from labfy_ref.model.supervised import (
     govern,
     supervised_llama,
 )
+from labfy_ref.modes import AgentMode, PermissionMode
 from labfy_ref.protocol import ChatModel, system_prompt
 from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 from labfy_ref.runtime.limits import RuntimeLimits

@@ -7,9 +7,8 @@ default) or PostgreSQL (``postgresql://…``), through one SQLAlchemy Core code 
 
 from labfy_ref.work.migrations import MIGRATIONS, SCHEMA_VERSION, Migration
 from labfy_ref.work.model import (
-    Approval,
+    ApprovalRequest,
     Claim,
-    Decision,
     Effect,
     EffectStatus,
     Event,
@@ -33,10 +32,9 @@ __all__ = [
     "ENV_VAR",
     "MIGRATIONS",
     "SCHEMA_VERSION",
-    "Approval",
+    "ApprovalRequest",
     "Claim",
     "DatabaseUrl",
-    "Decision",
     "Effect",
     "EffectStatus",
     "Event",

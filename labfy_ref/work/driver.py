@@ -28,10 +28,10 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused, ToolError
 from labfy_ref.gateway import CallContext, ToolOutcome
 from labfy_ref.gateway.usage import UsageService
+from labfy_ref.modes import Approval, PermissionMode
 from labfy_ref.protocol import Answer, ChatMessage, ChatModel, Decoding, RoundUsage, ToolCall, Usage
 from labfy_ref.protocol.exchange import canonical, encode_json
 from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver
@@ -41,7 +41,7 @@ from labfy_ref.tools.catalog import Effect as ToolEffect
 from labfy_ref.work.composition import RunEngine, start_run_engine
 from labfy_ref.work.crash import CrashPoints
 from labfy_ref.work.effects import EffectLedger, WorkGateway, effect_of
-from labfy_ref.work.model import Approval, Claim, Decision, State
+from labfy_ref.work.model import ApprovalRequest, Claim, State
 from labfy_ref.work.store import WorkStore
 from labfy_ref.workspace.layout import Workspace
 from labfy_ref.workspace.store import WorkspaceStore
@@ -54,7 +54,7 @@ COMPLETED, FAILED, WAITING, LOST, RELEASED = (
 class RunParked(Exception):
     """The run asked a human and is parked ``WAITING_APPROVAL``; its claim has ended."""
 
-    def __init__(self, approval: Approval) -> None:
+    def __init__(self, approval: ApprovalRequest) -> None:
         super().__init__(approval.id)
         self.approval = approval
 
@@ -170,13 +170,13 @@ class WorkPort:
             return Answer(content, usage=Usage(**stored.response["usage"]))
         return Answer(content)  # a replayed step cost no tokens now
 
-    async def approve(self, call_id: str, action: ToolCall) -> str | None:
+    async def approve(self, call_id: str, action: ToolCall) -> Approval | None:
         step, call = self._ledger.key
         for approval in self._store.list_approvals(self._claim.task_id):
             if (approval.run_id, approval.step, approval.call) == (self._claim.run_id, step, call):
-                if approval.decision is Decision.PENDING:
+                if approval.decision is None:  # still pending
                     raise RunParked(approval)
-                return approval.decision.value
+                return approval.decision
         summary = approval_summary(action)
         approval = self._store.request_approval(self._claim, step, call, action.tool_id, summary)
         self._services.crash.reached("approval.requested")

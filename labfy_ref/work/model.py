@@ -8,7 +8,9 @@ from typing import Any
 
 from sqlalchemy import Row
 
+from labfy_ref.modes import Approval
 from labfy_ref.work.fields import load_json
+from labfy_ref.work.schema import PENDING
 
 
 class State(enum.StrEnum):
@@ -28,14 +30,6 @@ class State(enum.StrEnum):
 
 
 FINISHED = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED})
-
-
-class Decision(enum.StrEnum):
-    """An approval's answer; ``pending`` until a human gives one, once."""
-
-    PENDING = "pending"
-    ALLOWED_ONCE = "allowed-once"
-    REJECTED = "rejected"
 
 
 class EffectStatus(enum.StrEnum):
@@ -199,7 +193,7 @@ class Effect:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Approval:
+class ApprovalRequest:
     """A question to a human about one tool call of a run, answered at most once."""
 
     id: str
@@ -209,17 +203,19 @@ class Approval:
     call: int
     tool_id: str
     summary: str
-    decision: Decision
+    #: None while pending.
+    decision: Approval | None
     created_at: str
     answered_at: str | None
 
     @classmethod
-    def of(cls, row: Row[Any]) -> Approval:
+    def of(cls, row: Row[Any]) -> ApprovalRequest:
         """The approval stored in ``row``."""
         return cls(row.id, row.task_id, row.run_id, row.step, row.call, row.tool_id,
-                   row.summary, Decision(row.decision), row.created_at, row.answered_at)
+                   row.summary, Approval.parse(row.decision), row.created_at, row.answered_at)
 
     def as_dict(self) -> dict[str, Any]:
         """The pinned ``approvals[]`` shape."""
         return {"id": self.id, "run_id": self.run_id, "tool_id": self.tool_id,
-                "summary": self.summary, "decision": self.decision.value}
+                "summary": self.summary,
+                "decision": PENDING if self.decision is None else self.decision.value}

@@ -13,12 +13,12 @@ from sqlalchemy import func, insert, select, update
 
 from labfy_ref.errors import ErrorCode, RuntimeRefused
 from labfy_ref.ids import new_id
+from labfy_ref.modes import Approval
 from labfy_ref.work import fields
 from labfy_ref.work.base import StoreBase
 from labfy_ref.work.model import (
-    Approval,
+    ApprovalRequest,
     Claim,
-    Decision,
     Effect,
     EffectStatus,
     Event,
@@ -26,7 +26,17 @@ from labfy_ref.work.model import (
     Reply,
     State,
 )
-from labfy_ref.work.schema import ROLES, approvals, effects, events, messages, replies, runs, tasks
+from labfy_ref.work.schema import (
+    PENDING,
+    ROLES,
+    approvals,
+    effects,
+    events,
+    messages,
+    replies,
+    runs,
+    tasks,
+)
 
 #: Most events one call returns.
 MAX_EVENTS_PAGE = 1000
@@ -201,7 +211,7 @@ class RecordsMixin(StoreBase):
     # -- approvals -----------------------------------------------------------------------------
 
     def request_approval(self, claim: Claim, step: int, call: int, tool_id: str,
-                         summary: str) -> Approval:
+                         summary: str) -> ApprovalRequest:
         """Ask a human about the run's (``step``, ``call``) and park the run until answered.
 
         The run and its task go to ``WAITING_APPROVAL`` and the run is released (no
@@ -220,21 +230,22 @@ class RecordsMixin(StoreBase):
             conn.execute(insert(approvals).values(
                 id=approval_id, task_id=claim.task_id, run_id=claim.run_id, step=step,
                 call=call, tool_id=tool_id, summary=summary,
-                decision=Decision.PENDING.value, created_at=now))
+                decision=PENDING, created_at=now))
             conn.execute(update(tasks).where(tasks.c.id == claim.task_id)
                          .values(state=waiting, updated_at=now))
             self._event(conn, claim.task_id, "approval.requested",
                         {"approval_id": approval_id, "tool_id": tool_id, "summary": summary},
                         claim.run_id)
             row = conn.execute(select(approvals).where(approvals.c.id == approval_id)).one()
-        return Approval.of(row)
+        return ApprovalRequest.of(row)
 
-    def answer_approval(self, approval_id: str, decision: str) -> Approval:
+    def answer_approval(self, approval_id: str, decision: str) -> ApprovalRequest:
         """Answer a pending approval once; a second answer is ``APPROVAL_NOT_PENDING``.
 
         When the run has no other pending approval it is queued again, for any worker.
         """
-        if decision not in (Decision.ALLOWED_ONCE, Decision.REJECTED):
+        answer = Approval.parse(decision)
+        if answer is None:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
                                  "decision must be allowed-once or rejected")
         with self._db.transaction(write=True) as conn:
@@ -245,8 +256,8 @@ class RecordsMixin(StoreBase):
                 raise RuntimeRefused(ErrorCode.APPROVAL_NOT_FOUND, f"no approval {approval_id}")
             now = self._now()
             answered = conn.execute(update(approvals).where(
-                approvals.c.id == approval_id, approvals.c.decision == Decision.PENDING.value,
-            ).values(decision=str(decision), answered_at=now))
+                approvals.c.id == approval_id, approvals.c.decision == PENDING,
+            ).values(decision=answer.value, answered_at=now))
             if answered.rowcount != 1:
                 raise RuntimeRefused(ErrorCode.APPROVAL_NOT_PENDING,
                                      f"approval {approval_id} was already answered")
@@ -257,16 +268,16 @@ class RecordsMixin(StoreBase):
                                      f"approval {approval_id} belongs to a {task_state} task")
             self._wake(conn, row.run_id, row.task_id, now)
             self._event(conn, row.task_id, "approval.answered",
-                        {"approval_id": approval_id, "decision": str(decision)}, row.run_id)
+                        {"approval_id": approval_id, "decision": answer.value}, row.run_id)
             row = conn.execute(select(approvals).where(approvals.c.id == approval_id)).one()
-        return Approval.of(row)
+        return ApprovalRequest.of(row)
 
     @staticmethod
     def _wake(conn: Any, run_id: str, task_id: str, now: str) -> None:
         """Queue a waiting run again once none of its approvals is pending."""
         pending = conn.execute(select(func.count()).select_from(approvals).where(
             approvals.c.run_id == run_id,
-            approvals.c.decision == Decision.PENDING.value)).scalar_one()
+            approvals.c.decision == PENDING)).scalar_one()
         if pending:
             return
         waiting, queued = State.WAITING_APPROVAL.value, State.QUEUED.value
@@ -276,7 +287,7 @@ class RecordsMixin(StoreBase):
             conn.execute(update(tasks).where(tasks.c.id == task_id, tasks.c.state == waiting)
                          .values(state=queued, updated_at=now))
 
-    def get_approval(self, approval_id: str) -> Approval:
+    def get_approval(self, approval_id: str) -> ApprovalRequest:
         """One approval, or ``APPROVAL_NOT_FOUND``."""
         with self._db.transaction(write=False) as conn:
             row = conn.execute(select(approvals).where(
@@ -284,13 +295,13 @@ class RecordsMixin(StoreBase):
                 approvals.c.task_id.in_(self._my_task_ids()))).first()
         if row is None:
             raise RuntimeRefused(ErrorCode.APPROVAL_NOT_FOUND, f"no approval {approval_id}")
-        return Approval.of(row)
+        return ApprovalRequest.of(row)
 
-    def list_approvals(self, task_id: str) -> list[Approval]:
+    def list_approvals(self, task_id: str) -> list[ApprovalRequest]:
         """The task's approvals, oldest first."""
         with self._db.transaction(write=False) as conn:
             rows = conn.execute(select(approvals).where(approvals.c.task_id == task_id,
                                                         approvals.c.task_id.in_(
                                                             self._my_task_ids()))
                                 .order_by(approvals.c.created_at, approvals.c.id)).all()
-        return [Approval.of(row) for row in rows]
+        return [ApprovalRequest.of(row) for row in rows]

@@ -30,9 +30,13 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+from labfy_ref.modes import APPROVALS
+
 TASK_STATES = ("QUEUED", "RUNNING", "WAITING_APPROVAL", "COMPLETED", "FAILED", "CANCELLED")
 EFFECT_STATES = ("started", "completed", "refused")
-DECISIONS = ("pending", "allowed-once", "rejected")
+#: An approval row's decision before a human answers; then one of :data:`APPROVALS`.
+PENDING = "pending"
+DECISIONS = (PENDING, *APPROVALS)
 ROLES = ("system", "user", "assistant", "tool")
 
 

@@ -31,16 +31,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from labfy_ref.config import (
-    AgentMode,
-    PermissionMode,
-    RawOptions,
-    conclude_after_option,
-    resolve_agent,
-)
+from labfy_ref.config import RawOptions, conclude_after_option, resolve_agent
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError
 from labfy_ref.logs import incident
 from labfy_ref.model import ClientLimits, LocalModelClient
+from labfy_ref.modes import AgentMode, PermissionMode
 from labfy_ref.protocol import ChatModel
 from labfy_ref.runtime import DemoAgent, RuntimeLimits
 from labfy_ref.runtime.runtime import model_route

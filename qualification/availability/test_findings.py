@@ -25,10 +25,10 @@ from labfy_ref.bridge.llm import DemoProvider
 from labfy_ref.bridge.loop import AgentLoop, TurnContext
 from labfy_ref.bridge.plugins import bridge_surface
 from labfy_ref.bridge.stream import StreamHandle
-from labfy_ref.config import PermissionMode
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import Scope
 from labfy_ref.model import LocalModelClient, StreamDelta
+from labfy_ref.modes import PermissionMode
 from labfy_ref.protocol import TOOL_RESULT_PREFIX, Decoding
 from labfy_ref.runtime import AgentRuntime, DemoAgent, RuntimeLimits
 from labfy_ref.runtime.demo import DemoReply

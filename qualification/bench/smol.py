@@ -14,8 +14,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from labfy_ref.config import PermissionMode
 from labfy_ref.gateway import AgentGateway, CallContext
+from labfy_ref.modes import PermissionMode
 
 FINAL = "The workspace holds specimen notes."
 

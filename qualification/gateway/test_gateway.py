@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from fake_provider import Scenario
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import RuntimeRefused
 from labfy_ref.gateway import TRUST, AgentGateway, CallContext
+from labfy_ref.modes import PermissionMode
 from labfy_ref.protocol import action_schema
 from labfy_ref.tools import default_catalog
 from labfy_ref.workspace import open_workspace

@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 
 from labfy_ref.clock import iso, utcnow
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ErrorCode, RuntimeRefused
 from labfy_ref.gateway.policy import (
     ALLOW,
     CallContext,
-    Decision,
+    Verdict,
     decide,
     needs_approval,
     research_allowed,
 )
+from labfy_ref.modes import PermissionMode
 from labfy_ref.tools.catalog import Effect, ToolSpec, default_catalog
 from labfy_ref.workspace.store import Grant, WorkspaceStore
 
@@ -53,7 +53,7 @@ def test_what_each_effect_needs(effect: Effect, mode: PermissionMode, approved: 
     # An approval helps exactly the writes the permission alone refuses.
     assert needs_approval(spec, context) is (not allowed)
     if allowed:
-        assert decision == ALLOW == Decision(True) and decision.code is None
+        assert decision == ALLOW == Verdict(True) and decision.code is None
     else:
         assert decision.code is ErrorCode.PERMISSION_DENIED
         assert decision.reason == (f"{spec.tool_id} needs the workspace-write permission "
@@ -97,7 +97,7 @@ def test_only_an_active_grant_of_this_workspace_lets_research_run() -> None:
     for grant in inactive:
         assert not grant.active_for("ws_a", NOW), grant
     refused = research_allowed(inactive, "ws_a", NOW)
-    assert refused == Decision(False, ErrorCode.GRANT_REQUIRED,
+    assert refused == Verdict(False, ErrorCode.GRANT_REQUIRED,
                                "no active grant for this campaign in this workspace")
     assert research_allowed([], "ws_a", NOW).code is ErrorCode.GRANT_REQUIRED
     assert _grant().as_json("ws_a", NOW)["active"] is True

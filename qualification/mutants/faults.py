@@ -20,12 +20,12 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.types import Message, Send
 
 from labfy_ref.bridge import engine, loop, ndjson
-from labfy_ref.bridge.contract import Decision
 from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.errors import ErrorCode, ProtocolRefused, RuntimeRefused
 from labfy_ref.gateway import services
+from labfy_ref.modes import Approval
 from labfy_ref.protocol.exchange import Round
 from labfy_ref.protocol.exchange import request_action as _request_action
 from labfy_ref.protocol.prompt import repair_message
@@ -258,11 +258,12 @@ def _joined_lines(value: Any) -> bytes:
 @fault("allow-once-sticky", replaces="labfy_ref.bridge.loop:_StreamPort.approve",
        killer=f"{BRIDGE}::test_allow_once_runs_that_one_write_and_deny_refuses_the_next",
        breaks="after one 'Allow once' every later write of the turn runs without asking")
-async def _sticky(self: Any, call_id: str, action: Any) -> str | None:
+async def _sticky(self: Any, call_id: str, action: Any) -> Approval | None:
     earlier = [a.future for a in self._turn.approvals.values()]
-    if any(f.done() and not f.cancelled() and f.result() == "allowed-once" for f in earlier):
-        return "allowed-once"
-    decision: str | None = await _approve(self, call_id, action)
+    if any(f.done() and not f.cancelled() and f.result() is Approval.ALLOWED_ONCE
+           for f in earlier):
+        return Approval.ALLOWED_ONCE
+    decision: Approval | None = await _approve(self, call_id, action)
     return decision
 
 
@@ -512,7 +513,7 @@ def _error_twice(self: StreamHandle, type_: str, **fields: Any) -> bool:
        "ReferenceEngine.decide_approval",
        killer=f"{FLOWS}::test_a_decision_after_the_turn_ended_is_409",
        breaks="a decision for an approval whose turn has ended is answered 200")
-def _late_decision(self: Any, session_id: str, approval_id: str, decision: Decision) -> Any:
+def _late_decision(self: Any, session_id: str, approval_id: str, decision: Approval) -> Any:
     if session_id in self._running:
         return _decide_approval(self, session_id, approval_id, decision)
     self._state(session_id)

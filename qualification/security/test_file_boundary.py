@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ToolError
 from labfy_ref.gateway import AgentGateway, CallContext, ConfinedFiles
+from labfy_ref.modes import PermissionMode
 from labfy_ref.workspace import init_workspace, open_workspace
 
 WRITE = CallContext(PermissionMode.WORKSPACE_WRITE)

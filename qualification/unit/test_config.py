@@ -13,12 +13,12 @@ from labfy_ref.config import (
     ENV_AGENT_MODE,
     ENV_AGENT_MODEL,
     ENV_AGENT_TIMEOUT,
-    AgentMode,
     RawOptions,
     resolve,
     resolve_agent,
 )
 from labfy_ref.errors import ConfigRefused, ErrorCode
+from labfy_ref.modes import AgentMode
 
 LOCAL = {"agent_mode": "local-model", "agent_endpoint": "http://127.0.0.1:43117",
          "agent_model": "m"}

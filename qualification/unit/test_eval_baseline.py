@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ConfigRefused
 from labfy_ref.eval.baseline import (
     BASELINES,
@@ -30,6 +29,7 @@ from labfy_ref.eval.baseline import (
 )
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.gateway.policy import CallContext
+from labfy_ref.modes import PermissionMode
 from labfy_ref.tools import default_catalog
 from labfy_ref.workspace import init_workspace
 from qualification.eval_cli import eval_refusal

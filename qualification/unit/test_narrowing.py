@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from labfy_ref.config import PermissionMode
 from labfy_ref.gateway import AgentGateway, CallContext
+from labfy_ref.modes import PermissionMode
 from labfy_ref.protocol import (
     ActionParser,
     Budget,

@@ -363,9 +363,9 @@ def test_requested_offers_what_the_user_named_and_nothing_else(
 
 @pytest.mark.req("PR-07", "GW-02")
 def test_search_looks_for_a_word_of_the_request_first(specimen: Path) -> None:
-    from labfy_ref.config import PermissionMode  # noqa: PLC0415
     from labfy_ref.gateway import AgentGateway  # noqa: PLC0415
     from labfy_ref.gateway.policy import CallContext  # noqa: PLC0415
+    from labfy_ref.modes import PermissionMode  # noqa: PLC0415
     from labfy_ref.protocol.narrowing import SEARCH, request_words  # noqa: PLC0415
     from labfy_ref.workspace import open_workspace  # noqa: PLC0415
 

@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 
 from fake_provider.scenario import Scenario
 from fake_provider.server import FakeProvider
-from labfy_ref.config import PermissionMode
 from labfy_ref.gateway.usage import UsageService
 from labfy_ref.host import Composition, Host, RowSpec
 from labfy_ref.host.host import RowState
 from labfy_ref.model import LocalModelClient
 from labfy_ref.model.endpoint import parse_endpoint
+from labfy_ref.modes import PermissionMode
 from labfy_ref.protocol import ToolCall
 from labfy_ref.runtime import RuntimeLimits
 from labfy_ref.tools.catalog import default_catalog
@@ -155,8 +155,7 @@ def test_read_only_write_waits_for_an_approval_then_another_worker_resumes_it(
     assert store.get_task(task.id).state is State.WAITING_APPROVAL
     (approval,) = store.list_approvals(task.id)
     assert approval.id == parked["detail"]
-    assert (approval.tool_id, approval.step, approval.decision.value) == (
-        "files.write", 1, "pending")
+    assert (approval.tool_id, approval.step, approval.decision) == ("files.write", 1, None)
     assert approval.summary == 'files.write notes/b1-1.md (9 bytes): "note 1 b1"'
     shown = store.show(task.id)["approvals"]
     assert shown[0]["arguments"] == {"path": "notes/b1-1.md", "content": "note 1 b1"}

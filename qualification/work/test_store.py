@@ -16,7 +16,8 @@ import pytest
 
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.ids import id_pattern
-from labfy_ref.work import Approval, Decision, EffectStatus, State, WorkStore, sqlite_url
+from labfy_ref.modes import Approval
+from labfy_ref.work import ApprovalRequest, EffectStatus, State, WorkStore, sqlite_url
 from qualification.work.conftest import Clock
 from qualification.work.wire import STORE_WORKSPACE
 
@@ -223,11 +224,11 @@ def test_an_approval_parks_the_run_is_answered_once_and_requeues_it(
     assert store.claim("w2", 30) is None  # nothing runs while it waits
 
     answered = store.answer_approval(approval.id, "allowed-once")
-    assert answered.decision is Decision.ALLOWED_ONCE and answered.answered_at is not None
+    assert answered.decision is Approval.ALLOWED_ONCE and answered.answered_at is not None
     with pytest.raises(LabfyError) as refused:
         store.answer_approval(approval.id, "rejected")
     assert code_of(refused) is ErrorCode.APPROVAL_NOT_PENDING
-    assert store.get_approval(approval.id).decision is Decision.ALLOWED_ONCE
+    assert store.get_approval(approval.id).decision is Approval.ALLOWED_ONCE
     assert store.get_task(submitted.task.id).state is State.QUEUED
     resumed = store.claim("w2", 30)
     assert resumed is not None and (resumed.run_id, resumed.attempt) == (claim.run_id, 2)
@@ -252,7 +253,7 @@ def test_an_approval_of_a_cancelled_task_cannot_be_answered(store: WorkStore) ->
     with pytest.raises(LabfyError) as refused:
         store.answer_approval(approval.id, "allowed-once")
     assert code_of(refused) is ErrorCode.APPROVAL_NOT_PENDING
-    assert store.get_approval(approval.id).decision is Decision.PENDING
+    assert store.get_approval(approval.id).decision is None
     assert store.claim("w", 30) is None
 
 
@@ -393,7 +394,7 @@ def test_an_approval_answered_at_once_by_several_people_takes_one_answer(
     assert {e.code for e in errors if isinstance(e, LabfyError)} == {
         ErrorCode.APPROVAL_NOT_PENDING}
     winner = results[0]
-    assert isinstance(winner, Approval)
+    assert isinstance(winner, ApprovalRequest)
     assert store.get_approval(approval.id).decision is winner.decision
     events = [e for e in store.list_events(submitted.task.id) if e.type == "approval.answered"]
     assert len(events) == 1

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from labfy_ref.bridge.index import SessionIndex
-from labfy_ref.config import PermissionMode
 from labfy_ref.errors import ErrorCode, WorkspaceError
 from labfy_ref.gateway import AgentGateway, CallContext
+from labfy_ref.modes import PermissionMode
 from labfy_ref.workspace import WorkspaceKind, init_workspace, open_workspace
 from qualification.harness import ServeProcess
 

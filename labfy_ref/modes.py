@@ -1,0 +1,42 @@
+"""The words every floor shares: which agent, what a turn may change, a human's answer.
+
+The ground floor (``docs/architecture.md``): it imports nothing of labfy-ref, so the
+gateway, the runtime, the bridge and Work name these without climbing to ``config``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class AgentMode(enum.StrEnum):
+    """Which agent answers turns."""
+
+    DEMO = "demo"
+    LOCAL_MODEL = "local-model"
+
+
+class PermissionMode(enum.StrEnum):
+    """What tool effects a runtime turn may have (GW-07)."""
+
+    READ_ONLY = "read-only"
+    WORKSPACE_WRITE = "workspace-write"
+
+
+class Approval(enum.StrEnum):
+    """A human's answer to one approval question: the turn port's, the bridge's, Work's."""
+
+    ALLOWED_ONCE = "allowed-once"
+    REJECTED = "rejected"
+
+    @classmethod
+    def parse(cls, text: object) -> Approval | None:
+        """The answer ``text`` spells, or None for anything else (never raises)."""
+        try:
+            return cls(text) if isinstance(text, str) else None
+        except ValueError:
+            return None
+
+
+#: The answers, as the wire and the CLI spell them.
+APPROVALS = tuple(answer.value for answer in Approval)
