@@ -39,6 +39,7 @@ from labfy_ref.bridge.llm import ModelProvider, ModelRoute
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.errors import ErrorCode, LabfyError, ProtocolRefused, RuntimeRefused, ToolError
 from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
+from labfy_ref.gateway.summary import approval_summary
 from labfy_ref.ids import new_id
 from labfy_ref.logs import incident
 from labfy_ref.modes import Approval, PermissionMode
@@ -235,7 +236,8 @@ class _StreamPort:
         approval = PendingApproval(approval_id, call_id, future)
         turn.approvals[approval_id] = approval
         turn.handle.emit("approval-request", approval_id=approval_id, call_id=call_id,
-                         summary=_summary(action.tool_id, action.arguments))
+                         summary=approval_summary(self._loop.gateway.catalog[action.tool_id],
+                                                  action.arguments))
         try:
             answer = await asyncio.wait_for(asyncio.shield(future), self._loop.approval_seconds)
             decision = answer.value
@@ -305,9 +307,3 @@ def decide(approvals: Mapping[str, PendingApproval], approval_id: str, decision:
         raise RuntimeRefused(ErrorCode.APPROVAL_NOT_PENDING, f"approval is {state}, not pending")
     approval.state = "decided"
     approval.future.set_result(decision)
-
-
-def _summary(tool_id: str, arguments: Mapping[str, Any]) -> str:
-    path = arguments.get("path")
-    size = len(str(arguments.get("content", "")))
-    return f"{tool_id} {path!s:.200} ({size} characters)" if path is not None else tool_id

@@ -20,7 +20,7 @@ from labfy_ref.gateway.files import split_path
 from labfy_ref.gateway.policy import CallContext, decide, needs_approval
 from labfy_ref.gateway.services import FileService, GrantService, ObjectService, ResearchService
 from labfy_ref.gateway.usage import UsageService
-from labfy_ref.protocol.exchange import canonical
+from labfy_ref.protocol.jsonfmt import canonical
 from labfy_ref.tools.catalog import ToolCatalog, ToolSpec, default_catalog
 from labfy_ref.workspace.layout import Workspace
 from labfy_ref.workspace.store import Campaign, Grant, WorkspaceStore
@@ -28,6 +28,9 @@ from labfy_ref.workspace.store import Campaign, Grant, WorkspaceStore
 TRUST = "UNTRUSTED_DATA"
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024
 Status = Literal["ok", "error", "refused"]
+#: A validated call's service, run by whoever wraps them: ``(spec, service, arguments) -> data``
+#: (Work records each effect around it, WK-03).
+ServiceHook = Callable[[ToolSpec, Callable[..., dict[str, Any]], dict[str, Any]], dict[str, Any]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,7 +72,8 @@ class AgentGateway:
     def __init__(self, workspace: Workspace, store: WorkspaceStore,
                  catalog: ToolCatalog | None = None, *,
                  max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
-                 log_size: int = 256) -> None:
+                 log_size: int = 256, usage: UsageService | None = None,
+                 around: ServiceHook | None = None) -> None:
         self.workspace = workspace
         self.catalog = catalog or default_catalog()
         self.max_result_bytes = max_result_bytes
@@ -78,18 +82,16 @@ class AgentGateway:
         self._files = FileService(workspace).files
         self.grants = GrantService(store, workspace)
         #: The provider usage ledger (BR-14): every model call of every turn is recorded here.
-        self.usage = UsageService(store)
+        self.usage = usage if usage is not None else UsageService(store)
+        self._around = around
         #: (tool_id, status) of every call that reached the gateway, newest last.
         self.log: collections.deque[tuple[str, Status]] = collections.deque(maxlen=log_size)
+        #: The service objects the catalog's ``service`` traits name (``<service>.<method>``).
+        self._providers: dict[str, object] = {
+            "objects": self._objects, "research": self._research, "files": self._files}
         self._services: dict[str, Callable[..., dict[str, Any]]] = {
-            "workspace.list_objects": self._objects.list_objects,
-            "workspace.read_object": self._objects.read_object,
-            "research.prepare": self._research.prepare,
-            "research.get_state": self._research.get_state,
-            "files.list": self._files.list,
-            "files.read": self._files.read,
-            "files.write": self._files.write,
-        }
+            spec.tool_id: method for spec in self.catalog.values()
+            if (method := self.service_method(spec)) is not None}
 
     # -- catalog ------------------------------------------------------------------
 
@@ -105,6 +107,13 @@ class AgentGateway:
         view.catalog = ToolCatalog([spec for spec in self.catalog.values()
                                     if spec.tool_id in chosen])
         return view
+
+    def service_method(self, spec: ToolSpec, suffix: str = "") -> Callable[..., Any] | None:
+        """The method its ``service`` trait names (plus ``suffix``), None when none has it."""
+        provider, _, name = spec.traits.service.partition(".")
+        public = name and not name.startswith("_")  # a service's own helpers are not tools
+        method = getattr(self._providers.get(provider), name + suffix, None) if public else None
+        return method if callable(method) else None
 
     def availability(self, spec: ToolSpec) -> tuple[bool, str | None]:
         """Is a tool usable in this workspace, and if not, why."""
@@ -197,7 +206,9 @@ class AgentGateway:
                 f"unknown object_id {missing[0][:40]}: copy ids exactly from earlier results",
                 code=ErrorCode.OBJECT_NOT_FOUND))
         try:
-            data = self._services[tool_id](**arguments)
+            service = self._services[tool_id]
+            data = (self._around(spec, service, arguments) if self._around is not None
+                    else service(**arguments))
         except ToolError as exc:
             return _failure(tool_id, arguments, "error", exc)
         except OSError as exc:  # a service's unexpected I/O failure is a tool error too

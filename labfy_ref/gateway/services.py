@@ -79,6 +79,14 @@ class ResearchService:
                                             object_refs or [])
         return {"campaign_id": campaign.campaign_id, "status": campaign.status}
 
+    def prepare_made_since(self, since: str, topic: str, questions: list[str],
+                           object_refs: list[str] | None = None) -> list[dict[str, Any]]:
+        """What ``prepare`` with these arguments returned for the campaigns it made at or
+        after ``since`` (an ISO time): how Work learns whether a crashed call made one."""
+        found = self._store.campaigns_like(self._workspace_id, topic, questions,
+                                           object_refs or [], since)
+        return [{"campaign_id": campaign_id, "status": "PREPARED"} for campaign_id in found]
+
     def campaign(self, campaign_id: str) -> Campaign:
         """A campaign of this workspace, or CAMPAIGN_NOT_FOUND."""
         campaign = self._store.get_campaign(campaign_id, self._workspace_id)

@@ -19,13 +19,12 @@ from labfy_ref.protocol.exchange import (
     Round,
     RoundUsage,
     Usage,
-    canonical,
     chat_asker,
-    encode_json,
     message_bytes,
     request_action,
     tool_exchange,
 )
+from labfy_ref.protocol.jsonfmt import canonical, encode_json
 from labfy_ref.protocol.narrowing import (
     DEFAULT_CONCLUDE_AFTER,
     Budget,

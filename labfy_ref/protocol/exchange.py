@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from labfy_ref.errors import ProtocolRefused
 from labfy_ref.protocol.action import Action, ActionParser
+from labfy_ref.protocol.jsonfmt import canonical, encode_json
 from labfy_ref.protocol.prompt import ChatMessage, repair_message
 
 if TYPE_CHECKING:
@@ -109,11 +109,6 @@ class Answer:
 
 #: Ask the model once: ``(messages, decoding) -> Answer`` (``decoding`` is PR-06's).
 Ask = Callable[[Sequence[ChatMessage], "Decoding"], Awaitable[Answer]]
-
-
-def encode_json(value: Any) -> str:
-    """JSON as sent to a model: UTF-8 text kept as is, no NaN (one encoder everywhere)."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
 class EncodedMessage(dict[str, Any]):
@@ -218,11 +213,6 @@ class MessageLog(Sequence[ChatMessage]):
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like a list
-
-
-def canonical(value: Any) -> str:
-    """Canonical JSON text (sorted keys, no spaces): identical calls compare equal."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def tool_exchange(tool_id: str, arguments: Mapping[str, Any], result: Mapping[str, Any],

@@ -95,7 +95,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from labfy_ref.protocol.action import action_schema
-from labfy_ref.protocol.exchange import canonical
+from labfy_ref.protocol.jsonfmt import canonical
 from labfy_ref.protocol.relevance import WORD, ranked, scores
 from labfy_ref.protocol.text_shape import (
     ALL_SCRIPTS,

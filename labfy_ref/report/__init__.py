@@ -6,7 +6,7 @@ import secrets
 from pathlib import Path
 
 from labfy_ref.errors import ReportInvalid
-from labfy_ref.report.compare import Changes, OldReport, compare
+from labfy_ref.report.compare import OldReport, compare
 from labfy_ref.report.evidence import (
     read_bench,
     read_conformance,
@@ -17,6 +17,7 @@ from labfy_ref.report.evidence import (
     read_smoke_record,
 )
 from labfy_ref.report.model import (
+    Changes,
     Outcome,
     Requirements,
     Run,

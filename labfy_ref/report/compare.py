@@ -12,10 +12,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from labfy_ref.errors import ConfigRefused
-from labfy_ref.report.model import Line, Status, StatusReport
+from labfy_ref.report.model import Change, Changes, Line, Status, StatusReport
 from labfy_ref.report.validate import read_status
 
 #: The statuses a stage passes with.
@@ -23,53 +22,6 @@ PASSING = frozenset({Status.PASS.value, Status.PASS_LOCAL_SPECIMEN.value})
 #: What ``--fail-on`` accepts.
 GATES = ("regression", "fail", "not-run")
 REQUIREMENT, STAGE = "requirement", "stage"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Change:
-    """One requirement or stage whose shown status differs from the old report's.
-
-    ``old`` is None for a line the old report lacked, ``new`` for one it had and
-    this one lacks.
-    """
-
-    kind: str  # "requirement" or "stage"
-    id: str
-    old: str | None
-    new: str | None
-    regression: bool
-
-    def as_json(self) -> dict[str, Any]:
-        """JSON form in status.json."""
-        return {"kind": self.kind, "id": self.id, "old": self.old, "new": self.new,
-                "regression": self.regression}
-
-    def describe(self) -> str:
-        """One line: ``changed: requirement AA-02 CURRENT -> FAIL (regression)``."""
-        mark = " (regression)" if self.regression else ""
-        return (f"changed: {self.kind} {self.id} {self.old or '(absent)'} -> "
-                f"{self.new or '(absent)'}{mark}")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Changes:
-    """The comparison with an earlier report: which one, and every line that changed."""
-
-    since: str  # the old report's generated_at
-    source: str  # the old status.json as given on the command line
-    old_schema_version: int
-    items: tuple[Change, ...]
-
-    @property
-    def regressions(self) -> tuple[Change, ...]:
-        """The changes that are regressions."""
-        return tuple(change for change in self.items if change.regression)
-
-    def as_json(self) -> dict[str, Any]:
-        """JSON form in status.json."""
-        return {"since": self.since, "source": self.source,
-                "old_schema_version": self.old_schema_version,
-                "items": [change.as_json() for change in self.items]}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -23,8 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 from labfy_ref.report import panels
-from labfy_ref.report.compare import Changes
-from labfy_ref.report.model import Line, Status, StatusReport, TestResult, merge_runs
+from labfy_ref.report.model import Changes, Line, Status, StatusReport, TestResult, merge_runs
 from labfy_ref.report.panels import badge, esc, plural, table
 
 STYLESHEET = "status.css"

@@ -18,7 +18,7 @@ import json
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from labfy_ref.errors import ReportInvalid
 from labfy_ref.report.evidence import (
@@ -30,9 +30,6 @@ from labfy_ref.report.evidence import (
     stale_backing,
 )
 from labfy_ref.report.validate import RESULTS_VERSIONS, check, load_json, version_of
-
-if TYPE_CHECKING:  # compare.py builds on this module; only the type is needed here
-    from labfy_ref.report.compare import Changes
 
 RESULTS_DIRNAME = "results"
 _ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
@@ -244,6 +241,53 @@ def _fold(tests: list[TestResult], passed: Status, empty: Status, empty_reason: 
     if any(t.outcome is Outcome.PASSED for t in tests) and passed is Status.PASS:
         return passed, "some skipped: " + _reasons(tests)
     return Status.NOT_RUN, _reasons(tests)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Change:
+    """One requirement or stage whose shown status differs from the old report's.
+
+    ``old`` is None for a line the old report lacked, ``new`` for one it had and
+    this one lacks.
+    """
+
+    kind: str  # "requirement" or "stage"
+    id: str
+    old: str | None
+    new: str | None
+    regression: bool
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON form in status.json."""
+        return {"kind": self.kind, "id": self.id, "old": self.old, "new": self.new,
+                "regression": self.regression}
+
+    def describe(self) -> str:
+        """One line: ``changed: requirement AA-02 CURRENT -> FAIL (regression)``."""
+        mark = " (regression)" if self.regression else ""
+        return (f"changed: {self.kind} {self.id} {self.old or '(absent)'} -> "
+                f"{self.new or '(absent)'}{mark}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Changes:
+    """The comparison with an earlier report: which one, and every line that changed."""
+
+    since: str  # the old report's generated_at
+    source: str  # the old status.json as given on the command line
+    old_schema_version: int
+    items: tuple[Change, ...]
+
+    @property
+    def regressions(self) -> tuple[Change, ...]:
+        """The changes that are regressions."""
+        return tuple(change for change in self.items if change.regression)
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON form in status.json."""
+        return {"since": self.since, "source": self.source,
+                "old_schema_version": self.old_schema_version,
+                "items": [change.as_json() for change in self.items]}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -8,9 +8,11 @@ objects used for validation and the very ones published over HTTP.
 Each entry also carries its *traits* (PR-07): what the narrowing, the driver,
 the gateway and Work need to know about a tool — whether it is an idempotent
 read, which references its results produce and its arguments consume, what
-counts as progress, whether a success pauses the turn — so that none of them
-spells a tool id. The traits are internal: the published wire shape (SPEC
-§15) is unchanged.
+counts as progress, whether a success pauses the turn, which service method
+runs it, what a write stores and how Work resolves a call a crash interrupted —
+so that none of them spells a tool id: a new tool is one entry here plus one
+service method. The traits are internal: the published wire shape (SPEC §15)
+is unchanged.
 """
 
 from __future__ import annotations
@@ -36,6 +38,23 @@ class Effect(enum.StrEnum):
     READ = "read"
     WRITE = "write"
     RESEARCH = "research"
+
+
+class Recovery(enum.StrEnum):
+    """How Work resolves a call that an earlier attempt started and never finished (WK-06)."""
+
+    #: It changes nothing: run it again.
+    REPEAT = "repeat"
+    #: A write: compare its target file with the content written and with what the
+    #: file held before (recorded before the write ran).
+    CONTENT = "content"
+    #: It makes something: look for what such a call made since it started (its
+    #: service has ``<method>_made_since(since, **arguments)``: what such calls returned).
+    MADE = "made"
+
+
+#: Traits every catalog entry must state (a missing one is a packaging bug).
+REQUIRED_TRAITS = ("service", "recovery")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -93,6 +112,13 @@ class Traits:
     request_words: tuple[str, ...] = ()
     #: Argument name -> the reference kind it creates (a path to write): the user may name it.
     targets: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: The gateway service method that runs the tool: ``<service>.<method>``.
+    service: str = ""
+    #: How Work resolves the call after a crash.
+    recovery: Recovery = Recovery.REPEAT
+    #: The argument holding the text a write stores (its target is in ``targets``): an
+    #: approval quotes it and counts its UTF-8 bytes, Work hashes it.
+    written: str | None = None
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any]) -> Traits:
@@ -101,10 +127,14 @@ class Traits:
         unknown = set(document) - known
         if unknown:
             raise KeyError(f"unknown tool traits: {sorted(unknown)}")
+        missing = [name for name in REQUIRED_TRAITS if name not in document]
+        if missing:
+            raise KeyError(f"missing tool traits: {missing}")
         produces = tuple(Produces(**{**entry, "label": tuple(entry.get("label", ())),
                                       "content": tuple(entry.get("content", ()))})
                          for entry in document.get("produces", ()))
         return cls(**{**document, "produces": produces,
+                      "recovery": Recovery(document["recovery"]),
                       "filters": tuple(document.get("filters", ())),
                       "free_text": tuple(document.get("free_text", ())),
                       "request_words": tuple(document.get("request_words", ())),
@@ -134,6 +164,19 @@ class ToolSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_validator", Draft202012Validator(self.input_schema))
+        traits = self.traits
+        if self.effect is Effect.READ and traits.recovery is not Recovery.REPEAT:
+            raise ValueError(f"{self.tool_id}: a read is recovered by running it again")
+        if self.effect is not Effect.READ and traits.recovery is Recovery.REPEAT:
+            raise ValueError(f"{self.tool_id}: an effect cannot be recovered by repeating it")
+        if traits.recovery is Recovery.CONTENT and (
+                len(traits.targets) != 1 or traits.written is None):
+            raise ValueError(f"{self.tool_id}: a write names one target and what it writes")
+
+    @property
+    def target(self) -> str | None:
+        """The argument naming what the call writes (traits ``targets``), if it writes one."""
+        return next(iter(self.traits.targets), None)
 
     def produced(self, data: Mapping[str, Any]) -> list[str]:
         """The references a result's data shows (its traits say where), in order."""

@@ -30,17 +30,18 @@ from typing import Any
 
 from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused, ToolError
 from labfy_ref.gateway import CallContext, ToolOutcome
+from labfy_ref.gateway.summary import approval_summary
 from labfy_ref.gateway.usage import UsageService
 from labfy_ref.modes import Approval, PermissionMode
 from labfy_ref.protocol import Answer, ChatMessage, ChatModel, Decoding, RoundUsage, ToolCall, Usage
-from labfy_ref.protocol.exchange import canonical, encode_json
+from labfy_ref.protocol.jsonfmt import canonical, encode_json
 from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
-from labfy_ref.tools.catalog import Effect as ToolEffect
+from labfy_ref.tools.catalog import ToolCatalog, default_catalog
 from labfy_ref.work.composition import RunEngine, start_run_engine
 from labfy_ref.work.crash import CrashPoints
-from labfy_ref.work.effects import EffectLedger, WorkGateway, effect_of
+from labfy_ref.work.effects import EffectLedger, WorkGateway
 from labfy_ref.work.model import ApprovalRequest, Claim, State
 from labfy_ref.work.store import WorkStore
 from labfy_ref.workspace.layout import Workspace
@@ -112,8 +113,9 @@ class WorkPort:
 
     def __init__(self, store: WorkStore, claim: Claim, engine: RunEngine, *,
                  ledger: EffectLedger, services: RunServices, control: RunControl,
-                 stored_messages: int) -> None:
+                 stored_messages: int, catalog: ToolCatalog) -> None:
         self._store = store
+        self._catalog = catalog
         self._claim = claim
         self._engine = engine
         self._ledger = ledger
@@ -177,7 +179,7 @@ class WorkPort:
                 if approval.decision is None:  # still pending
                     raise RunParked(approval)
                 return approval.decision
-        summary = approval_summary(action)
+        summary = approval_summary(self._catalog[action.tool_id], action.arguments)
         approval = self._store.request_approval(self._claim, step, call, action.tool_id, summary)
         self._services.crash.reached("approval.requested")
         raise RunParked(approval)
@@ -215,23 +217,6 @@ class RunUsage(UsageService):
             super().record(model, usage, latency_ms, outcome, caller)
 
 
-def approval_summary(action: ToolCall) -> str:
-    """One printable line saying what a call would do (shown to whoever approves it)."""
-    arguments = action.arguments
-    if effect_of(action.tool_id) is ToolEffect.WRITE:
-        path = str(arguments.get("path", ""))
-        content = str(arguments.get("content", ""))
-        size = len(content.encode("utf-8", "surrogatepass"))
-        head = f"{action.tool_id} {path[:100]} ({size} bytes)"
-        text = f"{head}: {encode_json(content)}"  # the content, quoted: data, never a line
-        if len(text) > 200:
-            text = text[:199] + "…"
-    else:
-        text = f"{action.tool_id} {encode_json(arguments)}"
-    printable = "".join(c if c.isprintable() else "?" for c in text)
-    return printable[:200]
-
-
 def _error(ending: Ending) -> dict[str, str]:
     if ending.state is TurnState.AUTHORIZATION_REQUIRED:
         # Work has no grant flow: the campaign waits for a human grant in the workspace
@@ -247,12 +232,13 @@ async def drive_run(store: WorkStore, claim: Claim, services: RunServices,
     """Drive one claimed run until it finishes, parks, is lost or is released."""
     stored = store.list_messages(claim.run_id)
     ledger = EffectLedger(store, claim, services.crash)
-    gateway = WorkGateway(services.workspace, services.workspace_store, ledger,
-                          max_result_bytes=services.limits.max_result_bytes)
-    host, engine = await start_run_engine(gateway.catalog, services.model)
+    catalog = default_catalog()
+    host, engine = await start_run_engine(catalog, services.model)
     port = WorkPort(store, claim, engine, ledger=ledger, services=services, control=control,
-                    stored_messages=len(stored))
-    gateway.usage = RunUsage(services.workspace_store, port)
+                    stored_messages=len(stored), catalog=catalog)
+    gateway = WorkGateway(services.workspace, services.workspace_store, ledger,
+                          max_result_bytes=services.limits.max_result_bytes,
+                          usage=RunUsage(services.workspace_store, port))
     conversation = Conversation.start([{"role": "system", "content": engine.system_prompt},
                                        {"role": "user", "content": stored[0].content}])
     try:

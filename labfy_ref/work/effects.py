@@ -30,7 +30,6 @@ not made again), none means it never ran, several cannot be told apart.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -38,8 +37,8 @@ from typing import Any, Protocol
 from labfy_ref.errors import ErrorCode, ToolError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.gateway.files import split_path
-from labfy_ref.tools.catalog import Effect as ToolEffect
-from labfy_ref.tools.catalog import default_catalog
+from labfy_ref.gateway.usage import UsageService
+from labfy_ref.tools.catalog import Recovery, ToolSpec
 from labfy_ref.work.crash import CrashPoints
 from labfy_ref.work.model import Claim, Effect, EffectStatus
 from labfy_ref.work.store import WorkStore
@@ -48,30 +47,32 @@ from labfy_ref.workspace.store import WorkspaceStore
 
 AUDIT_EVENT = "files.write.audit"
 TARGET_EVENT = "effect.target"
-#: Tools whose call changes nothing (effect ``read`` in the catalog): a started,
-#: unfinished one is simply run again.
-READ_ONLY = frozenset(spec.tool_id for spec in default_catalog().values()
-                      if spec.effect is ToolEffect.READ)
 Service = Callable[..., dict[str, Any]]
 
 
-def effect_of(tool_id: str) -> ToolEffect | None:
-    """What a tool's call may change (its catalog ``effect``), None for a tool not in it:
-    Work tells a write from research by the catalog, never by a tool id."""
-    spec = default_catalog().get(tool_id)
-    return spec.effect if spec is not None else None
-
-
 class Targets(Protocol):
-    """Where the ledger looks to learn whether a crashed effect happened."""
+    """Where the ledger looks to learn whether a crashed effect happened (the traits of
+    each tool's catalog entry say how: :class:`~labfy_ref.tools.catalog.Recovery`)."""
 
-    def campaigns_like(self, arguments: dict[str, Any], since: str) -> list[str]:
-        """Campaigns ``research.prepare`` with ``arguments`` made at or after ``since``."""
+    def made_since(self, spec: ToolSpec, arguments: dict[str, Any],
+                   since: str) -> list[dict[str, Any]]:
+        """What calls of ``spec`` with ``arguments`` returned for what they made at or
+        after ``since`` (``Recovery.MADE``)."""
         ...
 
     def file_sha256(self, path: str) -> str | None:
         """The SHA-256 of a file's whole bytes, or None when there is none."""
         ...
+
+
+def _target(spec: ToolSpec, arguments: dict[str, Any]) -> str:
+    """The path a write of ``spec`` names (its ``targets`` trait)."""
+    return str(arguments[spec.target]) if spec.target is not None else ""
+
+
+def _written(spec: ToolSpec, arguments: dict[str, Any]) -> str:
+    """The text a write of ``spec`` stores (its ``written`` trait)."""
+    return str(arguments[spec.traits.written]) if spec.traits.written is not None else ""
 
 
 def digest(text: str) -> str:
@@ -103,18 +104,18 @@ class EffectLedger:
         #: (step, call) of the call being decided; the driver sets it before each call.
         self.key: tuple[int, int] = (1, 0)
 
-    def run(self, tool_id: str, service: Service, targets: Targets,
+    def run(self, spec: ToolSpec, service: Service, targets: Targets,
             arguments: dict[str, Any]) -> dict[str, Any]:
         """Execute a validated call once per (run, step, call), or give back its stored outcome."""
         step, call = self.key
-        effect = self.store.begin_effect(self.claim, step, call, tool_id, arguments)
+        effect = self.store.begin_effect(self.claim, step, call, spec.tool_id, arguments)
         if effect.status is not EffectStatus.STARTED:
             return _replay(effect)
         if effect.attempt != self.claim.attempt:
-            return self._resolve(effect, service, targets, arguments)
+            return self._resolve(spec, effect, service, targets, arguments)
         self._event("effect.started", effect)
         self.crash.reached("effect.started")
-        return self._execute(effect, service, targets, arguments)
+        return self._execute(spec, effect, service, targets, arguments)
 
     # -- internals -----------------------------------------------------------------------
 
@@ -123,16 +124,16 @@ class EffectLedger:
                                 {"effect_id": effect.id, "step": effect.step,
                                  "tool_id": effect.tool_id, **data}, self.claim.run_id)
 
-    def _execute(self, effect: Effect, service: Service, targets: Targets,
+    def _execute(self, spec: ToolSpec, effect: Effect, service: Service, targets: Targets,
                  arguments: dict[str, Any]) -> dict[str, Any]:
+        recovery = spec.traits.recovery
         try:
-            kind = effect_of(effect.tool_id)
-            if kind is ToolEffect.WRITE:
-                prior = targets.file_sha256(arguments["path"])
+            if recovery is Recovery.CONTENT:
+                prior = targets.file_sha256(_target(spec, arguments))
                 self.store.record_target(self.claim, effect, {"prior_sha256": prior})
                 self.crash.reached("effect.target")
                 data = service(**arguments, conditional=True, prior_sha256=prior)
-            elif kind is ToolEffect.RESEARCH:
+            elif recovery is Recovery.MADE:
                 self.store.record_target(self.claim, effect, {})
                 self.crash.reached("effect.target")
                 data = service(**arguments)
@@ -142,9 +143,9 @@ class EffectLedger:
             self._complete(effect, {"ok": False, "error": exc.as_dict()}, refused=True)
             raise
         self.crash.reached("effect.applied")
-        if effect_of(effect.tool_id) is ToolEffect.WRITE:
+        if recovery is Recovery.CONTENT:
             self._event(AUDIT_EVENT, effect, path=data["path"],
-                        sha256=digest(arguments["content"]),
+                        sha256=digest(_written(spec, arguments)),
                         bytes_written=data["bytes_written"])
             self.crash.reached("effect.audited")
         self._complete(effect, {"ok": True, "data": data})
@@ -156,38 +157,34 @@ class EffectLedger:
         self._event("effect.completed", effect, ok=result["ok"])
         self.crash.reached("effect.completed")
 
-    def _resolve(self, effect: Effect, service: Service, targets: Targets,
+    def _resolve(self, spec: ToolSpec, effect: Effect, service: Service, targets: Targets,
                  arguments: dict[str, Any]) -> dict[str, Any]:
         """An earlier attempt started this effect and died: find out whether it happened."""
-        if effect.tool_id in READ_ONLY:
+        recovery = spec.traits.recovery
+        if recovery is Recovery.REPEAT:
             self._event("effect.resolved", effect, how="read again")
-            return self._execute(effect, service, targets, arguments)
+            return self._execute(spec, effect, service, targets, arguments)
         events = self.store.list_events(self.claim.task_id)
         mine = [e for e in events if isinstance(e.data, dict)
                 and e.data.get("effect_id") == effect.id]
         target = next((e for e in mine if e.type == TARGET_EVENT), None)
-        kind = effect_of(effect.tool_id)
-        if target is None and kind in (ToolEffect.WRITE, ToolEffect.RESEARCH):
+        if target is None:
             # its target is recorded before the effect runs: without it, it never began
             self._event("effect.resolved", effect, how="never began")
-            return self._execute(effect, service, targets, arguments)
-        if kind is ToolEffect.RESEARCH:
-            return self._resolve_campaign(effect, service, targets, arguments)
-        if kind is not ToolEffect.WRITE:
-            return self._unresolved(effect, f"{effect.tool_id} was started by attempt "
-                                            f"{effect.attempt} and its outcome is unknown")
-        assert target is not None
+            return self._execute(spec, effect, service, targets, arguments)
+        if recovery is Recovery.MADE:
+            return self._resolve_made(spec, effect, service, targets, arguments)
         audit = next((e for e in mine if e.type == AUDIT_EVENT), None)
-        content = arguments["content"]
+        content, path = _written(spec, arguments), _target(spec, arguments)
         if audit is not None:
             data = {"path": audit.data["path"], "bytes_written": audit.data["bytes_written"]}
             self._event("effect.resolved", effect, how="audited")
             self._complete(effect, {"ok": True, "data": data})
             return data
-        now = targets.file_sha256(arguments["path"])
+        now = targets.file_sha256(path)
         prior = target.data.get("prior_sha256")
         if now == digest(content):
-            data = {"path": "/".join(split_path(arguments["path"])),
+            data = {"path": "/".join(split_path(path)),
                     "bytes_written": len(content.encode("utf-8"))}
             self._event(AUDIT_EVENT, effect, path=data["path"], sha256=digest(content),
                         bytes_written=data["bytes_written"], resolved=True)
@@ -196,22 +193,28 @@ class EffectLedger:
             return data
         if now == prior:
             self._event("effect.resolved", effect, how="content unchanged")
-            return self._execute(effect, service, targets, arguments)
-        return self._unresolved(effect, f"{arguments['path'][:200]} holds neither its content "
+            return self._execute(spec, effect, service, targets, arguments)
+        return self._unresolved(effect, f"{path[:200]} holds neither its content "
                                         "before this write nor the written content")
 
-    def _resolve_campaign(self, effect: Effect, service: Service, targets: Targets,
-                          arguments: dict[str, Any]) -> dict[str, Any]:
-        """A started ``research.prepare``: did this run's step make its campaign?"""
-        found = targets.campaigns_like(arguments, effect.started_at)
+    def _resolve_made(self, spec: ToolSpec, effect: Effect, service: Service,
+                      targets: Targets, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A started call that makes something (a campaign): did this run's step make it?
+
+        What it makes is named by the reference its result produces (traits ``produces``):
+        ``campaign found`` with its ``campaign_id``, ``no campaign``…"""
+        made = spec.traits.produces[0] if spec.traits.produces else None
+        kind = made.ref if made is not None and made.ref else "result"
+        found = targets.made_since(spec, arguments, effect.started_at)
         if not found:
-            self._event("effect.resolved", effect, how="no campaign")
-            return self._execute(effect, service, targets, arguments)
+            self._event("effect.resolved", effect, how=f"no {kind}")
+            return self._execute(spec, effect, service, targets, arguments)
         if len(found) > 1:
-            return self._unresolved(effect, f"{len(found)} campaigns like this one were made "
+            return self._unresolved(effect, f"{len(found)} {kind}s like this one were made "
                                             "since it started; which is this run's is unknown")
-        data = {"campaign_id": found[0], "status": "PREPARED"}
-        self._event("effect.resolved", effect, how="campaign found", campaign_id=found[0])
+        data = found[0]
+        named = {made.id: data.get(made.id)} if made is not None else {}
+        self._event("effect.resolved", effect, how=f"{kind} found", **named)
         self._complete(effect, {"ok": True, "data": data})
         return data
 
@@ -226,22 +229,24 @@ class WorkGateway(AgentGateway):
     """The gateway of one claimed run: every validated service call goes through the ledger."""
 
     def __init__(self, workspace: Workspace, store: WorkspaceStore, ledger: EffectLedger, *,
-                 max_result_bytes: int) -> None:
-        super().__init__(workspace, store, max_result_bytes=max_result_bytes)
-        self._store = store
+                 max_result_bytes: int, usage: UsageService | None = None) -> None:
+        super().__init__(workspace, store, max_result_bytes=max_result_bytes, usage=usage,
+                         around=self._recorded)
         self.ledger = ledger
-        self._services = {tool_id: functools.partial(self._recorded, tool_id, service)
-                          for tool_id, service in self._services.items()}
 
-    def _recorded(self, tool_id: str, service: Service, **arguments: Any) -> dict[str, Any]:
-        return self.ledger.run(tool_id, service, self, arguments)
+    def _recorded(self, spec: ToolSpec, service: Service,
+                  arguments: dict[str, Any]) -> dict[str, Any]:
+        return self.ledger.run(spec, service, self, arguments)
 
-    def campaigns_like(self, arguments: dict[str, Any], since: str) -> list[str]:
-        """Campaigns of this workspace made by ``research.prepare`` with ``arguments``
-        at or after ``since``."""
-        return self._store.campaigns_like(
-            self.workspace.workspace_id, arguments["topic"], arguments["questions"],
-            arguments.get("object_refs") or [], since)
+    def made_since(self, spec: ToolSpec, arguments: dict[str, Any],
+                   since: str) -> list[dict[str, Any]]:
+        """What the service's ``<method>_made_since`` finds (``Recovery.MADE``)."""
+        finder = self.service_method(spec, "_made_since")
+        if finder is None:
+            raise ToolError(f"{spec.tool_id} cannot tell what it made",
+                            code=ErrorCode.EFFECT_UNRESOLVED)
+        found: list[dict[str, Any]] = finder(since, **arguments)
+        return found
 
     def file_sha256(self, path: str) -> str | None:
         """The SHA-256 of a file's bytes as the gateway reads them, None when there is none."""

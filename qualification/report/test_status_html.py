@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 
 from labfy_ref.report import Outcome, Requirements, Run, Status, StatusReport, regenerate
 from labfy_ref.report import TestResult as Result
-from labfy_ref.report.compare import Change, Changes
 from labfy_ref.report.evidence import (
     BenchRecord,
     BenchRow,
@@ -34,7 +33,7 @@ from labfy_ref.report.evidence import (
     Survivor,
 )
 from labfy_ref.report.html import STYLESHEET, stylesheet, to_html
-from labfy_ref.report.model import Stage, build_report
+from labfy_ref.report.model import Change, Changes, Stage, build_report
 
 pytestmark = pytest.mark.req("QR-05")
 

@@ -20,15 +20,15 @@ from hypothesis import strategies as st
 
 from fake_provider.scenario import Scenario
 from fake_provider.server import FakeProvider
+from labfy_ref.gateway.summary import approval_summary
 from labfy_ref.gateway.usage import UsageService
 from labfy_ref.host import Composition, Host, RowSpec
 from labfy_ref.host.host import RowState
 from labfy_ref.model import LocalModelClient
 from labfy_ref.model.endpoint import parse_endpoint
 from labfy_ref.modes import PermissionMode
-from labfy_ref.protocol import ToolCall
 from labfy_ref.runtime import RuntimeLimits
-from labfy_ref.tools.catalog import default_catalog
+from labfy_ref.tools import default_catalog
 from labfy_ref.work import DatabaseUrl, EffectStatus, State, WorkStore, driver, fields
 from labfy_ref.work.composition import (
     ROWS,
@@ -37,7 +37,7 @@ from labfy_ref.work.composition import (
     run_composition,
     start_run_engine,
 )
-from labfy_ref.work.driver import RunOutcome, RunServices, approval_summary
+from labfy_ref.work.driver import RunOutcome, RunServices
 from labfy_ref.work.effects import AUDIT_EVENT
 from labfy_ref.work.worker import Worker, WorkerSettings, run_worker_command
 from labfy_ref.workspace.layout import open_workspace
@@ -321,7 +321,7 @@ def test_an_approval_summary_is_always_a_name_the_store_keeps(tool_id: str, path
     """Whatever the model put in a call (lone surrogates, NUL, controls, raw bytes), the
     approval's summary is one printable line of at most 200 characters the store accepts,
     so asking a human never fails on the model's text."""
-    summary = approval_summary(ToolCall(tool_id, {"path": path, "content": content}))
+    summary = approval_summary(default_catalog()[tool_id], {"path": path, "content": content})
     assert fields.name(summary, "summary") == summary
     assert len(summary) <= 200
     assert summary.startswith(tool_id)
@@ -332,20 +332,18 @@ def test_an_approval_summary_is_always_a_name_the_store_keeps(tool_id: str, path
 
 @pytest.mark.req("PR-07", "GW-02")
 def test_work_tells_effects_apart_by_the_catalog_not_by_tool_ids() -> None:
-    """Work's effect ledger and approval summaries read each tool's catalog ``effect``:
-    no Work module spells a tool id, and a tool outside the catalog has no effect kind."""
+    """Work's effect ledger and approval summaries read each tool's catalog traits
+    (``recovery``, ``targets``, ``written``): no Work module spells a tool id, and every
+    tool that changes something says how a crash of it is resolved."""
     from pathlib import Path  # noqa: PLC0415
 
-    from labfy_ref.tools import default_catalog  # noqa: PLC0415
-    from labfy_ref.tools.catalog import Effect  # noqa: PLC0415
-    from labfy_ref.work.effects import effect_of  # noqa: PLC0415
+    from labfy_ref.tools.catalog import Effect, Recovery  # noqa: PLC0415
 
-    for tool_id, spec in default_catalog().items():
-        assert effect_of(tool_id) is spec.effect
-    assert effect_of("no.such_tool") is None
-    assert {effect_of(t) for t in default_catalog()} == set(Effect)
+    for spec in default_catalog().values():
+        assert (spec.traits.recovery is Recovery.REPEAT) == (spec.effect is Effect.READ)
+    assert {spec.effect for spec in default_catalog().values()} == set(Effect)
     root = Path(__file__).resolve().parents[2] / "labfy_ref" / "work"
-    for module in sorted(root.glob("*.py")):
+    for module in sorted(root.rglob("*.py")):
         source = module.read_text("utf-8")
         for tool_id in default_catalog():
             assert f'"{tool_id}"' not in source, f"{module.name} spells {tool_id}"
