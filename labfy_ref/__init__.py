@@ -1,6 +1,6 @@
 """labfy-ref: a secure local-model agent runtime and engine bridge, with its qualification suite."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: The revision of SPEC.md this build implements: the first 16 hex digits of the
 #: SHA-256 of its text. The specification carries no version of its own, and a

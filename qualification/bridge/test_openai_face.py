@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ from labfy_ref.protocol import canonical
 from labfy_ref.server.auth import token_hash
 from labfy_ref.workspace import init_workspace
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
+from qualification.docs.pages import block
 from qualification.harness import (
     LAUNCH_CODE,
     LiveServer,
@@ -486,14 +486,11 @@ def test_any_transcript_text_reaches_the_model_as_sent_or_is_refused_whole(
 
 @pytest.mark.req("BR-13", "DOC-01")
 def test_the_readme_openai_flow_runs_as_written(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
-    match = re.search(r"<!-- openai-flow:start -->\n```sh\n(.*?)```\n<!-- openai-flow:end -->",
-                      readme, re.S)
-    assert match, "README block openai-flow is missing"
+    code = block("openai-flow")  # docs/openai.md
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"),
            "READY": str(tmp_path / "ready.json"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", match.group(1)], cwd=tmp_path,
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     answer = done.stdout.strip()

@@ -14,16 +14,9 @@ import pytest
 
 from labfy_ref.cli.main import build_parser
 from labfy_ref.host import default_composition, parse_composition
-from qualification.conftest import REPO
+from qualification.docs.pages import TEXT, block, blocks
 
-README = (REPO / "README.md").read_text("utf-8")
-
-
-def _block(name: str) -> str:
-    match = re.search(rf"<!-- {name}:start -->\n```sh\n(.*?)```\n<!-- {name}:end -->", README,
-                      re.S)
-    assert match, f"README block {name} is missing"
-    return match.group(1)
+README = TEXT  # the README and every page of docs/
 
 
 def _run_block(name: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -33,7 +26,7 @@ def _run_block(name: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"),
            "READY": str(tmp_path / "ready.json"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", _block(name)], cwd=tmp_path,
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block(name)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -77,3 +70,23 @@ def test_the_readme_composition_is_the_shipped_default() -> None:
     shipped = default_composition()
     assert [(r.id, r.plugin) for r in documented.rows] == [(r.id, r.plugin)
                                                          for r in shipped.rows]
+
+
+#: Each marked block of the docs, and the test module that runs (or loads) it as written.
+EXECUTED = {
+    "readme-flow": "qualification/docs/test_readme.py",
+    "bridge-flow": "qualification/docs/test_readme.py",
+    "openai-flow": "qualification/bridge/test_openai_face.py",
+    "work-flow": "qualification/work/test_cli.py",
+    "eval-tasks": "qualification/unit/test_eval_tasks.py",
+}
+
+
+@pytest.mark.req("DOC-01")
+def test_every_marked_block_of_the_docs_is_executed_by_a_test() -> None:
+    """A block a page marks runnable has a test that runs it; none is left unexecuted."""
+    from qualification.docs.pages import REPO  # noqa: PLC0415
+
+    assert set(blocks()) == set(EXECUTED)
+    for name, module in EXECUTED.items():
+        assert name in (REPO / module).read_text("utf-8"), (name, module)

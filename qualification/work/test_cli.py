@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import re
 import signal
 import stat
 import subprocess
@@ -31,6 +30,7 @@ from labfy_ref.ids import id_pattern
 from labfy_ref.work import ENV_VAR, DatabaseUrl, State, WorkStore, sqlite_url
 from labfy_ref.work.worker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS
 from qualification.conftest import ProviderFactory
+from qualification.docs.pages import block
 from qualification.harness import wait_until
 from qualification.work.wire import (
     STORE_WORKSPACE,
@@ -359,11 +359,7 @@ def test_check_config_resolves_the_work_database_as_serve_would(
 
 
 def _readme_block(name: str) -> str:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
-    found = re.search(rf"<!-- {name}:start -->\n```sh\n(.*?)```\n<!-- {name}:end -->", readme,
-                      re.S)
-    assert found, f"README block {name} is missing"
-    return found.group(1)
+    return block(name)  # docs/work.md
 
 
 @pytest.mark.req("WK-05", "DOC-01")
