@@ -327,12 +327,17 @@ def work_database(flag: str | None, environ: Mapping[str, str]) -> DatabaseUrl |
     return given_database_url(flag, environ)
 
 
-def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
-    """Resolve every ``serve`` option; raise :class:`ConfigRefused` on the first bad one."""
+def permission_mode(value: str | None) -> PermissionMode:
+    """``--permission-mode`` (default ``read-only``)."""
     try:
-        permission = PermissionMode(raw.permission_mode or PermissionMode.READ_ONLY.value)
+        return PermissionMode(value or PermissionMode.READ_ONLY.value)
     except ValueError:
         raise _refuse("--permission-mode must be 'read-only' or 'workspace-write'") from None
+
+
+def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
+    """Resolve every ``serve`` option; raise :class:`ConfigRefused` on the first bad one."""
+    permission = permission_mode(raw.permission_mode)
     return ServeConfig(
         workspace=Path(raw.workspace) if raw.workspace is not None else None,
         host=_host(raw.host),
@@ -349,3 +354,91 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         conclude_after=conclude_after_option(raw.conclude_after),
         work_db=work_database(raw.work_db, environ),
     )
+
+
+# -- labfy-ref work worker -------------------------------------------------------------------
+
+#: How long a Work claim lasts unless renewed, and how often it is renewed (at most a third).
+DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_HEARTBEAT_SECONDS = 10.0
+MAX_LEASE_SECONDS = 3600.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """``work worker``'s command-line values as given (``None`` = flag absent)."""
+
+    workspace: str | None = None
+    work_db: str | None = None
+    permission_mode: str | None = None
+    conclude_after: str | None = None
+    once: bool = False
+    max_runs: str | None = None
+    lease_seconds: str | None = None
+    heartbeat_seconds: str | None = None
+    agent: RawOptions = RawOptions()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """A Work worker's resolved configuration."""
+
+    workspace: Path
+    #: ``--work-db`` / ``LABFY_WORK_DB``; None: the workspace's own ``work.sqlite``.
+    work_db: DatabaseUrl | None
+    permission_mode: PermissionMode
+    conclude_after: int
+    agent: AgentConfig
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+    once: bool = False
+    max_runs: int | None = None
+
+
+def _seconds(value: str | None, flag: str, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise _refuse(f"{flag} must be a number of seconds") from None
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_LEASE_SECONDS):
+        raise _refuse(f"{flag} must be more than 0 and at most {MAX_LEASE_SECONDS:g} seconds")
+    return seconds
+
+
+def _max_runs(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        runs = int(value)
+    except ValueError:
+        raise _refuse("--max-runs must be a whole number") from None
+    if runs < 1:
+        raise _refuse("--max-runs must be at least 1")
+    return runs
+
+
+def resolve_worker(raw: WorkerOptions, environ: Mapping[str, str]) -> WorkerConfig:
+    """Resolve every ``work worker`` option; raise :class:`ConfigRefused` on the first bad one.
+
+    A worker talks to a running model server: a supervised ``--model-file`` is serve's."""
+    lease = _seconds(raw.lease_seconds, "--lease-seconds", DEFAULT_LEASE_SECONDS)
+    heartbeat = _seconds(raw.heartbeat_seconds, "--heartbeat-seconds",
+                         min(DEFAULT_HEARTBEAT_SECONDS, lease / 3))
+    if heartbeat >= lease:
+        raise _refuse("--heartbeat-seconds must be shorter than --lease-seconds, "
+                      "or the lease lapses between two heartbeats")
+    max_runs = _max_runs(raw.max_runs)
+    permission = permission_mode(raw.permission_mode)
+    conclude_after = conclude_after_option(raw.conclude_after)
+    if raw.workspace is None:
+        raise _refuse("work worker needs --workspace DIR")
+    agent = resolve_agent(raw.agent, environ)
+    if agent.supervised is not None:
+        raise _refuse("a worker talks to a running model server: give --agent-endpoint "
+                      "(a supervised --model-file is serve's)")
+    return WorkerConfig(workspace=Path(raw.workspace), work_db=work_database(raw.work_db, environ),
+                        permission_mode=permission, conclude_after=conclude_after, agent=agent,
+                        lease_seconds=lease, heartbeat_seconds=heartbeat, once=raw.once,
+                        max_runs=max_runs)

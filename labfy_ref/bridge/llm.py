@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from labfy_ref.assemble import endpoint_client
 from labfy_ref.config import AgentConfig
 from labfy_ref.errors import ModelUnavailable
-from labfy_ref.model import ClientLimits, LocalModelClient, StreamDelta
+from labfy_ref.model import LocalModelClient, StreamDelta
 from labfy_ref.model.route import ModelRoute
 from labfy_ref.model.supervised import SupervisedLlama
 from labfy_ref.modes import AgentMode
@@ -61,11 +62,7 @@ class LocalProvider:
         assert config.model_id is not None
         self.default_model = config.model_id
         self._owned = client is None
-        if client is None:
-            assert config.endpoint is not None
-            client = LocalModelClient(config.endpoint, config.model_id,
-                                      limits=ClientLimits.with_timeout(config.timeout_seconds))
-        self._client: ModelClient = client
+        self._client: ModelClient = client if client is not None else endpoint_client(config)
 
     async def models(self) -> list[str]:
         """``GET /v1/models`` of the server; MODEL_UNAVAILABLE if it cannot be read."""

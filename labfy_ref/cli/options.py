@@ -17,6 +17,7 @@ from labfy_ref.config import (
     ENV_AGENT_MODEL,
     ENV_AGENT_TIMEOUT,
     RawOptions,
+    WorkerOptions,
 )
 from labfy_ref.logs import DEFAULT_LEVEL, LEVELS
 from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
@@ -113,6 +114,24 @@ def add_supervised_options(parser: argparse.ArgumentParser, *, required: bool = 
     supervised.add_argument("--cpu-variant", metavar="NAME",
                             help="pin one llama.cpp CPU backend (e.g. haswell); default: "
                                  "llama.cpp picks, one retry on a conservative one after SIGILL")
+
+
+def worker_options(args: argparse.Namespace) -> WorkerOptions:
+    """``work worker``'s parsed namespace as :class:`WorkerOptions` (absent flags: None)."""
+    def flag(name: str) -> str | None:
+        value = getattr(args, name, None)
+        return None if value is None else str(value)
+
+    agent = RawOptions(agent_mode=flag("agent_mode"), agent_endpoint=flag("agent_endpoint"),
+                       agent_model=flag("agent_model"), agent_timeout=flag("agent_timeout"),
+                       llama_server=flag("llama_server"), model_file=flag("model_file"),
+                       model_sha256=flag("model_sha256"), cpu_variant=flag("cpu_variant"))
+    return WorkerOptions(
+        workspace=flag("workspace"), work_db=flag("work_db"),
+        permission_mode=flag("permission_mode"), conclude_after=flag("conclude_after"),
+        once=bool(getattr(args, "once", False)), max_runs=flag("max_runs"),
+        lease_seconds=flag("lease_seconds"), heartbeat_seconds=flag("heartbeat_seconds"),
+        agent=agent)
 
 
 def raw_options(args: argparse.Namespace) -> RawOptions:

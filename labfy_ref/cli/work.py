@@ -22,18 +22,17 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from labfy_ref.cli.options import add_agent_options, add_work_db_option
+from labfy_ref.cli.options import add_agent_options, add_work_db_option, worker_options
+from labfy_ref.config import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS, resolve_worker
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError
 
 if TYPE_CHECKING:
     from labfy_ref.work import WorkStore
 
-#: The worker's defaults, for its help (``labfy_ref.work.worker`` holds them; a test compares).
-LEASE_SECONDS, HEARTBEAT_SECONDS = 30.0, 10.0
 #: Largest ``--limit`` the parser reads (the store admits fewer: VALIDATION_FAILED).
 MAX_COUNT = 1_000_000
 _COUNT = re.compile(r"[1-9][0-9]{0,6}", re.ASCII)
@@ -72,9 +71,9 @@ def _refusals(handler: Handler) -> Handler:
 def _open_store(args: argparse.Namespace) -> WorkStore:
     """The Work store the options name (see the module's docstring), migrated forward,
     for the one workspace ``--workspace`` names (or every one: ``--all-workspaces``)."""
-    from labfy_ref.work import WorkStore, resolve_database_url  # noqa: PLC0415
+    from labfy_ref.work import WorkStore  # noqa: PLC0415
     from labfy_ref.work.store import ALL_WORKSPACES  # noqa: PLC0415
-    from labfy_ref.work.url import given_database_url, owns_database  # noqa: PLC0415
+    from labfy_ref.work.url import given_database_url, work_database  # noqa: PLC0415
     from labfy_ref.workspace import open_workspace  # noqa: PLC0415
 
     every = getattr(args, "all_workspaces", False)
@@ -83,9 +82,9 @@ def _open_store(args: argparse.Namespace) -> WorkStore:
             raise ConfigRefused("--workspace shows one workspace's tasks, --all-workspaces "
                                 "every workspace's: give one of them")
         workspace = open_workspace(Path(args.workspace))  # WORKSPACE_INVALID if it is not one
-        url = resolve_database_url(workspace.root, args.work_db, os.environ)
-        return WorkStore.open(url, workspace_id=workspace.workspace_id,
-                              adopt=owns_database(workspace.root, url))
+        database = work_database(workspace.root, given_database_url(args.work_db, os.environ))
+        return WorkStore.open(database.url, workspace_id=workspace.workspace_id,
+                              adopt=database.adopt)
     given = given_database_url(args.work_db, os.environ)
     if not every:
         raise ConfigRefused("whose tasks? Give --workspace DIR (that workspace's tasks, in its "
@@ -163,11 +162,17 @@ def _days(text: str) -> float:
     return float(text)
 
 
-def _worker(args: argparse.Namespace) -> int:
-    # the worker (its driver, its agent) loads only for this command; it validates its own
-    # options (CONFIG_INVALID naming the flag) and its failures keep their exit codes
-    from labfy_ref.work.worker import run_worker_command  # noqa: PLC0415
+def run_worker_command(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
+    """``labfy-ref work worker``: its options resolved (CONFIG_INVALID naming the flag), then
+    the worker; its failures keep their exit codes."""
+    # the worker (its driver, its agent) loads only for this command
+    from labfy_ref.work.worker import run_worker  # noqa: PLC0415
 
+    environ = os.environ if environ is None else environ
+    return run_worker(resolve_worker(worker_options(args), environ), environ)
+
+
+def _worker(args: argparse.Namespace) -> int:
     return run_worker_command(args)
 
 
@@ -234,10 +239,11 @@ def add_work_commands(commands: argparse._SubParsersAction[Any],
     runs.add_argument("--max-runs", metavar="N", help="stop after N runs; default: no limit")
     runs.add_argument("--lease-seconds", metavar="SECONDS",
                       help="how long a claim lasts unless renewed, at most 3600 (another worker "
-                           f"takes the run over after it); default: {LEASE_SECONDS:g}")
+                           f"takes the run over after it); default: {DEFAULT_LEASE_SECONDS:g}")
     runs.add_argument("--heartbeat-seconds", metavar="SECONDS",
                       help="how often the claim is renewed, shorter than the lease; default: "
-                           f"{HEARTBEAT_SECONDS:g} or a third of the lease, whichever is shorter")
+                           f"{DEFAULT_HEARTBEAT_SECONDS:g} or a third of the lease, whichever "
+                           "is shorter")
     add_agent_options(worker)
     worker.set_defaults(handler=_worker)
 

@@ -29,19 +29,18 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from labfy_ref.assemble import AgentModel, open_agent_model
 from labfy_ref.bridge.service import Bridge
 from labfy_ref.config import ServeConfig
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import default_composition, load_composition
 from labfy_ref.logs import configure, debug_enabled, one_line
-from labfy_ref.model import ClientLimits, LocalModelClient
 from labfy_ref.model.gguf import Progress, open_gguf
 from labfy_ref.model.supervised import SupervisedLlama, govern, supervised_llama
-from labfy_ref.modes import AgentMode
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol import ChatModel
-from labfy_ref.runtime import DEMO_LABEL, AgentRuntime, DemoAgent, RuntimeLimits
+from labfy_ref.runtime import AgentRuntime, RuntimeLimits
 from labfy_ref.server.app import create_app
 from labfy_ref.server.auth import Authenticator, cookie_name, load_accounts
 from labfy_ref.server.connections import DEFAULT_LIMITS, ConnectionLimits, guarded_protocol
@@ -95,21 +94,10 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
     store = workspace.open_store()
     limits = limits or RuntimeLimits(conclude_after=config.conclude_after)
     gateway = AgentGateway(workspace, store, max_result_bytes=limits.max_result_bytes)
-    client: LocalModelClient | SupervisedLlama | None = None
-    model: ChatModel
-    if agent is not None:  # the eval's control: it stands in for the model, no client
-        model, label = agent, str(getattr(agent, "label", "agent"))
-    elif supervised is not None:
-        client = model = supervised
-        label = f"Local agent · {supervised.model} (supervised llama-server)"
-    elif config.agent.mode is AgentMode.LOCAL_MODEL:
-        assert config.agent.endpoint is not None
-        assert config.agent.model_id is not None
-        client = LocalModelClient(config.agent.endpoint, config.agent.model_id,
-                                  limits=ClientLimits.with_timeout(config.agent.timeout_seconds))
-        model, label = client, f"Local agent · {config.agent.model_id}"
-    else:
-        model, label = DemoAgent(), DEMO_LABEL
+    opened = (AgentModel(agent, None, str(getattr(agent, "label", "agent")))
+              if agent is not None  # the eval's control: it stands in for the model
+              else open_agent_model(config.agent, supervised=supervised))
+    model, client, label = opened.model, opened.client, opened.label
     runtime = AgentRuntime(model, gateway, label=label, permission_mode=config.permission_mode,
                            limits=limits)
     bridge = Bridge(composition, {"workspace": workspace, "gateway": gateway,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from labfy_ref.work import DatabaseUrl, WorkStore, sqlite_url
+from labfy_ref.work import DatabaseUrl, WorkStore
 from labfy_ref.work.engine import unavailable
-from labfy_ref.work.url import DEFAULT_FILE, owns_database
+from labfy_ref.work.url import work_database
 
 
 class WorkAccess:
@@ -34,8 +34,8 @@ class WorkAccess:
     def of(cls, workspace: Path, workspace_id: str, given: DatabaseUrl | None) -> WorkAccess:
         """The database ``given`` (``--work-db``, ``LABFY_WORK_DB``), else the workspace's own
         ``work.sqlite``, for the workspace ``workspace_id``."""
-        url = given if given is not None else sqlite_url(workspace / DEFAULT_FILE)
-        return cls(url, workspace_id, adopt=owns_database(workspace, url))
+        database = work_database(workspace, given)
+        return cls(database.url, workspace_id, adopt=database.adopt)
 
     def store(self) -> WorkStore:
         """The open store, opening (and migrating) the database on first use.

@@ -146,6 +146,22 @@ def owns_database(workspace: Path, url: DatabaseUrl) -> bool:
                                  == os.path.realpath(workspace / DEFAULT_FILE))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkDatabase:
+    """The Work database a command opens for one workspace, and whether it is that
+    workspace's own file (whose older tasks it adopts, WK-11)."""
+
+    url: DatabaseUrl
+    adopt: bool
+
+
+def work_database(workspace: Path, given: DatabaseUrl | None) -> WorkDatabase:
+    """The one rule: ``given`` (``--work-db``, else ``LABFY_WORK_DB``), else the
+    workspace's own ``work.sqlite``."""
+    url = sqlite_url(workspace / DEFAULT_FILE) if given is None else given
+    return WorkDatabase(url, owns_database(workspace, url))
+
+
 def resolve_database_url(workspace: Path, flag: str | None = None,
                          environ: Mapping[str, str] | None = None) -> DatabaseUrl:
     """The Work database a command uses: ``--work-db``, else ``LABFY_WORK_DB``, else the

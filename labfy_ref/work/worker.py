@@ -15,29 +15,25 @@ for work until stopped.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
 import json
 import logging
-import math
 import os
 import signal
 import socket
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from labfy_ref.config import RawOptions, conclude_after_option, resolve_agent
-from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError
+from labfy_ref.assemble import open_agent_model
+from labfy_ref.config import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS, WorkerConfig
+from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.logs import incident
-from labfy_ref.model import ClientLimits, LocalModelClient
-from labfy_ref.modes import AgentMode, PermissionMode
 from labfy_ref.protocol import ChatModel
-from labfy_ref.runtime import DemoAgent, RuntimeLimits
+from labfy_ref.runtime import RuntimeLimits
 from labfy_ref.runtime.runtime import model_route
 from labfy_ref.work.crash import CrashPoints
 from labfy_ref.work.driver import (
@@ -51,12 +47,10 @@ from labfy_ref.work.driver import (
 )
 from labfy_ref.work.model import Claim, State
 from labfy_ref.work.store import WorkStore
-from labfy_ref.work.url import owns_database, resolve_database_url
+from labfy_ref.work.url import work_database
 from labfy_ref.workspace.layout import open_workspace
 
 log = logging.getLogger("labfy_ref.work")
-DEFAULT_LEASE_SECONDS = 30.0
-DEFAULT_HEARTBEAT_SECONDS = 10.0
 #: Longest wait between two looks for runnable work when there was none.
 MAX_IDLE_POLL_SECONDS = 1.0
 
@@ -75,68 +69,6 @@ class WorkerSettings:
     def idle_poll_seconds(self) -> float:
         """How long an idle worker waits before it looks for work again."""
         return min(MAX_IDLE_POLL_SECONDS, self.heartbeat_seconds)
-
-
-def _seconds(value: object, flag: str, default: float) -> float:
-    if value is None:
-        return default
-    try:
-        seconds = float(str(value))
-    except ValueError:
-        raise ConfigRefused(f"{flag} must be a number of seconds") from None
-    if not (math.isfinite(seconds) and 0 < seconds <= 3600):
-        raise ConfigRefused(f"{flag} must be more than 0 and at most 3600 seconds")
-    return seconds
-
-
-def worker_settings(args: argparse.Namespace, name: str) -> WorkerSettings:
-    """Validate the worker's own options (``CONFIG_INVALID`` naming the flag)."""
-    lease = _seconds(getattr(args, "lease_seconds", None), "--lease-seconds",
-                     DEFAULT_LEASE_SECONDS)
-    heartbeat = _seconds(getattr(args, "heartbeat_seconds", None), "--heartbeat-seconds",
-                         min(DEFAULT_HEARTBEAT_SECONDS, lease / 3))
-    if heartbeat >= lease:
-        raise ConfigRefused("--heartbeat-seconds must be shorter than --lease-seconds, "
-                            "or the lease lapses between two heartbeats")
-    max_runs = getattr(args, "max_runs", None)
-    if max_runs is not None:
-        try:
-            max_runs = int(str(max_runs))
-        except ValueError:
-            raise ConfigRefused("--max-runs must be a whole number") from None
-        if max_runs < 1:
-            raise ConfigRefused("--max-runs must be at least 1")
-    return WorkerSettings(name, lease, heartbeat, bool(getattr(args, "once", False)), max_runs)
-
-
-def permission_mode(value: object) -> PermissionMode:
-    """``--permission-mode`` (default ``read-only``)."""
-    try:
-        return PermissionMode(str(value)) if value is not None else PermissionMode.READ_ONLY
-    except ValueError:
-        raise ConfigRefused("--permission-mode must be 'read-only' or 'workspace-write'") from None
-
-
-def worker_model(args: argparse.Namespace, environ: Mapping[str, str]) -> ChatModel:
-    """The model of ``serve``'s agent options (flags win over ``LABFY_AGENT_*``)."""
-    def flag(name: str) -> str | None:
-        value = getattr(args, name, None)
-        return None if value is None else str(value)
-
-    raw = RawOptions(agent_mode=flag("agent_mode"), agent_endpoint=flag("agent_endpoint"),
-                     agent_model=flag("agent_model"), agent_timeout=flag("agent_timeout"),
-                     llama_server=flag("llama_server"), model_file=flag("model_file"),
-                     model_sha256=flag("model_sha256"), cpu_variant=flag("cpu_variant"))
-    agent = resolve_agent(raw, environ)
-    if agent.supervised is not None:
-        raise ConfigRefused("a worker talks to a running model server: give --agent-endpoint "
-                            "(a supervised --model-file is serve's)")
-    if agent.mode is AgentMode.DEMO:
-        return DemoAgent()
-    assert agent.endpoint is not None
-    assert agent.model_id is not None
-    return LocalModelClient(agent.endpoint, agent.model_id,
-                            limits=ClientLimits.with_timeout(agent.timeout_seconds))
 
 
 def default_name() -> str:
@@ -258,26 +190,24 @@ class Worker:
         return RunOutcome(FAILED, ErrorCode.INTERNAL_ERROR.value)
 
 
-def run_worker_command(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
-    """The body of ``labfy-ref work worker`` (SPEC §14); refusals raise with their code."""
+def run_worker(config: WorkerConfig, environ: Mapping[str, str] | None = None) -> int:
+    """The body of ``labfy-ref work worker`` (SPEC §14) for its resolved configuration;
+    refusals raise with their code."""
     environ = os.environ if environ is None else environ
-    settings = worker_settings(args, default_name())
-    mode = permission_mode(getattr(args, "permission_mode", None))
-    limits = RuntimeLimits(conclude_after=conclude_after_option(
-        getattr(args, "conclude_after", None)))
+    settings = WorkerSettings(default_name(), config.lease_seconds, config.heartbeat_seconds,
+                              config.once, config.max_runs)
+    limits = RuntimeLimits(conclude_after=config.conclude_after)
     crash = CrashPoints.from_env(environ)
-    if getattr(args, "workspace", None) is None:
-        raise ConfigRefused("work worker needs --workspace DIR")
-    workspace = open_workspace(Path(args.workspace))
-    url = resolve_database_url(workspace.root, getattr(args, "work_db", None), environ)
-    model = worker_model(args, environ)
+    workspace = open_workspace(config.workspace)
+    database = work_database(workspace.root, config.work_db)
+    model = open_agent_model(config.agent).model
     workspace_store = workspace.open_store()
     try:
-        store = WorkStore.open(url, workspace_id=workspace.workspace_id,
-                               adopt=owns_database(workspace.root, url))
+        store = WorkStore.open(database.url, workspace_id=workspace.workspace_id,
+                               adopt=database.adopt)
         try:
             services = RunServices(workspace, workspace_store, model, str(model_route(model)),
-                                   mode, limits, crash)
+                                   config.permission_mode, limits, crash)
             return asyncio.run(_serve(store, services, settings, model))
         finally:
             store.close()

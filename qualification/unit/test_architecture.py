@@ -205,3 +205,25 @@ def test_every_tool_states_its_traits_and_a_service_runs_each_one(
             assert gateway.service_method(spec) is not None
     finally:
         store.close()
+
+
+@pytest.mark.req("ARC-03", "MC-05")
+def test_settings_are_resolved_once_in_config_and_the_model_is_built_once() -> None:
+    """No module but config.py and the CLI reads parsed arguments (``getattr(args``, an
+    ``argparse`` import), and only assemble.py builds a client of the agent's endpoint."""
+    readers, builders = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        source = path.read_text("utf-8")
+        if not relative.startswith(("labfy_ref/cli/", "labfy_ref/config.py")):
+            tree = ast.parse(source)
+            imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                        for alias in node.names}
+            if "getattr(args" in source or "argparse" in imported:
+                readers.append(relative)
+        if "LocalModelClient(" in source and relative not in (
+                "labfy_ref/assemble.py", "labfy_ref/model/client.py",
+                "labfy_ref/model/supervised.py"):  # the client of our own llama-server
+            builders.append(relative)
+    assert readers == []
+    assert builders == []

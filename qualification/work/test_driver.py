@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from fake_provider.scenario import Scenario
 from fake_provider.server import FakeProvider
+from labfy_ref.cli.work import run_worker_command
 from labfy_ref.gateway.summary import approval_summary
 from labfy_ref.gateway.usage import UsageService
 from labfy_ref.host import Composition, Host, RowSpec
@@ -39,7 +40,7 @@ from labfy_ref.work.composition import (
 )
 from labfy_ref.work.driver import RunOutcome, RunServices
 from labfy_ref.work.effects import AUDIT_EVENT
-from labfy_ref.work.worker import Worker, WorkerSettings, run_worker_command
+from labfy_ref.work.worker import Worker, WorkerSettings
 from labfy_ref.workspace.layout import open_workspace
 from qualification.conftest import ProviderFactory
 from qualification.harness import wait_until
