@@ -4,8 +4,9 @@ The bridge's approval-request and Work's stored approval say the same thing: a
 write (traits ``targets`` and ``written``) names its target, the size of what it
 stores in UTF-8 **bytes**, and that content quoted as JSON — data, never a line of
 its own; any other call names its arguments as JSON. Whatever a model put in the
-call (lone surrogates, NUL, controls), the line is printable and at most
-:data:`MAX_SUMMARY_CHARS` characters.
+call (lone surrogates, NUL, controls, a direction override), the line is printable and at
+most :data:`MAX_SUMMARY_CHARS` characters: each character that is not printable is shown
+as ``⟨U+XXXX⟩``, as the pages show them, never dropped and never honoured.
 """
 
 from __future__ import annotations
@@ -21,17 +22,31 @@ MAX_SUMMARY_CHARS = 200
 MAX_TARGET_CHARS = 100
 
 
+def visible(text: str, limit: int) -> str:
+    """``text`` with every character that is not printable as ``⟨U+XXXX⟩``, in at most
+    ``limit`` characters: cut (never inside such a mark) and ended with ``…`` when longer."""
+    shown: list[str] = []
+    size = 0
+    for index, char in enumerate(text):
+        part = char if char.isprintable() else f"⟨U+{ord(char):04X}⟩"
+        last = index == len(text) - 1
+        if size + len(part) > (limit if last else limit - 1):
+            shown.append("…")
+            break
+        shown.append(part)
+        size += len(part)
+    return "".join(shown)
+
+
 def approval_summary(spec: ToolSpec, arguments: Mapping[str, Any]) -> str:
     """One printable line saying what the call of ``spec`` with ``arguments`` would do."""
     target, written = spec.target, spec.traits.written
     if target is not None and written is not None:
         content = str(arguments.get(written, ""))
         size = len(content.encode("utf-8", "surrogatepass"))
-        head = f"{spec.tool_id} {str(arguments.get(target, ''))[:MAX_TARGET_CHARS]} ({size} bytes)"
-        text = f"{head}: {encode_json(content)}"
-        if len(text) > MAX_SUMMARY_CHARS:
-            text = text[:MAX_SUMMARY_CHARS - 1] + "…"
+        path = visible(str(arguments.get(target, "")), MAX_TARGET_CHARS)
+        head = f"{spec.tool_id} {path} ({size} bytes): "
+        text = head + visible(encode_json(content), MAX_SUMMARY_CHARS - len(head))
     else:
-        text = f"{spec.tool_id} {encode_json(dict(arguments))}"
-    printable = "".join(c if c.isprintable() else "?" for c in text)
-    return printable[:MAX_SUMMARY_CHARS]
+        text = visible(f"{spec.tool_id} {encode_json(dict(arguments))}", MAX_SUMMARY_CHARS)
+    return text

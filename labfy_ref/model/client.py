@@ -52,8 +52,7 @@ from labfy_ref import __version__
 from labfy_ref.errors import ModelUnavailable, ProtocolRefused
 from labfy_ref.model.endpoint import ModelEndpoint, ModelPath
 from labfy_ref.model.sse import SSEDecoder, SSEError
-from labfy_ref.protocol.exchange import MessageLog, Usage
-from labfy_ref.protocol.jsonfmt import encode_json
+from labfy_ref.protocol import MessageLog, Usage, encode_json
 from labfy_ref.protocol.strict_json import Defect, loads_strict
 
 _DONE = "[DONE]"
