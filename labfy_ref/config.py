@@ -317,7 +317,7 @@ def _log_level(text: str | None) -> str:
     return text
 
 
-def work_database(flag: str | None, environ: Mapping[str, str]) -> DatabaseUrl | None:
+def given_work_database(flag: str | None, environ: Mapping[str, str]) -> DatabaseUrl | None:
     """``--work-db``, else ``LABFY_WORK_DB``, validated (``WORK_DB_INVALID``); None when
     neither is given (the workspace's own ``work.sqlite``)."""
     # imported here, not at the top: the commands that resolve no serve options never load
@@ -352,7 +352,7 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         log_file=_output_file(raw.log_file, "--log-file"),
         debug=raw.debug,
         conclude_after=conclude_after_option(raw.conclude_after),
-        work_db=work_database(raw.work_db, environ),
+        work_db=given_work_database(raw.work_db, environ),
     )
 
 
@@ -438,7 +438,8 @@ def resolve_worker(raw: WorkerOptions, environ: Mapping[str, str]) -> WorkerConf
     if agent.supervised is not None:
         raise _refuse("a worker talks to a running model server: give --agent-endpoint "
                       "(a supervised --model-file is serve's)")
-    return WorkerConfig(workspace=Path(raw.workspace), work_db=work_database(raw.work_db, environ),
+    return WorkerConfig(workspace=Path(raw.workspace),
+                        work_db=given_work_database(raw.work_db, environ),
                         permission_mode=permission, conclude_after=conclude_after, agent=agent,
                         lease_seconds=lease, heartbeat_seconds=heartbeat, once=raw.once,
                         max_runs=max_runs)

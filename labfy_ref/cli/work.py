@@ -172,10 +172,6 @@ def run_worker_command(args: argparse.Namespace, environ: Mapping[str, str] | No
     return run_worker(resolve_worker(worker_options(args), environ), environ)
 
 
-def _worker(args: argparse.Namespace) -> int:
-    return run_worker_command(args)
-
-
 def _count(text: str) -> int:
     """``--limit N``: a whole number from 1, in ASCII digits."""
     if not _COUNT.fullmatch(text) or int(text) > MAX_COUNT:
@@ -245,7 +241,7 @@ def add_work_commands(commands: argparse._SubParsersAction[Any],
                            f"{DEFAULT_HEARTBEAT_SECONDS:g} or a third of the lease, whichever "
                            "is shorter")
     add_agent_options(worker)
-    worker.set_defaults(handler=_worker)
+    worker.set_defaults(handler=run_worker_command)
 
     show = actions.add_parser(
         "show", parents=[debug], help="print a task",

@@ -56,6 +56,12 @@ class ToolOutcome:
         return None if error is None else str(error["code"])
 
 
+def _direct(spec: ToolSpec, service: Callable[..., dict[str, Any]],
+            arguments: dict[str, Any]) -> dict[str, Any]:
+    """The service call itself (the hook of a gateway that wraps nothing)."""
+    return service(**arguments)
+
+
 def _wrap(tool_id: str, ok: bool, data: dict[str, Any]) -> dict[str, Any]:
     return {"trust": TRUST, "tool_id": tool_id, "ok": ok, "data": data}
 
@@ -83,7 +89,7 @@ class AgentGateway:
         self.grants = GrantService(store, workspace)
         #: The provider usage ledger (BR-14): every model call of every turn is recorded here.
         self.usage = usage if usage is not None else UsageService(store)
-        self._around = around
+        self._around: ServiceHook = around if around is not None else _direct
         #: (tool_id, status) of every call that reached the gateway, newest last.
         self.log: collections.deque[tuple[str, Status]] = collections.deque(maxlen=log_size)
         #: The service objects the catalog's ``service`` traits name (``<service>.<method>``).
@@ -206,9 +212,7 @@ class AgentGateway:
                 f"unknown object_id {missing[0][:40]}: copy ids exactly from earlier results",
                 code=ErrorCode.OBJECT_NOT_FOUND))
         try:
-            service = self._services[tool_id]
-            data = (self._around(spec, service, arguments) if self._around is not None
-                    else service(**arguments))
+            data = self._around(spec, self._services[tool_id], arguments)
         except ToolError as exc:
             return _failure(tool_id, arguments, "error", exc)
         except OSError as exc:  # a service's unexpected I/O failure is a tool error too

@@ -237,7 +237,7 @@ async def drive_run(store: WorkStore, claim: Claim, services: RunServices,
     port = WorkPort(store, claim, engine, ledger=ledger, services=services, control=control,
                     stored_messages=len(stored), catalog=catalog)
     gateway = WorkGateway(services.workspace, services.workspace_store, ledger,
-                          max_result_bytes=services.limits.max_result_bytes,
+                          max_result_bytes=services.limits.max_result_bytes, catalog=catalog,
                           usage=RunUsage(services.workspace_store, port))
     conversation = Conversation.start([{"role": "system", "content": engine.system_prompt},
                                        {"role": "user", "content": stored[0].content}])

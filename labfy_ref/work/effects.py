@@ -38,7 +38,7 @@ from labfy_ref.errors import ErrorCode, ToolError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.gateway.files import split_path
 from labfy_ref.gateway.usage import UsageService
-from labfy_ref.tools.catalog import Recovery, ToolSpec
+from labfy_ref.tools.catalog import Recovery, ToolCatalog, ToolSpec
 from labfy_ref.work.crash import CrashPoints
 from labfy_ref.work.model import Claim, Effect, EffectStatus
 from labfy_ref.work.store import WorkStore
@@ -229,9 +229,10 @@ class WorkGateway(AgentGateway):
     """The gateway of one claimed run: every validated service call goes through the ledger."""
 
     def __init__(self, workspace: Workspace, store: WorkspaceStore, ledger: EffectLedger, *,
-                 max_result_bytes: int, usage: UsageService | None = None) -> None:
-        super().__init__(workspace, store, max_result_bytes=max_result_bytes, usage=usage,
-                         around=self._recorded)
+                 max_result_bytes: int, catalog: ToolCatalog | None = None,
+                 usage: UsageService | None = None) -> None:
+        super().__init__(workspace, store, catalog, max_result_bytes=max_result_bytes,
+                         usage=usage, around=self._recorded)
         self.ledger = ledger
 
     def _recorded(self, spec: ToolSpec, service: Service,

@@ -166,5 +166,4 @@ def resolve_database_url(workspace: Path, flag: str | None = None,
                          environ: Mapping[str, str] | None = None) -> DatabaseUrl:
     """The Work database a command uses: ``--work-db``, else ``LABFY_WORK_DB``, else the
     workspace's own ``work.sqlite``. An empty flag or variable counts as unset."""
-    given = given_database_url(flag, environ)
-    return sqlite_url(workspace / DEFAULT_FILE) if given is None else given
+    return work_database(workspace, given_database_url(flag, environ)).url

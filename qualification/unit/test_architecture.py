@@ -185,7 +185,7 @@ def test_every_tool_states_its_traits_and_a_service_runs_each_one(
     import json  # noqa: PLC0415
 
     from labfy_ref.gateway import AgentGateway  # noqa: PLC0415
-    from labfy_ref.tools.catalog import Traits  # noqa: PLC0415
+    from labfy_ref.tools.catalog import Recovery, Traits  # noqa: PLC0415
     from labfy_ref.workspace import open_workspace  # noqa: PLC0415
 
     document = json.loads((PACKAGE / "tools" / "schemas" / CATALOG_RESOURCE)
@@ -203,6 +203,8 @@ def test_every_tool_states_its_traits_and_a_service_runs_each_one(
         for spec in gateway.catalog.values():
             assert gateway.availability(spec) == (True, None), spec.tool_id
             assert gateway.service_method(spec) is not None
+            if spec.traits.recovery is Recovery.MADE:  # Work asks it what a crash made
+                assert gateway.service_method(spec, "_made_since") is not None, spec.tool_id
     finally:
         store.close()
 
