@@ -28,9 +28,11 @@ from labfy_ref.workspace.store import Campaign, Grant, WorkspaceStore
 TRUST = "UNTRUSTED_DATA"
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024
 Status = Literal["ok", "error", "refused"]
-#: A validated call's service, run by whoever wraps them: ``(spec, service, arguments) -> data``
-#: (Work records each effect around it, WK-03).
-ServiceHook = Callable[[ToolSpec, Callable[..., dict[str, Any]], dict[str, Any]], dict[str, Any]]
+Service = Callable[..., dict[str, Any]]
+#: A validated call's service, run by whoever wraps them:
+#: ``(spec, service, arguments, context) -> data`` (Work records each effect around it,
+#: keyed by the context's step, WK-03).
+ServiceHook = Callable[[ToolSpec, Service, dict[str, Any], CallContext], dict[str, Any]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,8 +58,8 @@ class ToolOutcome:
         return None if error is None else str(error["code"])
 
 
-def _direct(spec: ToolSpec, service: Callable[..., dict[str, Any]],
-            arguments: dict[str, Any]) -> dict[str, Any]:
+def _direct(spec: ToolSpec, service: Service, arguments: dict[str, Any],
+            context: CallContext) -> dict[str, Any]:
     """The service call itself (the hook of a gateway that wraps nothing)."""
     return service(**arguments)
 
@@ -95,7 +97,7 @@ class AgentGateway:
         #: The service objects the catalog's ``service`` traits name (``<service>.<method>``).
         self._providers: dict[str, object] = {
             "objects": self._objects, "research": self._research, "files": self._files}
-        self._services: dict[str, Callable[..., dict[str, Any]]] = {
+        self._services: dict[str, Service] = {
             spec.tool_id: method for spec in self.catalog.values()
             if (method := self.service_method(spec)) is not None}
 
@@ -212,7 +214,7 @@ class AgentGateway:
                 f"unknown object_id {missing[0][:40]}: copy ids exactly from earlier results",
                 code=ErrorCode.OBJECT_NOT_FOUND))
         try:
-            data = self._around(spec, self._services[tool_id], arguments)
+            data = self._around(spec, self._services[tool_id], arguments, context)
         except ToolError as exc:
             return _failure(tool_id, arguments, "error", exc)
         except OSError as exc:  # a service's unexpected I/O failure is a tool error too

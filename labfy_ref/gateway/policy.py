@@ -21,10 +21,12 @@ from labfy_ref.workspace.store import Grant
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CallContext:
-    """Who is calling, with which permission, and whether this call was approved once."""
+    """Who is calling, with which permission, whether this call was approved once, and
+    at which step of its turn (the model calls made so far: Work keys effects by it)."""
 
     permission_mode: PermissionMode
     approved_once: bool = False
+    step: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

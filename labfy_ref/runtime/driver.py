@@ -74,6 +74,8 @@ class Conversation:
 
     messages: MessageLog
     rounds: int = 0
+    #: Model calls made in this drive, repairs too: a call's step (its context's).
+    asks: int = 0
     #: What this turn's results showed (PR-06's input), and how many calls it made.
     observations: Observations = dataclasses.field(default_factory=Observations)
     #: The canonical text of the last call if it failed (GW-05), else None.
@@ -129,12 +131,23 @@ class Conversation:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Ending:
-    """How a drive ended: a turn state, with the final text, error or campaign."""
+    """How a drive ended: a turn state, with the final text, error, campaign or the
+    approval request it waits on."""
 
     state: TurnState
     final_text: str | None = None
     error: LabfyError | None = None
     campaign_id: str | None = None
+    #: The approval request a human has not answered yet (``AUTHORIZATION_REQUIRED``).
+    waiting_on: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pending:
+    """A human was asked about a write and has not answered yet: the drive ends waiting
+    (a Work run parks ``WAITING_APPROVAL`` and its answer comes to a later drive)."""
+
+    request_id: str
 
 
 class TurnPort(Protocol):
@@ -163,8 +176,9 @@ class TurnPort(Protocol):
         """Ask the model once (may raise ModelUnavailable or ProtocolRefused)."""
         ...
 
-    async def approve(self, call_id: str, action: ToolCall) -> Approval | None:
-        """Ask a human about a write; None when this surface has no one to ask."""
+    async def approve(self, call_id: str, action: ToolCall) -> Approval | Pending | None:
+        """Ask a human about a write; None when this surface has no one to ask,
+        :class:`Pending` when the answer will come to a later drive."""
         ...
 
     def admit(self, action: ToolCall) -> ToolError | None:
@@ -219,7 +233,7 @@ class TurnDriver:
             decoding = self.decoding(conversation, port, context)
             started = time.monotonic()
             try:
-                accepted = await request_action(self._recorded(port),
+                accepted = await request_action(self._recorded(port, conversation),
                                                 self._asked(conversation, decoding),
                                                 self.parser, decoding)
             except ModelUnavailable as exc:
@@ -240,9 +254,12 @@ class TurnDriver:
                     code=ErrorCode.REPEATED_TOOL_FAILURE))
             call_id = new_call_id()
             port.called(call_id, action)
-            outcome = await self._decide(call_id, action, port, context)
+            outcome = await self._decide(call_id, action, port,
+                                         dataclasses.replace(context, step=conversation.asks))
             if not port.live():
                 return None
+            if isinstance(outcome, Ending):
+                return outcome
             self.record(conversation, port, call_id, outcome)
             if conversation.context_bytes > limits.max_context_bytes:
                 return _budget(f"context exceeds {limits.max_context_bytes} bytes")
@@ -275,8 +292,9 @@ class TurnDriver:
                             rules=self.limits.narrowing_rules)
         port.answered(call_id, outcome)
 
-    def _recorded(self, port: TurnPort) -> Ask:
-        """``port.ask`` with each call recorded in the usage ledger, however it ends (BR-14).
+    def _recorded(self, port: TurnPort, conversation: Conversation) -> Ask:
+        """``port.ask`` with each call counted and recorded in the usage ledger, however it
+        ends (BR-14).
 
         The outcome is the call's own: ``ok`` when the provider answered (its reply
         may still fail the action contract: that is the turn's business, not the
@@ -285,6 +303,7 @@ class TurnDriver:
         ledger = self.gateway.usage
 
         async def ask(messages: Sequence[ChatMessage], decoding: Decoding) -> Answer:
+            conversation.asks += 1
             started = time.monotonic()
             outcome, reported = ErrorCode.INTERNAL_ERROR.value, Usage()
             try:
@@ -305,7 +324,7 @@ class TurnDriver:
         return ask
 
     async def _decide(self, call_id: str, action: ToolCall, port: TurnPort,
-                      context: CallContext) -> ToolOutcome:
+                      context: CallContext) -> ToolOutcome | Ending:
         gateway = self.gateway
         refused = port.admit(action)
         if refused is not None:
@@ -315,6 +334,8 @@ class TurnDriver:
             if refusal is not None:  # refused whatever a human says: nobody is asked
                 return gateway.refuse(action.tool_id, action.arguments, refusal)
             decision = await port.approve(call_id, dataclasses.replace(action, arguments=shown))
+            if isinstance(decision, Pending):
+                return Ending(TurnState.AUTHORIZATION_REQUIRED, waiting_on=decision.request_id)
             if decision is Approval.ALLOWED_ONCE:
                 return gateway.call(action.tool_id, action.arguments,
                                     dataclasses.replace(context, approved_once=True))

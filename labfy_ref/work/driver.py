@@ -15,7 +15,8 @@ Work store, fenced by its claim:
 * messages and events: each model reply and tool result is appended once (a replayed
   step finds its message stored already), with an event;
 * approvals: in ``read-only`` a write asks a human: the approval is stored, the run
-  parked ``WAITING_APPROVAL`` and released (:class:`RunParked` ends the drive); the
+  parked ``WAITING_APPROVAL`` and released (the port answers
+  :class:`~labfy_ref.runtime.driver.Pending`: the drive ends waiting on it); the
   store queues it again once answered, and the resumed run finds the answer;
 * cancellation: a cancelled task fences the run out; the worker's heartbeat (or the
   next fenced write) notices, the drive stops, its engine is released.
@@ -35,14 +36,14 @@ from labfy_ref.gateway.usage import UsageService
 from labfy_ref.modes import Approval, PermissionMode
 from labfy_ref.protocol import Answer, ChatMessage, ChatModel, Decoding, RoundUsage, ToolCall, Usage
 from labfy_ref.protocol.jsonfmt import canonical, encode_json
-from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver
+from labfy_ref.runtime.driver import Conversation, Ending, Pending, TurnDriver
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
 from labfy_ref.tools.catalog import ToolCatalog, default_catalog
 from labfy_ref.work.composition import RunEngine, start_run_engine
 from labfy_ref.work.crash import CrashPoints
 from labfy_ref.work.effects import EffectLedger, WorkGateway
-from labfy_ref.work.model import ApprovalRequest, Claim, State
+from labfy_ref.work.model import Claim, State
 from labfy_ref.work.store import WorkStore
 from labfy_ref.workspace.layout import Workspace
 from labfy_ref.workspace.store import WorkspaceStore
@@ -50,14 +51,6 @@ from labfy_ref.workspace.store import WorkspaceStore
 #: How a drive ended, as the worker reports it.
 COMPLETED, FAILED, WAITING, LOST, RELEASED = (
     "COMPLETED", "FAILED", "WAITING_APPROVAL", "LOST", "RELEASED")
-
-
-class RunParked(Exception):
-    """The run asked a human and is parked ``WAITING_APPROVAL``; its claim has ended."""
-
-    def __init__(self, approval: ApprovalRequest) -> None:
-        super().__init__(approval.id)
-        self.approval = approval
 
 
 @dataclasses.dataclass(slots=True)
@@ -112,13 +105,12 @@ class WorkPort:
     human = True  # approvals are stored and answered later (CLI or HTTP)
 
     def __init__(self, store: WorkStore, claim: Claim, engine: RunEngine, *,
-                 ledger: EffectLedger, services: RunServices, control: RunControl,
+                 services: RunServices, control: RunControl,
                  stored_messages: int, catalog: ToolCatalog) -> None:
         self._store = store
         self._catalog = catalog
         self._claim = claim
         self._engine = engine
-        self._ledger = ledger
         self._services = services
         self._control = control
         self._stored_messages = stored_messages
@@ -172,17 +164,18 @@ class WorkPort:
             return Answer(content, usage=Usage(**stored.response["usage"]))
         return Answer(content)  # a replayed step cost no tokens now
 
-    async def approve(self, call_id: str, action: ToolCall) -> Approval | None:
-        step, call = self._ledger.key
+    async def approve(self, call_id: str, action: ToolCall) -> Approval | Pending | None:
+        """The stored answer to this step's approval, else the request stored and pending
+        (the request is keyed like the call's effect: the reply of this step, call 0)."""
+        key = (self._claim.run_id, self.step, 0)
         for approval in self._store.list_approvals(self._claim.task_id):
-            if (approval.run_id, approval.step, approval.call) == (self._claim.run_id, step, call):
-                if approval.decision is None:  # still pending
-                    raise RunParked(approval)
-                return approval.decision
+            if (approval.run_id, approval.step, approval.call) == key:
+                return Pending(approval.id) if approval.decision is None else approval.decision
         summary = approval_summary(self._catalog[action.tool_id], action.arguments)
-        approval = self._store.request_approval(self._claim, step, call, action.tool_id, summary)
+        approval = self._store.request_approval(self._claim, self.step, 0, action.tool_id,
+                                                summary)
         self._services.crash.reached("approval.requested")
-        raise RunParked(approval)
+        return Pending(approval.id)
 
     def admit(self, action: ToolCall) -> ToolError | None:
         return None
@@ -191,13 +184,13 @@ class WorkPort:
         return None
 
     def called(self, call_id: str, action: ToolCall) -> None:
-        self._ledger.key = (self.step, 0)
+        return None
 
     def answered(self, call_id: str, outcome: ToolOutcome) -> None:
         text = outcome.result_text or canonical(outcome.result)
         if self._message("tool", text):
             self._store.append_event(self._claim.task_id, "tool.answered", {
-                "step": self._ledger.key[0], "tool_id": outcome.tool_id,
+                "step": self.step, "tool_id": outcome.tool_id,
                 "status": outcome.status, "error_code": outcome.error_code},
                 self._claim.run_id)
 
@@ -234,23 +227,24 @@ async def drive_run(store: WorkStore, claim: Claim, services: RunServices,
     ledger = EffectLedger(store, claim, services.crash)
     catalog = default_catalog()
     host, engine = await start_run_engine(catalog, services.model)
-    port = WorkPort(store, claim, engine, ledger=ledger, services=services, control=control,
+    port = WorkPort(store, claim, engine, services=services, control=control,
                     stored_messages=len(stored), catalog=catalog)
     gateway = WorkGateway(services.workspace, services.workspace_store, ledger,
                           max_result_bytes=services.limits.max_result_bytes, catalog=catalog,
-                          usage=RunUsage(services.workspace_store, port))
+                          usage=RunUsage(services.workspace_store, port),
+                          ).surface(engine.tool_ids)  # the tools its composition offers
     conversation = Conversation.start([{"role": "system", "content": engine.system_prompt},
                                        {"role": "user", "content": stored[0].content}])
     try:
         ending = await TurnDriver(gateway, services.limits).drive(
             conversation, port, CallContext(services.permission_mode))
-    except RunParked as parked:
-        return RunOutcome(WAITING, parked.approval.id)
     except RuntimeRefused as exc:
         return _refused(store, claim, exc)
     finally:
         conversation.release()
         await host.stop()
+    if ending is not None and ending.waiting_on is not None:
+        return RunOutcome(WAITING, ending.waiting_on)  # parked: the claim has ended
     if ending is None or not control.live:
         return RunOutcome(LOST if control.lost or not control.stopping else RELEASED)
     try:

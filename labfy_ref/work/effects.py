@@ -31,12 +31,12 @@ not made again), none means it never ran, several cannot be told apart.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from labfy_ref.errors import ErrorCode, ToolError
-from labfy_ref.gateway import AgentGateway
+from labfy_ref.gateway import AgentGateway, CallContext
 from labfy_ref.gateway.files import split_path
+from labfy_ref.gateway.gateway import Service
 from labfy_ref.gateway.usage import UsageService
 from labfy_ref.tools.catalog import Recovery, ToolCatalog, ToolSpec
 from labfy_ref.work.crash import CrashPoints
@@ -47,7 +47,6 @@ from labfy_ref.workspace.store import WorkspaceStore
 
 AUDIT_EVENT = "files.write.audit"
 TARGET_EVENT = "effect.target"
-Service = Callable[..., dict[str, Any]]
 
 
 class Targets(Protocol):
@@ -101,13 +100,13 @@ class EffectLedger:
         self.store = store
         self.claim = claim
         self.crash = crash
-        #: (step, call) of the call being decided; the driver sets it before each call.
-        self.key: tuple[int, int] = (1, 0)
 
     def run(self, spec: ToolSpec, service: Service, targets: Targets,
-            arguments: dict[str, Any]) -> dict[str, Any]:
-        """Execute a validated call once per (run, step, call), or give back its stored outcome."""
-        step, call = self.key
+            arguments: dict[str, Any], *, step: int, call: int = 0) -> dict[str, Any]:
+        """Execute a validated call once per (run, step, call), or give back its stored outcome.
+
+        ``step`` is the model call whose reply made the call (the call context's), ``call``
+        its place in that reply (one call a reply: 0)."""
         effect = self.store.begin_effect(self.claim, step, call, spec.tool_id, arguments)
         if effect.status is not EffectStatus.STARTED:
             return _replay(effect)
@@ -235,9 +234,9 @@ class WorkGateway(AgentGateway):
                          usage=usage, around=self._recorded)
         self.ledger = ledger
 
-    def _recorded(self, spec: ToolSpec, service: Service,
-                  arguments: dict[str, Any]) -> dict[str, Any]:
-        return self.ledger.run(spec, service, self, arguments)
+    def _recorded(self, spec: ToolSpec, service: Service, arguments: dict[str, Any],
+                  context: CallContext) -> dict[str, Any]:
+        return self.ledger.run(spec, service, self, arguments, step=context.step)
 
     def made_since(self, spec: ToolSpec, arguments: dict[str, Any],
                    since: str) -> list[dict[str, Any]]:
