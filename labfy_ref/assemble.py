@@ -11,10 +11,10 @@ import dataclasses
 
 from labfy_ref.config import AgentConfig
 from labfy_ref.model import ClientLimits, LocalModelClient
+from labfy_ref.model.demo import DEMO_LABEL, DemoAgent
 from labfy_ref.model.supervised import SupervisedLlama
 from labfy_ref.modes import AgentMode
 from labfy_ref.protocol import ChatModel
-from labfy_ref.runtime import DEMO_LABEL, DemoAgent
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

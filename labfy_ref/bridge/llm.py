@@ -16,11 +16,11 @@ from labfy_ref.assemble import endpoint_client
 from labfy_ref.config import AgentConfig
 from labfy_ref.errors import ModelUnavailable
 from labfy_ref.model import LocalModelClient, StreamDelta
+from labfy_ref.model.demo import DemoAgent
 from labfy_ref.model.route import ModelRoute
 from labfy_ref.model.supervised import SupervisedLlama
 from labfy_ref.modes import AgentMode
 from labfy_ref.protocol import Decoding
-from labfy_ref.runtime.demo import DemoAgent
 
 __all__ = ["DemoProvider", "LocalProvider", "ModelClient", "ModelProvider", "ModelRoute",
            "provider_for"]

@@ -11,6 +11,8 @@ import dataclasses
 from urllib.parse import quote, unquote
 
 from labfy_ref.errors import ErrorCode, RuntimeRefused
+from labfy_ref.model.demo import DemoAgent
+from labfy_ref.protocol import ChatModel
 
 ROUTE_PREFIX = "engine"
 
@@ -33,3 +35,11 @@ class ModelRoute:
             raise RuntimeRefused(ErrorCode.MODEL_NOT_FOUND,
                                  "a model is written engine:<provider>:<model>")
         return cls(unquote(parts[1]), unquote(parts[2]))
+
+
+def model_route(model: ChatModel) -> ModelRoute:
+    """The qualified route (BR-10) of an agent's model: the demo, or a local server's model."""
+    if isinstance(model, DemoAgent):
+        return ModelRoute("demo", model.model)
+    name = getattr(model, "model", None)  # LocalModelClient, SupervisedLlama: the served id
+    return ModelRoute("local", name if isinstance(name, str) and name else type(model).__name__)

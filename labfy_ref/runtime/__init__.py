@@ -1,12 +1,11 @@
-"""The agent runtime: turn loop, states, budgets, events, demo agent (SPEC §6)."""
+"""The agent runtime: turn loop, states, budgets, events (SPEC §6)."""
 
 from labfy_ref.errors import IllegalTransition
-from labfy_ref.runtime.demo import DEMO_LABEL, DemoAgent
 from labfy_ref.runtime.events import Event, EventLog
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.runtime import AgentRuntime
 from labfy_ref.runtime.states import TRANSITIONS, TurnState
 from labfy_ref.runtime.turn import ToolCallRecord, Turn
 
-__all__ = ["DEMO_LABEL", "TRANSITIONS", "AgentRuntime", "DemoAgent", "Event", "EventLog",
-           "IllegalTransition", "RuntimeLimits", "ToolCallRecord", "Turn", "TurnState"]
+__all__ = ["TRANSITIONS", "AgentRuntime", "Event", "EventLog", "IllegalTransition",
+           "RuntimeLimits", "ToolCallRecord", "Turn", "TurnState"]

@@ -26,7 +26,7 @@ from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
 from labfy_ref.host.scope import Scope
 from labfy_ref.ids import new_id
 from labfy_ref.logs import incident
-from labfy_ref.model.route import ModelRoute
+from labfy_ref.model.route import model_route
 from labfy_ref.modes import Approval, PermissionMode
 from labfy_ref.protocol import (
     Answer,
@@ -38,7 +38,6 @@ from labfy_ref.protocol import (
     chat_asker,
     system_prompt,
 )
-from labfy_ref.runtime.demo import DemoAgent
 from labfy_ref.runtime.driver import Conversation, Ending, TurnDriver, new_call_id
 from labfy_ref.runtime.events import EventLog
 from labfy_ref.runtime.limits import RuntimeLimits
@@ -47,14 +46,6 @@ from labfy_ref.runtime.turn import Turn
 
 log = logging.getLogger("labfy_ref.runtime")
 _MAX_CLIENT_REQUEST_ID = 128
-
-
-def model_route(model: ChatModel) -> ModelRoute:
-    """The qualified route (BR-10) of a runtime's model: the demo, or a local server's model."""
-    if isinstance(model, DemoAgent):
-        return ModelRoute("demo", model.model)
-    name = getattr(model, "model", None)  # LocalModelClient, SupervisedLlama: the served id
-    return ModelRoute("local", name if isinstance(name, str) and name else type(model).__name__)
 
 
 class AgentRuntime:

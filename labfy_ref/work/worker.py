@@ -32,9 +32,9 @@ from labfy_ref.assemble import open_agent_model
 from labfy_ref.config import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS, WorkerConfig
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.logs import incident
+from labfy_ref.model.route import model_route
 from labfy_ref.protocol import ChatModel
 from labfy_ref.runtime import RuntimeLimits
-from labfy_ref.runtime.runtime import model_route
 from labfy_ref.work.crash import CrashPoints
 from labfy_ref.work.driver import (
     FAILED,

@@ -28,10 +28,10 @@ from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import Scope
 from labfy_ref.model import LocalModelClient, StreamDelta
+from labfy_ref.model.demo import DemoAgent, DemoReply
 from labfy_ref.modes import PermissionMode
 from labfy_ref.protocol import TOOL_RESULT_PREFIX, Decoding
-from labfy_ref.runtime import AgentRuntime, DemoAgent, RuntimeLimits
-from labfy_ref.runtime.demo import DemoReply
+from labfy_ref.runtime import AgentRuntime, RuntimeLimits
 from labfy_ref.server.security import SECURITY_HEADERS
 from labfy_ref.workspace import open_workspace
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent

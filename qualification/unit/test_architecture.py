@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "labfy_ref"
 FLOORS_DOC = ROOT / "docs" / "architecture.md"
 #: Agents and their predicates: they *are* the callers of tools, by name.
-AGENTS = ("labfy_ref/runtime/demo.py", "labfy_ref/smoke/", "labfy_ref/eval/")
+AGENTS = ("labfy_ref/model/demo.py", "labfy_ref/smoke/", "labfy_ref/eval/")
 
 
 def floors() -> dict[str, int]:
