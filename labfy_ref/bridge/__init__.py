@@ -5,7 +5,7 @@ from labfy_ref.bridge.engine import ReferenceEngine
 from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.ndjson import NdjsonDecoder, encode_line
 from labfy_ref.bridge.service import Bridge, BridgeState
-from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.bridge.store.logs import JsonlSessionStore
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.errors import SessionInvalid
 

@@ -1,13 +1,13 @@
 """``ReferenceEngine``: the engine contract over our runtime pieces (BR-01..BR-12).
 
-Sessions live in the JSONL store; a :class:`~labfy_ref.bridge.catalog.SessionCatalog`
+Sessions live in the JSONL store; a :class:`~labfy_ref.bridge.store.catalog.SessionCatalog`
 indexes them (listings are pages of the index, never a read of every log) and
 caches the projections of the recently used ones (a turn never re-reads its
 log). Besides that bounded cache, the engine keeps only what a running turn
 needs (its task, its handle, its writer, its pending approvals) and forgets it
 when the turn's task has ended and its records are on disk, so nothing keyed by
 session outlives its turn. A turn's records are written off the event loop
-(:mod:`labfy_ref.bridge.journal`). Settings are durable events; a change while a
+(:mod:`labfy_ref.bridge.store.journal`). Settings are durable events; a change while a
 turn runs is 409 ``SESSION_BUSY``. Deleting a session cancels and releases its
 turn first, then removes the log. A transient session (BR-13) lives only as
 long as its one turn: its log is in memory and deleted when the turn ends, and
@@ -19,24 +19,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from typing import Any, Protocol
+from typing import Any
 
-from labfy_ref.bridge.catalog import SessionCatalog
 from labfy_ref.bridge.contract import MAX_PAGE_SIZE, PAGE_SIZE, Transcript
-from labfy_ref.bridge.history import SessionState
-from labfy_ref.bridge.index import SessionIndex, Summary
-from labfy_ref.bridge.journal import SessionWriter
 from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop, PendingApproval, TurnContext, decide
-from labfy_ref.bridge.sessions import (
-    MAX_LOG_BYTES,
-    MAX_RECORD_BYTES,
-    Appended,
-    Stamp,
-    StoredLog,
-)
+from labfy_ref.bridge.store import SessionStore
+from labfy_ref.bridge.store.catalog import SessionCatalog
+from labfy_ref.bridge.store.history import SessionState
+from labfy_ref.bridge.store.index import SessionIndex, Summary
+from labfy_ref.bridge.store.journal import SessionWriter
+from labfy_ref.bridge.store.transient import TransientLog, new_transient_id, seed
 from labfy_ref.bridge.stream import StreamHandle
-from labfy_ref.bridge.transient import TransientLog, new_transient_id, seed
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.errors import ErrorCode, LabfyError, ModelUnavailable, RuntimeRefused, SessionInvalid
 from labfy_ref.host.scope import Scope
@@ -45,20 +39,6 @@ from labfy_ref.modes import Approval, PermissionMode
 
 MAX_MESSAGE_CHARS = 32_000
 _SETTINGS = {"model", "permission_mode"}
-
-
-class SessionStore(Protocol):
-    """What the engine needs of a session store (``delete`` is optional: BR-08)."""
-
-    def create(self, session_id: str, header: dict[str, Any]) -> StoredLog: ...
-    def append(self, session_id: str, event: dict[str, Any]) -> Appended: ...
-    def append_line(self, session_id: str, line: bytes) -> Appended: ...
-    def encode(self, session_id: str, record: dict[str, Any]) -> bytes: ...
-    def check_room(self, session_id: str, size: int, line: bytes) -> None: ...
-    def read_log(self, session_id: str) -> StoredLog: ...
-    def stamp(self, session_id: str) -> Stamp | None: ...
-    def dir_stamp(self) -> Stamp: ...
-    def list_ids(self) -> list[str]: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -248,7 +228,7 @@ class ReferenceEngine:
             permission_mode=PermissionMode(state.settings["permission_mode"]),
             history=history, handle=handle,
             headless=headless, record=writer.stage, flush=writer.flush, approvals=approvals,
-            max_record_bytes=getattr(self._store, "max_record_bytes", MAX_RECORD_BYTES))
+            max_record_bytes=self._store.max_record_bytes)
         task = self._scope.spawn(self._loop.run(turn), f"turn {session_id}")
         running = _Running(handle, task, approvals, writer)
 
@@ -284,14 +264,13 @@ class ReferenceEngine:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
                                  f"the last user message must be 1-{MAX_MESSAGE_CHARS} characters")
         session_id = new_transient_id()
-        log = TransientLog(self._store.encode, session_id,
-                           getattr(self._store, "max_log_bytes", MAX_LOG_BYTES))
+        log = TransientLog(self._store.encode, session_id, self._store.max_log_bytes)
         history = seed(log, transcript)
         handle = StreamHandle(session_id, AGENT_ID)
         turn = TurnContext(
             session_id=session_id, model=route.model, permission_mode=PermissionMode.READ_ONLY,
             history=history, handle=handle, headless=True, record=log.stage, approvals={},
-            max_record_bytes=getattr(self._store, "max_record_bytes", MAX_RECORD_BYTES),
+            max_record_bytes=self._store.max_record_bytes,
             context=transcript.context, transient=True)
         task = self._scope.spawn(self._loop.run(turn), f"transient turn {session_id}")
 
@@ -335,8 +314,7 @@ class ReferenceEngine:
 
     async def delete_session(self, session_id: str) -> None:
         """Cancel and release the turn first, then tombstone and remove the log."""
-        delete = getattr(self._store, "delete", None)
-        if delete is None:
+        if not self._store.deletes:
             raise RuntimeRefused(ErrorCode.DELETE_UNSUPPORTED,
                                  "this session store cannot delete")
         with contextlib.suppress(SessionInvalid):
@@ -344,7 +322,7 @@ class ReferenceEngine:
         await self._settle(session_id)
         self._running.pop(session_id, None)
         with self.catalog.own_change():
-            delete(session_id)
+            self._store.delete(session_id)
         self.catalog.deleted(session_id)
 
     async def close(self) -> None:

@@ -14,11 +14,11 @@ import dataclasses
 from typing import ClassVar
 
 from labfy_ref.bridge.engine import ReferenceEngine
-from labfy_ref.bridge.index import INDEX_NAME, SessionIndex
 from labfy_ref.bridge.llm import provider_for
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop
-from labfy_ref.bridge.projection import project_messages
-from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.bridge.store.index import INDEX_NAME, SessionIndex
+from labfy_ref.bridge.store.logs import JsonlSessionStore
+from labfy_ref.bridge.store.projection import project_messages
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import PluginContext
 from labfy_ref.protocol import system_prompt
@@ -152,7 +152,7 @@ class EnginePlugin(_Plugin):
         the logs where it differs from them.
         """
         store = context.get("sessions")
-        root = getattr(store, "root", None)
+        root = store.root
         index = SessionIndex.beside(root) if root is not None else SessionIndex.in_memory()
         context.scope.defer(index.close, f"file sessions/{INDEX_NAME}")
         engine = ReferenceEngine(store, context.get("agent_loop"), context.scope.child("turns"),

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.bridge.store.logs import JsonlSessionStore
 from labfy_ref.ids import new_id
 from labfy_ref.workspace import open_workspace
 from qualification.bench.memory import bridge_message, new_session

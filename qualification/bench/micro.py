@@ -18,7 +18,7 @@ from pathlib import Path
 
 from labfy_ref.bridge.final_text import FinalTextExtractor
 from labfy_ref.bridge.ndjson import encode_line
-from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.bridge.store.logs import JsonlSessionStore
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.gateway.files import ConfinedFiles
 from labfy_ref.ids import new_id

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.bridge.store.logs import JsonlSessionStore
 
 
 def line_bytes(event: dict[str, Any]) -> int:

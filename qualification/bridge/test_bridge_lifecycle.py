@@ -156,7 +156,11 @@ def test_a_symlinked_sessions_directory_is_refused(
 class _NoDeleteStore:
     """A store backend without delete (BR-08): the engine must say so, not pretend."""
 
+    deletes = False  # the capability, stated (no delete method at all)
+    root = None
+
     def __init__(self, inner: JsonlSessionStore) -> None:
+        self.max_record_bytes, self.max_log_bytes = inner.max_record_bytes, inner.max_log_bytes
         self.create, self.append, self.append_line = inner.create, inner.append, inner.append_line
         self.encode, self.check_room = inner.encode, inner.check_room
         self.read_log, self.stamp, self.list_ids = inner.read_log, inner.stamp, inner.list_ids

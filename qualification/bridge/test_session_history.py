@@ -17,11 +17,11 @@ import pytest
 
 from fake_provider import Answer, Scenario
 from labfy_ref.bridge import JsonlSessionStore, ReferenceEngine
-from labfy_ref.bridge.history import HistoryCache, SessionState
 from labfy_ref.bridge.llm import DemoProvider
 from labfy_ref.bridge.loop import AgentLoop
 from labfy_ref.bridge.plugins import bridge_surface
-from labfy_ref.bridge.projection import chat_history, check_log, project_messages
+from labfy_ref.bridge.store.history import HistoryCache, SessionState
+from labfy_ref.bridge.store.projection import chat_history, check_log, project_messages
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import Scope
 from labfy_ref.protocol import ChatMessage

@@ -21,10 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labfy_ref.bridge.history import SessionState
-from labfy_ref.bridge.index import INDEX_NAME, SessionIndex
-from labfy_ref.bridge.projection import check_log, project_messages, project_settings
-from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.bridge.store.history import SessionState
+from labfy_ref.bridge.store.index import INDEX_NAME, SessionIndex
+from labfy_ref.bridge.store.logs import JsonlSessionStore
+from labfy_ref.bridge.store.projection import check_log, project_messages, project_settings
 from labfy_ref.clock import iso, parse_iso, utcnow
 from labfy_ref.errors import RuntimeRefused, SessionInvalid
 from labfy_ref.ids import new_id

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.bridge.store.logs import JsonlSessionStore
 from labfy_ref.errors import RecordTooLarge, RuntimeRefused, SessionFull, SessionInvalid
 from labfy_ref.ids import new_id
 from qualification.bridge.append_child import event_of

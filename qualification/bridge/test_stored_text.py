@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.bridge.store.logs import JsonlSessionStore
 from labfy_ref.errors import RuntimeRefused
 from labfy_ref.ids import new_id
 from labfy_ref.text import has_surrogate, scrub

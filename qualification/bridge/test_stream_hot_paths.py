@@ -18,9 +18,9 @@ import pytest
 import labfy_ref.bridge.stream as stream_module
 from fake_provider import Answer, Scenario
 from labfy_ref.bridge import JsonlSessionStore
-from labfy_ref.bridge.journal import SessionWriter
 from labfy_ref.bridge.ndjson import encode_line
-from labfy_ref.bridge.sessions import Appended
+from labfy_ref.bridge.store.journal import SessionWriter
+from labfy_ref.bridge.store.logs import Appended
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.errors import SessionFull
 from labfy_ref.ids import new_id

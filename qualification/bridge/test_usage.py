@@ -28,7 +28,7 @@ from labfy_ref.bridge.contract import Transcript
 from labfy_ref.bridge.llm import LocalProvider
 from labfy_ref.bridge.loop import AgentLoop
 from labfy_ref.bridge.plugins import bridge_surface
-from labfy_ref.bridge.sessions import JsonlSessionStore
+from labfy_ref.bridge.store.logs import JsonlSessionStore
 from labfy_ref.config import RawOptions, resolve
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host.scope import Scope

@@ -535,7 +535,7 @@ async def _delete_anything(self: Any, session_id: str) -> None:
         await _delete_session(self, session_id)
 
 
-@fault("delete-leaves-log", replaces="labfy_ref.bridge.sessions:JsonlSessionStore.delete",
+@fault("delete-leaves-log", replaces="labfy_ref.bridge.store.logs:JsonlSessionStore.delete",
        killer=f"{BRIDGE}::test_a_disconnect_cancels_the_turn_and_a_deleted_session_is_gone",
        breaks="deleting an engine session forgets it but leaves its log on disk")
 def _delete_nothing(self: Any, session_id: str) -> None:

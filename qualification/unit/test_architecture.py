@@ -173,7 +173,7 @@ def test_no_module_outside_the_catalog_spells_a_tool_id() -> None:
         if found:
             spelled[relative] = found
     assert spelled == {}
-    demo = PACKAGE / "runtime" / "demo.py"
+    demo = PACKAGE / "model" / "demo.py"
     assert _tool_literals(demo, tool_ids), "the check finds a tool id where one is"
 
 

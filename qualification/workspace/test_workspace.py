@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labfy_ref.bridge.index import SessionIndex
+from labfy_ref.bridge.store.index import SessionIndex
 from labfy_ref.errors import ErrorCode, WorkspaceError
 from labfy_ref.gateway import AgentGateway, CallContext
 from labfy_ref.modes import PermissionMode

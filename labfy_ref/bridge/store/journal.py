@@ -26,18 +26,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from labfy_ref.bridge.sessions import Appended
+from labfy_ref.bridge.store import SessionStore
+from labfy_ref.bridge.store.logs import Appended
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.errors import LabfyError
 
 Event = dict[str, Any]
-
-
-class LineStore(Protocol):
-    """What a writer needs of the session store."""
-
-    def encode(self, session_id: str, record: Event) -> bytes: ...
-    def append_line(self, session_id: str, line: bytes) -> Appended: ...
 
 
 class Landing(Protocol):
@@ -56,7 +50,7 @@ class _Landed:
 class SessionWriter:
     """One session's records: encoded at once, written in a worker thread, in order."""
 
-    def __init__(self, store: LineStore, landing: Landing, session_id: str) -> None:
+    def __init__(self, store: SessionStore, landing: Landing, session_id: str) -> None:
         self._store = store
         self._landing = landing
         self.session_id = session_id

@@ -111,6 +111,7 @@ class JsonlSessionStore:
         if os.path.realpath(root) != os.path.abspath(root):
             raise SessionInvalid(f"session root {root.name}/ is reached through a symlink")
         self.root = root
+        self.deletes = True
         self.max_record_bytes = max_record_bytes
         self.max_log_bytes = max_log_bytes
         self._dir = os.open(root, os.O_RDONLY | os.O_DIRECTORY | _OPEN)

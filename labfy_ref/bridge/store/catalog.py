@@ -24,11 +24,18 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from labfy_ref.bridge.history import HistoryCache, SessionState
-from labfy_ref.bridge.index import IndexLost, SessionIndex, Summary, decode_cursor, encode_cursor
-from labfy_ref.bridge.sessions import Appended, Stamp, StoredLog
+from labfy_ref.bridge.store import SessionStore
+from labfy_ref.bridge.store.history import HistoryCache, SessionState
+from labfy_ref.bridge.store.index import (
+    IndexLost,
+    SessionIndex,
+    Summary,
+    decode_cursor,
+    encode_cursor,
+)
+from labfy_ref.bridge.store.logs import Appended, Stamp, StoredLog
 from labfy_ref.errors import RuntimeRefused, SessionInvalid
 
 T = TypeVar("T")
@@ -39,19 +46,10 @@ _RACY_NS = 20_000_000
 _PAGE_PASSES = 3
 
 
-class LogStore(Protocol):
-    """What the catalog needs of a session store."""
-
-    def read_log(self, session_id: str) -> StoredLog: ...
-    def stamp(self, session_id: str) -> Stamp | None: ...
-    def dir_stamp(self) -> Stamp: ...
-    def list_ids(self) -> list[str]: ...
-
-
 class SessionCatalog:
     """The index and the cache of one store's sessions, checked against the logs."""
 
-    def __init__(self, store: LogStore, index: SessionIndex,
+    def __init__(self, store: SessionStore, index: SessionIndex,
                  cache: HistoryCache | None = None) -> None:
         self._store = store
         self.index = index

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from labfy_ref.bridge.contract import Transcript
-from labfy_ref.bridge.projection import chat_turns
+from labfy_ref.bridge.store.projection import chat_turns
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.errors import SessionFull
 from labfy_ref.ids import new_id

@@ -4,7 +4,7 @@
 messages, the conversation for the model, the summary a listing shows — built
 once from a read and then extended with each record the engine appends, so a
 turn never re-reads and re-parses the whole log. Every record it holds passed
-:func:`~labfy_ref.bridge.projection.check_log` (or :func:`check_event` for an
+:func:`~labfy_ref.bridge.store.projection.check_log` (or :func:`check_event` for an
 appended one). It describes one state of its log (a :class:`Stamp`): an append
 that did not start from that state (the log changed behind the engine's back)
 is not applied, and the state is dropped to be read again.
@@ -19,15 +19,15 @@ import collections
 from collections.abc import Mapping
 from typing import Any
 
-from labfy_ref.bridge.index import TITLE_CHARS, Summary
-from labfy_ref.bridge.projection import (
+from labfy_ref.bridge.store.index import TITLE_CHARS, Summary
+from labfy_ref.bridge.store.logs import Appended, StoredLog
+from labfy_ref.bridge.store.projection import (
     chat_turns,
     check_event,
     check_log,
     project_message,
     project_settings,
 )
-from labfy_ref.bridge.sessions import Appended, StoredLog
 from labfy_ref.protocol import EncodedMessage, MessageLog
 
 DEFAULT_CACHED_SESSIONS = 64

@@ -5,7 +5,7 @@ updated times, settings, title — and what says whether the row still describes
 its log: the log's size and modification time (its :class:`Stamp`) and the end of
 its last complete record. It is never the source of truth: a missing, corrupt or
 older-schema file is deleted and rebuilt from the logs, and a row whose stamp no
-longer matches its log is rebuilt from that log (:mod:`labfy_ref.bridge.catalog`).
+longer matches its log is rebuilt from that log (:mod:`labfy_ref.bridge.store.catalog`).
 
 Why SQLite: rows are updated on every append (one small ``UPDATE``), a page is
 one indexed range query — ``(sort_at, id) < cursor`` newest first — whatever the
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from labfy_ref.bridge.sessions import SESSION_ID, Appended, Stamp
+from labfy_ref.bridge.store.logs import SESSION_ID, Appended, Stamp
 from labfy_ref.clock import parse_iso
 from labfy_ref.errors import ErrorCode, RuntimeRefused
 from labfy_ref.private import private_database
