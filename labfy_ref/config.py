@@ -29,7 +29,7 @@ from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 
 if TYPE_CHECKING:
-    from labfy_ref.work.url import DatabaseUrl
+    from labfy_ref.work.store.url import DatabaseUrl
 
 ENV_AGENT_MODE = "LABFY_AGENT_MODE"
 ENV_AGENT_ENDPOINT = "LABFY_AGENT_MODEL_ENDPOINT"
@@ -322,7 +322,7 @@ def given_work_database(flag: str | None, environ: Mapping[str, str]) -> Databas
     neither is given (the workspace's own ``work.sqlite``)."""
     # imported here, not at the top: the commands that resolve no serve options never load
     # SQLAlchemy
-    from labfy_ref.work.url import given_database_url  # noqa: PLC0415
+    from labfy_ref.work.store.url import given_database_url  # noqa: PLC0415
 
     return given_database_url(flag, environ)
 

@@ -72,8 +72,8 @@ def _open_store(args: argparse.Namespace) -> WorkStore:
     """The Work store the options name (see the module's docstring), migrated forward,
     for the one workspace ``--workspace`` names (or every one: ``--all-workspaces``)."""
     from labfy_ref.work import WorkStore  # noqa: PLC0415
-    from labfy_ref.work.store import ALL_WORKSPACES  # noqa: PLC0415
-    from labfy_ref.work.url import given_database_url, work_database  # noqa: PLC0415
+    from labfy_ref.work.store.tasks import ALL_WORKSPACES  # noqa: PLC0415
+    from labfy_ref.work.store.url import given_database_url, work_database  # noqa: PLC0415
     from labfy_ref.workspace import open_workspace  # noqa: PLC0415
 
     every = getattr(args, "all_workspaces", False)
@@ -129,7 +129,7 @@ def _approve(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from labfy_ref.work.pages import task_page  # noqa: PLC0415
+    from labfy_ref.work.store.pages import task_page  # noqa: PLC0415
 
     store = _open_store(args)
     try:
@@ -166,7 +166,7 @@ def run_worker_command(args: argparse.Namespace, environ: Mapping[str, str] | No
     """``labfy-ref work worker``: its options resolved (CONFIG_INVALID naming the flag), then
     the worker; its failures keep their exit codes."""
     # the worker (its driver, its agent) loads only for this command
-    from labfy_ref.work.worker import run_worker  # noqa: PLC0415
+    from labfy_ref.work.run.worker import run_worker  # noqa: PLC0415
 
     environ = os.environ if environ is None else environ
     return run_worker(resolve_worker(worker_options(args), environ), environ)

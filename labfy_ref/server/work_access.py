@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 
 from labfy_ref.work import DatabaseUrl, WorkStore
-from labfy_ref.work.engine import unavailable
-from labfy_ref.work.url import work_database
+from labfy_ref.work.store.engine import unavailable
+from labfy_ref.work.store.url import work_database
 
 
 class WorkAccess:

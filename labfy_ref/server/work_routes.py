@@ -23,8 +23,8 @@ from labfy_ref.server.routes import Strict
 from labfy_ref.server.security import require_admin
 from labfy_ref.server.state import ServerState
 from labfy_ref.work import WorkStore
-from labfy_ref.work.pages import task_page
-from labfy_ref.work.store import DEFAULT_LIMIT
+from labfy_ref.work.store.pages import task_page
+from labfy_ref.work.store.tasks import DEFAULT_LIMIT
 
 
 class TaskBody(Strict):

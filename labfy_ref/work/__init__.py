@@ -5,8 +5,8 @@ provider replies and tool effects in SQLite (``<workspace>/work.sqlite``, the
 default) or PostgreSQL (``postgresql://…``), through one SQLAlchemy Core code path.
 """
 
-from labfy_ref.work.migrations import MIGRATIONS, SCHEMA_VERSION, Migration
-from labfy_ref.work.model import (
+from labfy_ref.work.store.migrations import MIGRATIONS, SCHEMA_VERSION, Migration
+from labfy_ref.work.store.model import (
     ApprovalRequest,
     Claim,
     Effect,
@@ -19,8 +19,8 @@ from labfy_ref.work.model import (
     Submission,
     Task,
 )
-from labfy_ref.work.store import WorkStore
-from labfy_ref.work.url import (
+from labfy_ref.work.store.tasks import WorkStore
+from labfy_ref.work.store.url import (
     ENV_VAR,
     DatabaseUrl,
     parse_database_url,

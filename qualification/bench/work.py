@@ -45,7 +45,7 @@ from sqlalchemy import create_engine, text
 from labfy_ref.clock import parse_iso, utcnow
 from labfy_ref.work import ENV_VAR as WORK_DB_ENV
 from labfy_ref.work import DatabaseUrl, State, WorkStore, sqlite_url
-from labfy_ref.work.schema import runs
+from labfy_ref.work.store.schema import runs
 from labfy_ref.workspace.layout import open_workspace
 from qualification.bench.procs import FAKE_MODEL, Child, new_workspace
 from qualification.bench.table import Goal, Row, at_most, median, percentile

@@ -156,7 +156,7 @@ def test_a_symlinked_sessions_directory_is_refused(
 class _NoDeleteStore:
     """A store backend without delete (BR-08): the engine must say so, not pretend."""
 
-    deletes = False  # the capability, stated (no delete method at all)
+    deletes = False  # the capability, stated; the engine must not call delete anyway
     root = None
 
     def __init__(self, inner: JsonlSessionStore) -> None:
@@ -165,6 +165,9 @@ class _NoDeleteStore:
         self.encode, self.check_room = inner.encode, inner.check_room
         self.read_log, self.stamp, self.list_ids = inner.read_log, inner.stamp, inner.list_ids
         self.dir_stamp = inner.dir_stamp
+
+    def delete(self, session_id: str) -> None:
+        raise AssertionError(f"the engine deleted {session_id} through a store that cannot")
 
 
 @pytest.mark.req("BR-08")

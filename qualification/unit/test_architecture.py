@@ -144,8 +144,8 @@ def test_the_walk_sees_every_kind_of_import_and_every_cycle() -> None:
     assert "labfy_ref.protocol.narrowing" in edges["labfy_ref.runtime.driver"]
     assert "labfy_ref.protocol.action" in edges["labfy_ref.protocol"]  # relative or not
     table = floors()
-    assert floor_of("labfy_ref.work.url", table) < floor_of("labfy_ref.config", table) \
-        < floor_of("labfy_ref.work.worker", table)
+    assert floor_of("labfy_ref.work.store.url", table) < floor_of("labfy_ref.config", table) \
+        < floor_of("labfy_ref.work.run.worker", table)
     assert climbs({"labfy_ref.gateway.policy": {"labfy_ref.config"}}, table) == [
         "labfy_ref.gateway.policy (floor 3) imports labfy_ref.config (floor 5)"]
     with pytest.raises(AssertionError, match="no floor"):

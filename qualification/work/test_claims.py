@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, select
 from labfy_ref.clock import iso
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.work import Claim, DatabaseUrl, State, WorkStore
-from labfy_ref.work.schema import runs
+from labfy_ref.work.store.schema import runs
 from qualification.work.conftest import Clock
 from qualification.work.postgres import PrivateCluster
 from qualification.work.wire import STORE_WORKSPACE

@@ -30,17 +30,19 @@ from labfy_ref.model.endpoint import parse_endpoint
 from labfy_ref.modes import PermissionMode
 from labfy_ref.runtime import RuntimeLimits
 from labfy_ref.tools import default_catalog
-from labfy_ref.work import DatabaseUrl, EffectStatus, State, WorkStore, driver, fields
-from labfy_ref.work.composition import (
+from labfy_ref.work import DatabaseUrl, EffectStatus, State, WorkStore
+from labfy_ref.work.run import driver
+from labfy_ref.work.run.composition import (
     ROWS,
     RunEngine,
     check_isolated,
     run_composition,
     start_run_engine,
 )
-from labfy_ref.work.driver import RunOutcome, RunServices
-from labfy_ref.work.effects import AUDIT_EVENT
-from labfy_ref.work.worker import Worker, WorkerSettings
+from labfy_ref.work.run.driver import RunOutcome, RunServices
+from labfy_ref.work.run.effects import AUDIT_EVENT
+from labfy_ref.work.run.worker import Worker, WorkerSettings
+from labfy_ref.work.store import fields
 from labfy_ref.workspace.layout import open_workspace
 from qualification.conftest import ProviderFactory
 from qualification.harness import wait_until

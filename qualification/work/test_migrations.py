@@ -25,8 +25,8 @@ from labfy_ref.work import (
     WorkStore,
     sqlite_url,
 )
-from labfy_ref.work.schema import METADATA
-from labfy_ref.work.store import ALL_WORKSPACES
+from labfy_ref.work.store.schema import METADATA
+from labfy_ref.work.store.tasks import ALL_WORKSPACES
 from qualification.work.wire import STORE_WORKSPACE
 
 

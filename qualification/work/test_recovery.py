@@ -1,7 +1,7 @@
 """WK-03, WK-04: a worker killed with SIGKILL mid-run; another takes the run over and finishes it.
 
 Workers are real ``labfy-ref work worker`` processes. A worker dies at a chosen step
-boundary by sending itself SIGKILL (``LABFY_WORK_CRASH_AT``, :mod:`labfy_ref.work.crash`)
+boundary by sending itself SIGKILL (``LABFY_WORK_CRASH_AT``, :mod:`labfy_ref.work.run.crash`)
 — the same death as ``kill -9`` from outside, at a known point — or is killed from here
 while its run waits for an approval. After every kill the checks are the same: the task
 completes; each ``files.write`` happened exactly once (one effect row, one audit entry,
@@ -25,7 +25,7 @@ import pytest
 
 from fake_provider.server import FakeProvider
 from labfy_ref.work import DatabaseUrl, EffectStatus, State, WorkStore
-from labfy_ref.work.effects import AUDIT_EVENT
+from labfy_ref.work.run.effects import AUDIT_EVENT
 from qualification.conftest import ProviderFactory
 from qualification.harness import wait_until
 from qualification.work.wire import open_for

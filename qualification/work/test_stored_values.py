@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.work import State, WorkStore
-from labfy_ref.work.fields import MAX_JSON_BYTES, MAX_TEXT_CHARS
+from labfy_ref.work.store.fields import MAX_JSON_BYTES, MAX_TEXT_CHARS
 
 SETTINGS = settings(deadline=None, max_examples=60,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,

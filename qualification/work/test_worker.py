@@ -21,7 +21,7 @@ from labfy_ref.cli.work import run_worker_command
 from labfy_ref.config import ENV_AGENT_ENDPOINT, ENV_AGENT_MODE, ENV_AGENT_MODEL
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.work import DatabaseUrl, State, WorkStore
-from labfy_ref.work.crash import ENV_VAR as CRASH_ENV
+from labfy_ref.work.run.crash import ENV_VAR as CRASH_ENV
 from qualification.conftest import ProviderFactory
 from qualification.harness import wait_until
 from qualification.work.wire import open_for

@@ -27,8 +27,8 @@ from fake_provider.scenario import Scenario
 from fake_provider.server import FakeProvider
 from labfy_ref.work import ENV_VAR as WORK_DB_ENV
 from labfy_ref.work import DatabaseUrl, EffectStatus, WorkStore
-from labfy_ref.work.crash import ENV_VAR as CRASH_ENV
-from labfy_ref.work.effects import AUDIT_EVENT
+from labfy_ref.work.run.crash import ENV_VAR as CRASH_ENV
+from labfy_ref.work.run.effects import AUDIT_EVENT
 
 REPO = Path(__file__).resolve().parents[2]
 #: Short leases: a killed worker's run is taken over quickly.

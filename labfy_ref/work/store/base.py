@@ -15,10 +15,10 @@ from sqlalchemy import Connection, Select, insert, update
 
 from labfy_ref.clock import iso
 from labfy_ref.errors import ErrorCode, RuntimeRefused
-from labfy_ref.work import fields
-from labfy_ref.work.engine import WorkEngine
-from labfy_ref.work.model import Claim, Event, State
-from labfy_ref.work.schema import events, runs, tasks
+from labfy_ref.work.store import fields
+from labfy_ref.work.store.engine import WorkEngine
+from labfy_ref.work.store.model import Claim, Event, State
+from labfy_ref.work.store.schema import events, runs, tasks
 
 Clock = Callable[[], datetime.datetime]
 

@@ -10,7 +10,7 @@ this build knows is refused ``WORK_DB_TOO_NEW`` and left untouched.
 To change the schema, append a :class:`Migration` to :data:`MIGRATIONS` (its
 ``apply`` issues DDL through the connection it is given, portable Core constructs
 or one statement per dialect) and make the same change to
-:data:`labfy_ref.work.schema.METADATA`; never edit a released step. The version
+:data:`labfy_ref.work.store.schema.METADATA`; never edit a released step. The version
 table itself never changes.
 """
 
@@ -24,8 +24,8 @@ from sqlalchemy.schema import CreateIndex
 
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.errors import ErrorCode, LabfyError
-from labfy_ref.work import schema
-from labfy_ref.work.engine import WorkEngine
+from labfy_ref.work.store import schema
+from labfy_ref.work.store.engine import WorkEngine
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

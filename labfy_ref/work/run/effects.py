@@ -39,9 +39,9 @@ from labfy_ref.gateway.files import split_path
 from labfy_ref.gateway.gateway import Service
 from labfy_ref.gateway.usage import UsageService
 from labfy_ref.tools.catalog import Recovery, ToolCatalog, ToolSpec
-from labfy_ref.work.crash import CrashPoints
-from labfy_ref.work.model import Claim, Effect, EffectStatus
-from labfy_ref.work.store import WorkStore
+from labfy_ref.work.run.crash import CrashPoints
+from labfy_ref.work.store.model import Claim, Effect, EffectStatus
+from labfy_ref.work.store.tasks import WorkStore
 from labfy_ref.workspace.layout import Workspace
 from labfy_ref.workspace.store import WorkspaceStore
 

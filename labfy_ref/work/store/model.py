@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import Row
 
 from labfy_ref.modes import Approval
-from labfy_ref.work.fields import load_json
-from labfy_ref.work.schema import PENDING
+from labfy_ref.work.store.fields import load_json
+from labfy_ref.work.store.schema import PENDING
 
 
 class State(enum.StrEnum):

@@ -35,8 +35,8 @@ from labfy_ref.logs import incident
 from labfy_ref.model.route import model_route
 from labfy_ref.protocol import ChatModel
 from labfy_ref.runtime import RuntimeLimits
-from labfy_ref.work.crash import CrashPoints
-from labfy_ref.work.driver import (
+from labfy_ref.work.run.crash import CrashPoints
+from labfy_ref.work.run.driver import (
     FAILED,
     LOST,
     RELEASED,
@@ -45,9 +45,9 @@ from labfy_ref.work.driver import (
     RunServices,
     drive_run,
 )
-from labfy_ref.work.model import Claim, State
-from labfy_ref.work.store import WorkStore
-from labfy_ref.work.url import work_database
+from labfy_ref.work.store.model import Claim, State
+from labfy_ref.work.store.tasks import WorkStore
+from labfy_ref.work.store.url import work_database
 from labfy_ref.workspace.layout import open_workspace
 
 log = logging.getLogger("labfy_ref.work")

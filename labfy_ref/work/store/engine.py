@@ -28,7 +28,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.private import create_private
-from labfy_ref.work.url import DatabaseUrl
+from labfy_ref.work.store.url import DatabaseUrl
 
 #: How long a SQLite writer waits for the lock before WORK_DB_UNAVAILABLE.
 BUSY_TIMEOUT_S = 30.0

@@ -2,7 +2,7 @@
 
 :func:`declare_v1` declares the tables as migration 1 creates them; :data:`METADATA`
 is the current shape the store queries. A later migration changes the database with
-its own DDL (:mod:`labfy_ref.work.migrations`) and this module with the same change
+its own DDL (:mod:`labfy_ref.work.store.migrations`) and this module with the same change
 applied to :data:`METADATA` (``append_column`` and the like: :func:`declare_v2`) after
 ``declare_v1``; a test
 compares a migrated database with :data:`METADATA` on both engines, so the two
@@ -11,7 +11,7 @@ cannot drift.
 Every table is prefixed ``work_`` so a team may point Work at a database that
 holds other tables. Timestamps are :func:`labfy_ref.clock.iso` text (fixed
 width, UTC, so text order is time order on both engines); JSON is text written
-by :func:`labfy_ref.work.fields.dump_json`, so a value reads back exactly as
+by :func:`labfy_ref.work.store.fields.dump_json`, so a value reads back exactly as
 stored (PostgreSQL's ``jsonb`` would reorder keys and refuse ``\\u0000``).
 """
 

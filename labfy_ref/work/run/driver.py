@@ -3,9 +3,9 @@
 A run is driven by :class:`~labfy_ref.runtime.driver.TurnDriver` — the same loop as
 runtime and bridge turns (strict parse, one repair, gateway, budgets, GW-05) —
 through :class:`WorkPort`. Its model and prompt come from the run's own in-memory
-composition (:mod:`labfy_ref.work.composition`), built for this run and stopped
+composition (:mod:`labfy_ref.work.run.composition`), built for this run and stopped
 when the drive ends, however it ends. Its tool calls go through
-:class:`~labfy_ref.work.effects.WorkGateway`. Everything the run leaves is in the
+:class:`~labfy_ref.work.run.effects.WorkGateway`. Everything the run leaves is in the
 Work store, fenced by its claim:
 
 * provider replay (WK-04): before asking the model for step N the port looks up the
@@ -40,11 +40,11 @@ from labfy_ref.runtime.driver import Conversation, Ending, Pending, TurnDriver
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
 from labfy_ref.tools.catalog import ToolCatalog, default_catalog
-from labfy_ref.work.composition import RunEngine, start_run_engine
-from labfy_ref.work.crash import CrashPoints
-from labfy_ref.work.effects import EffectLedger, WorkGateway
-from labfy_ref.work.model import Claim, State
-from labfy_ref.work.store import WorkStore
+from labfy_ref.work.run.composition import RunEngine, start_run_engine
+from labfy_ref.work.run.crash import CrashPoints
+from labfy_ref.work.run.effects import EffectLedger, WorkGateway
+from labfy_ref.work.store.model import Claim, State
+from labfy_ref.work.store.tasks import WorkStore
 from labfy_ref.workspace.layout import Workspace
 from labfy_ref.workspace.store import WorkspaceStore
 

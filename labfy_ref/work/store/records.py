@@ -1,8 +1,8 @@
 """What a run leaves behind: its messages, provider replies, effects, events, approvals.
 
-Writes made on a run's behalf name its :class:`~labfy_ref.work.model.Claim` and are
+Writes made on a run's behalf name its :class:`~labfy_ref.work.store.model.Claim` and are
 fenced by it (:meth:`StoreBase._fence`). Each value is checked
-(:mod:`labfy_ref.work.fields`) before its transaction begins.
+(:mod:`labfy_ref.work.store.fields`) before its transaction begins.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from sqlalchemy import func, insert, select, update
 from labfy_ref.errors import ErrorCode, RuntimeRefused
 from labfy_ref.ids import new_id
 from labfy_ref.modes import Approval
-from labfy_ref.work import fields
-from labfy_ref.work.base import StoreBase
-from labfy_ref.work.model import (
+from labfy_ref.work.store import fields
+from labfy_ref.work.store.base import StoreBase
+from labfy_ref.work.store.model import (
     ApprovalRequest,
     Claim,
     Effect,
@@ -26,7 +26,7 @@ from labfy_ref.work.model import (
     Reply,
     State,
 )
-from labfy_ref.work.schema import (
+from labfy_ref.work.store.schema import (
     PENDING,
     ROLES,
     approvals,
@@ -43,7 +43,7 @@ MAX_EVENTS_PAGE = 1000
 
 
 class RecordsMixin(StoreBase):
-    """The per-run records of :class:`~labfy_ref.work.store.WorkStore`."""
+    """The per-run records of :class:`~labfy_ref.work.store.tasks.WorkStore`."""
 
     # -- messages ---------------------------------------------------------------------------
 

@@ -38,13 +38,13 @@ from labfy_ref.clock import iso, utcnow
 from labfy_ref.errors import ErrorCode, ProtocolRefused, RuntimeRefused
 from labfy_ref.ids import new_id
 from labfy_ref.protocol.strict_json import loads_strict
-from labfy_ref.work import fields
-from labfy_ref.work.base import Clock
-from labfy_ref.work.engine import WorkEngine
-from labfy_ref.work.migrations import MIGRATIONS, Migration, migrate
-from labfy_ref.work.model import FINISHED, Claim, Run, State, Submission, Task
-from labfy_ref.work.records import RecordsMixin
-from labfy_ref.work.schema import (
+from labfy_ref.work.store import fields
+from labfy_ref.work.store.base import Clock
+from labfy_ref.work.store.engine import WorkEngine
+from labfy_ref.work.store.migrations import MIGRATIONS, Migration, migrate
+from labfy_ref.work.store.model import FINISHED, Claim, Run, State, Submission, Task
+from labfy_ref.work.store.records import RecordsMixin
+from labfy_ref.work.store.schema import (
     approvals,
     effects,
     events,
@@ -53,7 +53,7 @@ from labfy_ref.work.schema import (
     runs,
     tasks,
 )
-from labfy_ref.work.url import DatabaseUrl
+from labfy_ref.work.store.url import DatabaseUrl
 
 #: Default and largest page of ``list_tasks``.
 DEFAULT_LIMIT = 50
@@ -224,7 +224,7 @@ class WorkStore(RecordsMixin):
     def show(self, task_id: str) -> dict[str, Any]:
         """The pinned Work shape of SPEC §15: task, runs, events, effects, approvals.
 
-        Events are the task's first :data:`~labfy_ref.work.records.MAX_EVENTS_PAGE`;
+        Events are the task's first :data:`~labfy_ref.work.store.records.MAX_EVENTS_PAGE`;
         ``list_events`` pages through the rest.
         """
         task = self.get_task(task_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labfy_ref.work.store import DEFAULT_LIMIT, WorkStore
+from labfy_ref.work.store.tasks import DEFAULT_LIMIT, WorkStore
 
 
 def task_page(store: WorkStore, *, state: str | None = None, limit: int = DEFAULT_LIMIT,
