@@ -5,7 +5,8 @@ provider replies and tool effects in SQLite (``<workspace>/work.sqlite``, the
 default) or PostgreSQL (``postgresql://…``), through one SQLAlchemy Core code path.
 """
 
-from labfy_ref.work.store.migrations import MIGRATIONS, SCHEMA_VERSION, Migration
+from labfy_ref.sqlcore import Migration
+from labfy_ref.work.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from labfy_ref.work.store.model import (
     ApprovalRequest,
     Claim,

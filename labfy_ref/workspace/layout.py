@@ -28,7 +28,8 @@ from typing import IO
 from labfy_ref.errors import ErrorCode, WorkspaceError
 from labfy_ref.ids import id_pattern, new_id
 from labfy_ref.private import private_database
-from labfy_ref.workspace.migrations import MIGRATIONS, Migration, StoreUpgrade, upgrade_store
+from labfy_ref.sqlcore import Migration
+from labfy_ref.workspace.migrations import MIGRATIONS, StoreUpgrade, upgrade_store
 from labfy_ref.workspace.store import WorkspaceStore
 
 MANIFEST = "labfy-workspace.toml"

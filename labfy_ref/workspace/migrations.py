@@ -3,11 +3,13 @@
 A new store is made by running the version 1 schema and then every step, so a
 fresh store and an upgraded one cannot drift apart. An existing store is
 migrated only when asked (``labfy-ref workspace upgrade``): a consistent copy is
-kept first through SQLite's backup API, then each step runs in its own
-transaction together with the version it stamps, so a failure or a crash
-leaves the store at the last version that completed, never in between.
+kept first through SQLite's backup API, then the runner both stores share
+(:func:`labfy_ref.sqlcore.migrate`) runs each step in its own transaction together
+with the version it stamps, so a failure or a crash leaves the store at the last
+version that completed, never in between.
 
-To change the schema, append a :class:`Migration` to :data:`MIGRATIONS`; never
+To change the schema, append a :class:`~labfy_ref.sqlcore.Migration` to
+:data:`MIGRATIONS` and the same change to :mod:`labfy_ref.workspace.schema`; never
 edit a released step or the version 1 schema.
 """
 
@@ -18,11 +20,18 @@ import datetime
 import os
 import shlex
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.exc import DBAPIError
 
 from labfy_ref.errors import ErrorCode, LabfyError, WorkspaceError
 from labfy_ref.private import PRIVATE_MODE
+from labfy_ref.sqlcore import Migration, newest, statements, transaction
+from labfy_ref.sqlcore import migrate as run_steps
+from labfy_ref.workspace.engine import store_engine
+from labfy_ref.workspace.schema import meta
 
 BASE_VERSION = 1
 _VERSION_1 = (
@@ -62,37 +71,17 @@ _VERSION_1 = (
 )
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Migration:
-    """One forward step: ``apply`` takes a store at ``version - 1`` to ``version``.
-
-    ``apply`` runs inside the step's transaction and must not commit.
-    """
-
-    version: int
-    summary: str
-    apply: Callable[[sqlite3.Connection], None]
-
-
-def _statements(*sql: str) -> Callable[[sqlite3.Connection], None]:
-    def apply(db: sqlite3.Connection) -> None:
-        for statement in sql:
-            db.execute(statement)
-
-    return apply
-
-
 MIGRATIONS: tuple[Migration, ...] = (
     # grants_for() filtered by campaign with a full scan, and list_objects() sorted the
     # whole table (or every object of a kind) for each call: both now read an index in order.
-    Migration(2, "index grants by campaign, objects by creation and by kind", _statements(
+    Migration(2, "index grants by campaign, objects by creation and by kind", statements(
         "CREATE INDEX grants_by_campaign ON grants (campaign_id, created_at, grant_id)",
         "CREATE INDEX objects_by_creation ON objects (created_at, object_id)",
         "CREATE INDEX objects_by_kind ON objects (kind, created_at, object_id)",
     )),
     # BR-14: one row per model call of the runtime and the engine; ``usage_id`` orders
     # calls made in the same millisecond, and pruning keeps the newest rows by it.
-    Migration(3, "add the provider usage ledger", _statements(
+    Migration(3, "add the provider usage ledger", statements(
         """CREATE TABLE usage (
     usage_id INTEGER PRIMARY KEY,
     at TEXT NOT NULL,
@@ -108,7 +97,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     )),
 )
 #: The version this build reads and writes.
-SCHEMA_VERSION = MIGRATIONS[-1].version if MIGRATIONS else BASE_VERSION
+SCHEMA_VERSION = newest(MIGRATIONS, first=BASE_VERSION + 1, empty=True)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -120,42 +109,40 @@ class StoreUpgrade:
     backup: Path | None
 
 
-def _target(migrations: Sequence[Migration]) -> int:
-    """The version ``migrations`` lead to; they must be consecutive from version 2."""
-    versions = [step.version for step in migrations]
-    if versions != list(range(BASE_VERSION + 1, BASE_VERSION + 1 + len(versions))):
-        raise ValueError(f"migrations must be consecutive from {BASE_VERSION + 1}: {versions}")
-    return versions[-1] if versions else BASE_VERSION
+_VERSION = meta.c.key == "schema_version"
 
 
-def create_schema(db: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIONS) -> None:
+def create_schema(conn: Connection, migrations: Sequence[Migration] = MIGRATIONS) -> None:
     """Make a new store at the newest version: version 1, then every step, in one transaction."""
-    target = _target(migrations)
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        for statement in _VERSION_1:
-            db.execute(statement)
+    target = newest(migrations, first=BASE_VERSION + 1, empty=True)
+    with transaction(conn, write=True):
+        statements(*_VERSION_1)(conn)
         for step in migrations:
-            step.apply(db)
-        db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(target),))
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
+            step.apply(conn)
+        conn.execute(insert(meta).values(key="schema_version", value=str(target)))
 
 
-def stored_version(db: sqlite3.Connection) -> int:
+def stored_version(conn: Connection) -> int:
     """The version stamped in ``meta``, or ``WORKSPACE_INVALID`` if there is none."""
-    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    text = row[0] if row else None
+    text = conn.execute(select(meta.c.value).where(_VERSION)).scalar()
     if not (isinstance(text, str) and text.isascii() and text.isdigit() and int(text) >= 1):
         raise WorkspaceError(f"store schema version {text!r} is not a version")
     return int(text)
 
 
-def check_version(db: sqlite3.Connection, path: Path) -> None:
+class _Stamp:
+    """The workspace's version stamp: ``meta.schema_version``."""
+
+    def read(self, conn: Connection) -> int:
+        return stored_version(conn)
+
+    def stamp(self, conn: Connection, step: Migration) -> None:
+        conn.execute(update(meta).where(_VERSION).values(value=str(step.version)))
+
+
+def check_version(conn: Connection, path: Path) -> None:
     """Refuse a store of another version: an older one says how to upgrade it."""
-    found = stored_version(db)
+    found = stored_version(conn)
     if found < SCHEMA_VERSION:
         raise outdated(path, found)
     if found > SCHEMA_VERSION:
@@ -214,19 +201,9 @@ def _backup(db: sqlite3.Connection, path: Path, version: int) -> Path:
     return target
 
 
-def _step(db: sqlite3.Connection, step: Migration) -> None:
-    """Run one step and stamp its version, in one transaction."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        found = stored_version(db)
-        if found != step.version - 1:
-            raise WorkspaceError(f"store schema version {found} changed during the upgrade")
-        step.apply(db)
-        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(step.version),))
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
+def _newer(found: int, target: int) -> WorkspaceError:
+    return WorkspaceError(f"store schema version {found} is newer than this build's "
+                          f"{target}; nothing to upgrade")
 
 
 def upgrade_store(path: Path, migrations: Sequence[Migration] = MIGRATIONS) -> StoreUpgrade:
@@ -235,30 +212,35 @@ def upgrade_store(path: Path, migrations: Sequence[Migration] = MIGRATIONS) -> S
     A current store is left alone (no backup); a newer one is refused. A step
     that fails rolls back, leaving the store at the last version completed.
     """
-    target = _target(migrations)
+    target = newest(migrations, first=BASE_VERSION + 1, empty=True)
+    engine = store_engine(path)
     try:
-        db = sqlite3.connect(path, isolation_level=None)
-    except sqlite3.Error as exc:
-        raise WorkspaceError(f"store {path.name} is unreadable: {exc}") from exc
-    try:
-        try:
-            found = stored_version(db)
-        except sqlite3.DatabaseError as exc:
-            raise WorkspaceError(f"store {path.name} is unreadable: {exc}") from exc
-        if found > target:
-            raise WorkspaceError(f"store schema version {found} is newer than this build's "
-                                 f"{target}; nothing to upgrade")
-        if found == target:
-            return StoreUpgrade(found, found, None)
-        backup = _backup(db, path, found)
-        for step in migrations[found - BASE_VERSION:]:
-            try:
-                _step(db, step)
-            except sqlite3.Error as exc:
-                now = stored_version(db)
-                raise LabfyError(f"upgrade to schema version {step.version} failed ({exc}); "
-                                 f"the store stays at version {now}; backup: {backup}",
-                                 code=ErrorCode.WORKSPACE_OUTDATED) from exc
-        return StoreUpgrade(found, target, backup)
+        with engine.connect() as conn:
+            return _upgrade(conn, path, migrations, target)
+    except DBAPIError as exc:  # the store could not be read: nothing was changed
+        raise WorkspaceError(f"store {path.name} is unreadable: {exc.orig}") from None
     finally:
-        db.close()
+        engine.dispose()
+
+
+def _upgrade(conn: Connection, path: Path, migrations: Sequence[Migration],
+             target: int) -> StoreUpgrade:
+    with transaction(conn, write=False):
+        found = stored_version(conn)
+    if found > target:
+        raise _newer(found, target)
+    if found == target:
+        return StoreUpgrade(found, found, None)
+    raw = conn.connection.driver_connection
+    assert isinstance(raw, sqlite3.Connection)
+    backup = _backup(raw, path, found)
+    try:
+        run_steps(lambda: transaction(conn, write=True), migrations, _Stamp(),
+                  first=BASE_VERSION + 1, too_new=_newer, empty=True)
+    except DBAPIError as exc:
+        with transaction(conn, write=False):
+            now = stored_version(conn)
+        raise LabfyError(f"upgrade to schema version {now + 1} failed ({exc.orig}); "
+                         f"the store stays at version {now}; backup: {backup}",
+                         code=ErrorCode.WORKSPACE_OUTDATED) from None
+    return StoreUpgrade(found, target, backup)

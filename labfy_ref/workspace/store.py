@@ -19,33 +19,52 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Connection, Integer, bindparam, insert, select, update
+from sqlalchemy.exc import DBAPIError
+
 from labfy_ref.clock import iso, parse_iso, utcnow
 from labfy_ref.errors import ErrorCode, RuntimeRefused, WorkspaceError
 from labfy_ref.ids import new_id
+from labfy_ref.sqlcore import transaction
 from labfy_ref.text import find_surrogate, has_surrogate, scrub
 from labfy_ref.workspace import usage
+from labfy_ref.workspace.engine import store_engine
 from labfy_ref.workspace.migrations import check_version, create_schema
+from labfy_ref.workspace.schema import campaigns, grants, objects, specimen_evidence
 from labfy_ref.workspace.usage import USAGE_RETENTION, UsageRecord
 
 OBJECT_KINDS = ("fact", "observation", "source", "note")
-
-
-def _decode(raw: bytes) -> str:
-    """SQLite TEXT as str; bytes that are not UTF-8 read as U+FFFD instead of failing."""
-    return raw.decode("utf-8", errors="replace")
+_OBJECT = (objects.c.object_id, objects.c.kind, objects.c.title, objects.c.body)
+_CAMPAIGN = (campaigns.c.campaign_id, campaigns.c.workspace_id, campaigns.c.topic,
+             campaigns.c.questions, campaigns.c.object_refs, campaigns.c.status,
+             campaigns.c.evidence, campaigns.c.created_at)
+# The statements, built once with their parameters named: the agent's reads run on every
+# round, and building a statement costs more than SQLite takes to answer it.
+_OBJECTS_IN_ORDER = (objects.c.created_at, objects.c.object_id)
+_LIMIT = bindparam("limit", type_=Integer)
+_LIST_OBJECTS = select(*_OBJECT).order_by(*_OBJECTS_IN_ORDER).limit(_LIMIT)
+_LIST_OBJECTS_OF_KIND = (select(*_OBJECT).where(objects.c.kind == bindparam("kind"))
+                         .order_by(*_OBJECTS_IN_ORDER).limit(_LIMIT))
+_GET_OBJECT = select(*_OBJECT).where(objects.c.object_id == bindparam("object_id"))
+_EXISTING_OBJECTS = select(objects.c.object_id).where(
+    objects.c.object_id.in_(bindparam("object_ids", expanding=True)))
+_GET_CAMPAIGN = select(*_CAMPAIGN).where(campaigns.c.campaign_id == bindparam("campaign_id"),
+                                         campaigns.c.workspace_id == bindparam("workspace_id"))
+_GRANTS_FOR = (select(grants).where(grants.c.campaign_id == bindparam("campaign_id"))
+               .order_by(grants.c.created_at, grants.c.grant_id))
+_GET_GRANT = select(grants).where(grants.c.grant_id == bindparam("grant_id"))
 
 
 def _valid(**fields: Any) -> None:
     """Refuse text holding a lone surrogate before it is bound: SQLite stores UTF-8 only.
 
-    Without this a write (or a lookup) would fail inside sqlite3 with a raw
+    Without this a write (or a lookup) would fail inside the driver with a raw
     ``UnicodeEncodeError``, or a JSON column would store an escape that reads back
     as text that is not Unicode.
     """
@@ -119,46 +138,43 @@ class Grant:
 
 
 class WorkspaceStore:
-    """A thread-safe handle on ``labfy.sqlite``."""
+    """A thread-safe handle on ``labfy.sqlite`` (one connection, one lock around it)."""
 
     def __init__(self, path: Path, *, create: bool = False) -> None:
         if not create and not path.is_file():
             raise WorkspaceError(f"store {path.name} is missing", code=ErrorCode.WORKSPACE_INVALID)
         self._lock = threading.RLock()
+        self._engine = store_engine(path)
         try:
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise WorkspaceError(f"store {path.name} is unreadable: {exc}") from exc
-        try:
-            self._db.text_factory = _decode
-            self._db.execute("PRAGMA foreign_keys = ON")
-            self._db.execute("PRAGMA journal_mode = WAL")
+            self._conn = self._engine.connect()
             if create:
-                create_schema(self._db)
-            check_version(self._db, path)
-        except sqlite3.DatabaseError as exc:
-            self._db.close()
-            raise WorkspaceError(f"store {path.name} is unreadable: {exc}") from exc
+                create_schema(self._conn)
+            with transaction(self._conn, write=False):
+                check_version(self._conn, path)
+        except DBAPIError as exc:
+            self._engine.dispose()
+            raise WorkspaceError(f"store {path.name} is unreadable: {exc.orig}") from None
         except BaseException:
-            self._db.close()
+            self._engine.dispose()
             raise
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One atomic transaction (serialised across threads)."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def transaction(self) -> Iterator[Connection]:
+        """One atomic write transaction (serialised across threads)."""
+        with self._lock, transaction(self._conn, write=True):
+            yield self._conn
+
+    @contextmanager
+    def _read(self, *, snapshot: bool = False) -> Iterator[Connection]:
+        """One read (serialised across threads): one statement, or several on one snapshot."""
+        with self._lock, transaction(self._conn, write=False, snapshot=snapshot):
+            yield self._conn
 
     def close(self) -> None:
         """Close the connection; idempotent."""
         with self._lock:
-            self._db.close()
+            self._conn.close()
+            self._engine.dispose()
 
     # -- objects ----------------------------------------------------------------
 
@@ -167,28 +183,24 @@ class WorkspaceStore:
         _valid(kind=kind, title=title, body=body)
         obj = StoredObject(new_id("obj"), kind, title, body)
         with self.transaction() as db:
-            db.execute("INSERT INTO objects VALUES (?, ?, ?, ?, ?)",
-                       (obj.object_id, kind, title, body, iso(utcnow())))
+            db.execute(insert(objects), {"object_id": obj.object_id, "kind": kind,
+                                         "title": title, "body": body,
+                                         "created_at": iso(utcnow())})
         return obj
 
     def list_objects(self, kind: str | None = None, limit: int = 100) -> list[StoredObject]:
         """Objects in creation order, optionally of one kind."""
         _valid(kind=kind)
-        query = "SELECT object_id, kind, title, body FROM objects"
-        params: tuple[Any, ...] = ()
-        if kind is not None:
-            query, params = query + " WHERE kind = ?", (kind,)
-        with self._lock:
-            rows = self._db.execute(query + " ORDER BY created_at, object_id LIMIT ?",
-                                    (*params, limit)).fetchall()
+        with self._read() as db:
+            rows = (db.execute(_LIST_OBJECTS, {"limit": limit}) if kind is None else
+                    db.execute(_LIST_OBJECTS_OF_KIND, {"kind": kind, "limit": limit})).all()
         return [StoredObject(*row) for row in rows]
 
     def get_object(self, object_id: str) -> StoredObject | None:
         """One object, or None."""
         _valid(object_id=object_id)
-        with self._lock:
-            row = self._db.execute("SELECT object_id, kind, title, body FROM objects "
-                                   "WHERE object_id = ?", (object_id,)).fetchone()
+        with self._read() as db:
+            row = db.execute(_GET_OBJECT, {"object_id": object_id}).first()
         return StoredObject(*row) if row else None
 
     def existing_objects(self, object_ids: Sequence[str]) -> set[str]:
@@ -196,10 +208,8 @@ class WorkspaceStore:
         _valid(object_ids=list(object_ids))
         if not object_ids:
             return set()
-        marks = ",".join("?" * len(object_ids))
-        with self._lock:
-            rows = self._db.execute(f"SELECT object_id FROM objects WHERE object_id IN ({marks})",  # noqa: S608
-                                    tuple(object_ids)).fetchall()
+        with self._read() as db:
+            rows = db.execute(_EXISTING_OBJECTS, {"object_ids": list(object_ids)}).all()
         return {row[0] for row in rows}
 
     # -- campaigns ----------------------------------------------------------------
@@ -213,19 +223,19 @@ class WorkspaceStore:
         campaign = Campaign(new_id("camp"), workspace_id, topic, tuple(questions),
                             tuple(object_refs), "PREPARED", (), now)
         with self.transaction() as db:
-            db.execute("INSERT INTO campaigns VALUES (?, ?, ?, ?, ?, 'PREPARED', '[]', ?, ?)",
-                       (campaign.campaign_id, workspace_id, topic, _dumps(list(questions)),
-                        _dumps(list(object_refs)), now, now))
+            db.execute(insert(campaigns), {
+                "campaign_id": campaign.campaign_id, "workspace_id": workspace_id,
+                "topic": topic, "questions": _dumps(list(questions)),
+                "object_refs": _dumps(list(object_refs)), "status": "PREPARED",
+                "evidence": "[]", "created_at": now, "updated_at": now})
         return campaign
 
     def get_campaign(self, campaign_id: str, workspace_id: str) -> Campaign | None:
         """A campaign of this workspace, or None (other workspaces' are invisible)."""
         _valid(campaign_id=campaign_id, workspace_id=workspace_id)
-        with self._lock:
-            row = self._db.execute(
-                "SELECT campaign_id, workspace_id, topic, questions, object_refs, status, "
-                "evidence, created_at FROM campaigns WHERE campaign_id = ? AND workspace_id = ?",
-                (campaign_id, workspace_id)).fetchone()
+        with self._read() as db:
+            row = db.execute(_GET_CAMPAIGN, {"campaign_id": campaign_id,
+                                             "workspace_id": workspace_id}).first()
         if row is None:
             return None
         return Campaign(row[0], row[1], row[2], tuple(_loads(row[3])),
@@ -238,21 +248,20 @@ class WorkspaceStore:
         ``research.prepare`` already made its campaign (WK-03)."""
         _valid(workspace_id=workspace_id, topic=topic, questions=list(questions),
                object_refs=list(object_refs))
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT campaign_id FROM campaigns WHERE workspace_id = ? AND topic = ? AND "
-                "questions = ? AND object_refs = ? AND created_at >= ? ORDER BY campaign_id",
-                (workspace_id, topic, _dumps(list(questions)), _dumps(list(object_refs)),
-                 since)).fetchall()
+        with self._read() as db:
+            rows = db.execute(select(campaigns.c.campaign_id).where(
+                campaigns.c.workspace_id == workspace_id, campaigns.c.topic == topic,
+                campaigns.c.questions == _dumps(list(questions)),
+                campaigns.c.object_refs == _dumps(list(object_refs)),
+                campaigns.c.created_at >= since).order_by(campaigns.c.campaign_id)).all()
         return [row[0] for row in rows]
 
     def complete_campaign(self, campaign_id: str, evidence: Sequence[dict[str, str]]) -> None:
         """Store the evidence and mark the campaign COMPLETED."""
         _valid(campaign_id=campaign_id, evidence=list(evidence))
         with self.transaction() as db:
-            db.execute("UPDATE campaigns SET status = 'COMPLETED', evidence = ?, updated_at = ? "
-                       "WHERE campaign_id = ?", (_dumps(list(evidence)), iso(utcnow()),
-                                                 campaign_id))
+            db.execute(update(campaigns).where(campaigns.c.campaign_id == campaign_id).values(
+                status="COMPLETED", evidence=_dumps(list(evidence)), updated_at=iso(utcnow())))
 
     # -- grants -------------------------------------------------------------------
 
@@ -263,33 +272,33 @@ class WorkspaceStore:
         grant = Grant(new_id("grant"), campaign_id, workspace_id, iso(utcnow()),
                       iso(expires_at) if expires_at else None, None)
         with self.transaction() as db:
-            db.execute("INSERT INTO grants VALUES (?, ?, ?, ?, ?, NULL)",
-                       (grant.grant_id, campaign_id, workspace_id, grant.created_at,
-                        grant.expires_at))
+            db.execute(insert(grants), {
+                "grant_id": grant.grant_id, "campaign_id": campaign_id,
+                "workspace_id": workspace_id, "created_at": grant.created_at,
+                "expires_at": grant.expires_at, "revoked_at": None})
         return grant
 
     def grants_for(self, campaign_id: str) -> list[Grant]:
         """Every grant ever made for ``campaign_id`` (history included)."""
         _valid(campaign_id=campaign_id)
-        with self._lock:
-            rows = self._db.execute("SELECT * FROM grants WHERE campaign_id = ? "
-                                    "ORDER BY created_at, grant_id", (campaign_id,)).fetchall()
+        with self._read() as db:
+            rows = db.execute(_GRANTS_FOR, {"campaign_id": campaign_id}).all()
         return [Grant(*row) for row in rows]
 
     def get_grant(self, grant_id: str) -> Grant | None:
         """One grant, or None."""
         _valid(grant_id=grant_id)
-        with self._lock:
-            row = self._db.execute("SELECT * FROM grants WHERE grant_id = ?",
-                                   (grant_id,)).fetchone()
+        with self._read() as db:
+            row = db.execute(_GET_GRANT, {"grant_id": grant_id}).first()
         return Grant(*row) if row else None
 
     def revoke_grant(self, grant_id: str) -> None:
         """Stamp ``revoked_at`` (the row stays, as history)."""
         _valid(grant_id=grant_id)
         with self.transaction() as db:
-            db.execute("UPDATE grants SET revoked_at = ? WHERE grant_id = ? AND revoked_at IS NULL",
-                       (iso(utcnow()), grant_id))
+            db.execute(update(grants).where(grants.c.grant_id == grant_id,
+                                            grants.c.revoked_at.is_(None))
+                       .values(revoked_at=iso(utcnow())))
 
     # -- specimen evidence ------------------------------------------------------
 
@@ -297,14 +306,15 @@ class WorkspaceStore:
         """Add one canned evidence entry (SPECIMEN workspaces)."""
         _valid(keywords=list(keywords), source=source, excerpt=excerpt)
         with self.transaction() as db:
-            db.execute("INSERT INTO specimen_evidence (keywords, source, excerpt) "
-                       "VALUES (?, ?, ?)", (_dumps(list(keywords)), source, excerpt))
+            db.execute(insert(specimen_evidence).values(
+                keywords=_dumps(list(keywords)), source=source, excerpt=excerpt))
 
     def all_evidence(self) -> list[tuple[tuple[str, ...], str, str]]:
         """Every canned evidence entry: (keywords, source, excerpt)."""
-        with self._lock:
-            rows = self._db.execute("SELECT keywords, source, excerpt FROM specimen_evidence "
-                                    "ORDER BY evidence_id").fetchall()
+        with self._read() as db:
+            rows = db.execute(select(specimen_evidence.c.keywords, specimen_evidence.c.source,
+                                     specimen_evidence.c.excerpt)
+                              .order_by(specimen_evidence.c.evidence_id)).all()
         return [(tuple(_loads(k)), s, e) for k, s, e in rows]
 
     # -- provider usage (BR-14) ---------------------------------------------------
@@ -313,12 +323,12 @@ class WorkspaceStore:
         """Record one model call and prune to the newest ``keep`` records; the call's id."""
         _valid(at=record.at, model=record.model, outcome=record.outcome, caller=record.caller)
         with self.transaction() as db:
-            return usage.insert(db, record, keep)
+            return usage.add(db, record, keep)
 
     def usage_report(self, since: str, limit: int, before: int | None = None
                      ) -> tuple[list[UsageRecord], int | None, dict[str, list[dict[str, Any]]]]:
         """One consistent read: records at or after ``since`` (ISO text), newest first and
         below id ``before``; the id to go on from (None: no more); the totals since then."""
-        with self._lock:
-            records, next_before = usage.page(self._db, since, limit, before)
-            return records, next_before, usage.totals(self._db, since)
+        with self._read(snapshot=True) as db:
+            records, next_before = usage.page(db, since, limit, before)
+            return records, next_before, usage.totals(db, since)

@@ -15,14 +15,22 @@ one and only the oldest rows are ever deleted, so ids are consecutive and
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, bindparam, cast, delete, func, insert, select
+from sqlalchemy.types import Integer
+
+from labfy_ref.workspace.schema import usage
 
 #: How many usage records a workspace keeps (the newest; older ones are deleted on write).
 USAGE_RETENTION = 10_000
 
-_TOTALS = ("COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached_tokens), "
-           "SUM(outcome != 'ok')")
+_TOTALS: tuple[ColumnElement[Any], ...] = (
+    func.count(), func.sum(usage.c.prompt_tokens), func.sum(usage.c.completion_tokens),
+    func.sum(usage.c.cached_tokens), func.sum(cast(usage.c.outcome != "ok", Integer)))
+# built once: every model call of every surface writes one row
+_INSERT = insert(usage)
+_PRUNE = delete(usage).where(usage.c.usage_id <= bindparam("below"))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -47,48 +55,44 @@ class UsageRecord:
                 "outcome": self.outcome, "caller": self.caller}
 
 
-def insert(db: sqlite3.Connection, record: UsageRecord, keep: int) -> int:
+def add(db: Connection, record: UsageRecord, keep: int) -> int:
     """Add ``record`` (its ``usage_id`` is ignored), keep the newest ``keep`` rows; its id."""
-    cursor = db.execute(
-        "INSERT INTO usage (at, model, prompt_tokens, completion_tokens, cached_tokens, "
-        "latency_ms, outcome, caller) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (record.at, record.model, record.prompt_tokens, record.completion_tokens,
-         record.cached_tokens, record.latency_ms, record.outcome, record.caller))
-    usage_id = cursor.lastrowid
-    assert usage_id is not None
-    db.execute("DELETE FROM usage WHERE usage_id <= ?", (usage_id - keep,))
+    result = db.execute(_INSERT, {
+        "at": record.at, "model": record.model, "prompt_tokens": record.prompt_tokens,
+        "completion_tokens": record.completion_tokens, "cached_tokens": record.cached_tokens,
+        "latency_ms": record.latency_ms, "outcome": record.outcome, "caller": record.caller})
+    usage_id = result.lastrowid
+    assert isinstance(usage_id, int)
+    db.execute(_PRUNE, {"below": usage_id - keep})
     return usage_id
 
 
-def page(db: sqlite3.Connection, since: str, limit: int,
+def page(db: Connection, since: str, limit: int,
          before: int | None) -> tuple[list[UsageRecord], int | None]:
     """Records at or after ``since``, newest first, older than id ``before`` when given.
 
     Returns at most ``limit`` records and the id to continue below (None: no more).
     """
-    rows = db.execute(
-        "SELECT usage_id, at, model, prompt_tokens, completion_tokens, cached_tokens, "
-        "latency_ms, outcome, caller FROM usage WHERE at >= ? AND usage_id < ? "
-        "ORDER BY usage_id DESC LIMIT ?",
-        (since, before if before is not None else 2**63 - 1, limit + 1)).fetchall()
+    rows = db.execute(select(usage).where(
+        usage.c.at >= since, usage.c.usage_id < (before if before is not None else 2**63 - 1))
+        .order_by(usage.c.usage_id.desc()).limit(limit + 1)).all()
     records = [UsageRecord(*row) for row in rows[:limit]]
     return records, records[-1].usage_id if len(rows) > limit else None
 
 
-def totals(db: sqlite3.Connection, since: str) -> dict[str, list[dict[str, Any]]]:
+def totals(db: Connection, since: str) -> dict[str, list[dict[str, Any]]]:
     """Calls, tokens and errors of the records at or after ``since``: per model, per UTC day.
 
     A token sum adds what was reported; it is null when no record of the group
     reported that count.
     """
-    by_model = db.execute(f"SELECT model, {_TOTALS} FROM usage WHERE at >= ? "  # noqa: S608
-                          "GROUP BY model ORDER BY model", (since,)).fetchall()
-    by_day = db.execute(f"SELECT substr(at, 1, 10) AS day, {_TOTALS} FROM usage "  # noqa: S608
-                        "WHERE at >= ? GROUP BY day ORDER BY day DESC", (since,)).fetchall()
-    return {"by_model": [{"model": row[0], **_counts(row[1:])} for row in by_model],
-            "by_day": [{"day": row[0], **_counts(row[1:])} for row in by_day]}
-
-
+    by_model = db.execute(select(usage.c.model, *_TOTALS).where(usage.c.at >= since)
+                          .group_by(usage.c.model).order_by(usage.c.model)).all()
+    day = func.substr(usage.c.at, 1, 10).label("day")
+    by_day = db.execute(select(day, *_TOTALS).where(usage.c.at >= since)
+                        .group_by(day).order_by(day.desc())).all()
+    return {"by_model": [{"model": row[0], **_counts(tuple(row[1:]))} for row in by_model],
+            "by_day": [{"day": row[0], **_counts(tuple(row[1:]))} for row in by_day]}
 def _counts(row: tuple[Any, ...]) -> dict[str, Any]:
     calls, prompt, completion, cached, errors = row
     return {"calls": calls, "prompt_tokens": prompt, "completion_tokens": completion,

@@ -14,6 +14,7 @@ import json
 import math
 from typing import Any
 
+from sqlalchemy import select
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -34,6 +35,7 @@ from labfy_ref.runtime.states import TurnState
 from labfy_ref.server import errors, openai_routes, security
 from labfy_ref.server.auth import Authenticator, Role, Session
 from labfy_ref.server.security import SecurityMiddleware
+from labfy_ref.workspace.schema import grants
 from labfy_ref.workspace.store import Grant
 from qualification.mutants.registry import FAULTS, fault
 
@@ -453,8 +455,8 @@ def _no_idempotency(self: AgentRuntime, message: str, client_request_id: str | N
        killer=f"{FLOWS}::test_a_grant_for_another_campaign_does_not_resume_this_one",
        breaks="a campaign's grants are read without the campaign: any grant counts")
 def _every_grant(self: Any, campaign_id: str) -> list[Grant]:
-    with self._lock:
-        rows = self._db.execute("SELECT * FROM grants ORDER BY created_at, grant_id").fetchall()
+    with self._read() as db:
+        rows = db.execute(select(grants).order_by(grants.c.created_at, grants.c.grant_id)).all()
     return [Grant(*row) for row in rows]
 
 

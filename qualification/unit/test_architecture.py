@@ -229,3 +229,40 @@ def test_settings_are_resolved_once_in_config_and_the_model_is_built_once() -> N
             builders.append(relative)
     assert readers == []
     assert builders == []
+
+
+#: The modules that may speak sqlite3 itself: the workspace store's connection factory,
+#: its upgrade's backup (SQLite's backup API), and the bridge's session index, a cache
+#: rebuilt from the logs that has no schema to migrate.
+SQLITE_DIRECT = ("labfy_ref/bridge/store/index.py", "labfy_ref/workspace/engine.py",
+                 "labfy_ref/workspace/migrations.py")
+
+
+@pytest.mark.req("ARC-04", "WS-01", "WK-06")
+def test_both_stores_migrate_through_one_runner_on_sqlalchemy_core() -> None:
+    """The workspace store and Work's store each keep their policy (upgrade when asked,
+    with a backup; on open) but share one mechanism: their steps are ``sqlcore.Migration``
+    run by ``sqlcore.migrate``, and no other module defines a migration or speaks sqlite3."""
+    from labfy_ref import sqlcore  # noqa: PLC0415
+    from labfy_ref.work.store import migrations as work  # noqa: PLC0415
+    from labfy_ref.workspace import migrations as workspace  # noqa: PLC0415
+
+    for steps in (work.MIGRATIONS, workspace.MIGRATIONS):
+        assert steps and all(type(step) is sqlcore.Migration for step in steps)
+    runners, direct, defined = set(), [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        tree = ast.parse(path.read_text("utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "labfy_ref.sqlcore" and any(
+                    alias.name == "migrate" for alias in node.names):
+                runners.add(relative)
+            if isinstance(node, ast.Import) and any(a.name == "sqlite3" for a in node.names):
+                direct.append(relative)
+            if isinstance(node, ast.ClassDef) and node.name == "Migration":
+                defined.append(relative)
+    assert runners == {"labfy_ref/work/store/migrations.py", "labfy_ref/workspace/migrations.py"}
+    assert direct == sorted(SQLITE_DIRECT)
+    assert defined == ["labfy_ref/sqlcore.py"]
+    with pytest.raises(ValueError, match="numbered 2, 3"):
+        sqlcore.newest((workspace.MIGRATIONS[-1],), first=2)

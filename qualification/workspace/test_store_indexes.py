@@ -25,7 +25,8 @@ READS: dict[str, Callable[[WorkspaceStore], object]] = {
 def _plans(store: WorkspaceStore, read: Callable[[WorkspaceStore], object]) -> list[str]:
     """The query plan of every statement ``read`` runs, one line per step."""
     statements: list[str] = []
-    db: sqlite3.Connection = store._db  # the store's own connection: its statements, verbatim
+    db = store._conn.connection.driver_connection  # the store's own: its statements, verbatim
+    assert isinstance(db, sqlite3.Connection)
     db.set_trace_callback(statements.append)
     try:
         read(store)
@@ -33,6 +34,7 @@ def _plans(store: WorkspaceStore, read: Callable[[WorkspaceStore], object]) -> l
         db.set_trace_callback(None)
     assert statements, "the read ran a statement"
     return [f"{statement} -> {row[3]}" for statement in statements
+            if statement.lstrip().upper().startswith("SELECT")
             for row in db.execute(f"EXPLAIN QUERY PLAN {statement}")]
 
 

@@ -42,7 +42,7 @@ def store(tmp_path: Path) -> Iterator[WorkspaceStore]:
 
 def _tables(store: WorkspaceStore) -> dict[str, list[tuple[Any, ...]]]:
     with store.transaction() as db:
-        return {table: db.execute(f"SELECT * FROM {table}").fetchall()
+        return {table: [tuple(row) for row in db.exec_driver_sql(f"SELECT * FROM {table}")]
                 for table in ("objects", "campaigns", "grants", "specimen_evidence")}
 
 

@@ -18,8 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Connection
 
 from labfy_ref.errors import ErrorCode, LabfyError, WorkspaceError
+from labfy_ref.sqlcore import Migration
 from labfy_ref.workspace import (
     SCHEMA_VERSION,
     WorkspaceLock,
@@ -28,7 +30,7 @@ from labfy_ref.workspace import (
     upgrade_workspace,
 )
 from labfy_ref.workspace.layout import _read_layout
-from labfy_ref.workspace.migrations import MIGRATIONS, Migration
+from labfy_ref.workspace.migrations import MIGRATIONS
 from qualification.conftest import REPO
 from qualification.harness import ServeProcess
 from qualification.workspace.previous_release import (
@@ -62,9 +64,9 @@ def _backups(root: Path) -> list[Path]:
     return sorted(path for path in root.iterdir() if path.name.endswith(".bak"))
 
 
-def _failing_after_the_real_step(db: sqlite3.Connection) -> None:
+def _failing_after_the_real_step(db: Connection) -> None:
     MIGRATIONS[0].apply(db)
-    db.execute("INSERT INTO no_such_table VALUES (1)")  # fails half-way through the step
+    db.exec_driver_sql("INSERT INTO no_such_table VALUES (1)")  # fails half-way through the step
 
 
 @pytest.mark.req("WS-01", "WS-05")
@@ -128,6 +130,25 @@ def test_an_upgraded_store_has_exactly_the_schema_of_a_new_one(v1: Path,
     upgrade_workspace(v1)
     fresh = init_workspace(tmp_path / "fresh", specimen=False)
     assert schema(v1 / "labfy.sqlite") == schema(fresh.store_path)
+
+
+@pytest.mark.req("WS-01", "ARC-04")
+def test_the_tables_the_store_queries_are_the_tables_its_migrations_make(tmp_path: Path) -> None:
+    """``workspace/schema.py`` (what the store's Core statements name) against a new store
+    made by the released DDL: the same tables, the same columns in the same order, the same
+    types and the same nullability."""
+    from labfy_ref.workspace.schema import METADATA  # noqa: PLC0415
+
+    fresh = init_workspace(tmp_path / "fresh", specimen=False)
+    with sqlite3.connect(fresh.store_path) as db:
+        names = {row[0] for row in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        made = {name: [(r[1], r[2], bool(r[3]) or bool(r[5])) for r in db.execute(
+            f"PRAGMA table_info({name})")] for name in names}
+    declared = {table.name: [(column.name, str(column.type.compile()).replace("FLOAT", "REAL"),
+                              not column.nullable) for column in table.columns]
+                for table in METADATA.sorted_tables}
+    assert declared == made
 
 
 @pytest.mark.req("WS-01", "WS-05")
@@ -200,7 +221,8 @@ CRASH = """
 import os, signal, sys
 from pathlib import Path
 from labfy_ref.workspace import upgrade_workspace
-from labfy_ref.workspace.migrations import MIGRATIONS, Migration
+from labfy_ref.sqlcore import Migration
+from labfy_ref.workspace.migrations import MIGRATIONS
 
 def crash(db):
     MIGRATIONS[0].apply(db)

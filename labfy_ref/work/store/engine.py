@@ -2,10 +2,9 @@
 
 The store runs the same statements on both engines; what differs is set up here:
 
-* SQLite: WAL (readers never wait for the writer), foreign keys on, a busy timeout,
-  and transactions begun by us: ``BEGIN IMMEDIATE`` for a write, so two writers queue
-  on the lock at ``BEGIN`` instead of both reading and then failing to upgrade (a
-  deferred transaction's ``SQLITE_BUSY`` on upgrade does not wait for the timeout).
+* SQLite: the rules of :func:`labfy_ref.sqlcore.sqlite_rules` (WAL, foreign keys, a busy
+  timeout, ``BEGIN IMMEDIATE`` for a write: a deferred transaction's ``SQLITE_BUSY`` on
+  upgrade does not wait for the timeout).
 * PostgreSQL (psycopg 3): a connect timeout, a liveness check on pool checkout,
   READ COMMITTED; claims lock with ``FOR UPDATE SKIP LOCKED`` (the store's query,
   which SQLite compiles without the clause, its immediate transaction being the lock).
@@ -22,12 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, select
+from sqlalchemy import Connection, Engine, create_engine, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.private import create_private
+from labfy_ref.sqlcore import begin_as, sqlite_rules
 from labfy_ref.work.store.url import DatabaseUrl
 
 #: How long a SQLite writer waits for the lock before WORK_DB_UNAVAILABLE.
@@ -37,7 +37,6 @@ CONNECT_TIMEOUT_S = 10
 # pg_advisory_xact_lock key of schema migrations ("labfy wk" in ASCII): two processes
 # opening a new database at once migrate it one after the other.
 _MIGRATION_LOCK = 0x6C6162667920776B
-_WRITE = "labfy_write"
 
 
 def unavailable(url: DatabaseUrl, reason: str) -> LabfyError:
@@ -69,8 +68,7 @@ class WorkEngine:
         """
         try:
             with self.engine.connect() as conn:
-                if write:
-                    conn.execution_options(**{_WRITE: True})
+                begin_as(conn, write=write)
                 with conn.begin():
                     yield conn
         except IntegrityError:
@@ -101,9 +99,7 @@ def _sqlite_engine(url: DatabaseUrl) -> Engine:
     # hide_parameters: a driver error's text never carries the values of a statement
     engine = create_engine(url.url, connect_args={"timeout": BUSY_TIMEOUT_S},
                            hide_parameters=True)
-    event.listen(engine, "connect", _sqlite_connect)
-    event.listen(engine, "begin", _sqlite_begin)
-    return engine
+    return sqlite_rules(engine, busy_timeout_s=BUSY_TIMEOUT_S)
 
 
 def _create_private(url: DatabaseUrl, path: Path) -> None:
@@ -116,24 +112,6 @@ def _create_private(url: DatabaseUrl, path: Path) -> None:
         create_private(path)  # an empty file is an empty SQLite database
     except OSError as exc:
         raise unavailable(url, exc.strerror or type(exc).__name__) from None
-
-
-def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
-    # pysqlite would begin transactions itself, deferred and only before a write; we begin
-    # them (below) so a read sees one snapshot and a write takes the lock first
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-    finally:
-        cursor.close()
-
-
-def _sqlite_begin(conn: Connection) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE)
-                         else "BEGIN")
 
 
 def _postgres_engine(url: DatabaseUrl) -> Engine:

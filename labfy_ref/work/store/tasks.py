@@ -38,10 +38,11 @@ from labfy_ref.clock import iso, utcnow
 from labfy_ref.errors import ErrorCode, ProtocolRefused, RuntimeRefused
 from labfy_ref.ids import new_id
 from labfy_ref.protocol.strict_json import loads_strict
+from labfy_ref.sqlcore import Migration
 from labfy_ref.work.store import fields
 from labfy_ref.work.store.base import Clock
 from labfy_ref.work.store.engine import WorkEngine
-from labfy_ref.work.store.migrations import MIGRATIONS, Migration, migrate
+from labfy_ref.work.store.migrations import MIGRATIONS, migrate
 from labfy_ref.work.store.model import FINISHED, Claim, Run, State, Submission, Task
 from labfy_ref.work.store.records import RecordsMixin
 from labfy_ref.work.store.schema import (
