@@ -113,7 +113,7 @@ def test_the_store_keeps_grants_as_history(tmp_path: Path) -> None:
                        for topic in ("one", "two"))
         first = store.add_grant(camp, "ws_a", None)
         second = store.add_grant(camp, "ws_a", later)
-        store.add_grant(other, "ws_a", None)
+        third = store.add_grant(other, "ws_a", None)
         assert (first.campaign_id, first.workspace_id, first.expires_at,
                 first.revoked_at) == (camp, "ws_a", None, None)
         assert second.expires_at == iso(later)
@@ -127,6 +127,10 @@ def test_the_store_keeps_grants_as_history(tmp_path: Path) -> None:
         store.revoke_grant(first.grant_id)  # a second revoke keeps the first stamp
         assert store.get_grant(first.grant_id) == revoked
         assert store.get_grant(second.grant_id) == second, "only that grant is revoked"
+        newer, older = sorted((second, third), key=lambda g: g.grant_id, reverse=True)
+        store.revoke_grant(newer.grant_id)  # an id is compared for equality, not for order
+        assert store.get_grant(older.grant_id) == older
+        assert store.get_grant(newer.grant_id).revoked_at is not None  # type: ignore[union-attr]
         assert [g.grant_id for g in store.grants_for(camp)] == [first.grant_id,
                                                                      second.grant_id]
         assert store.grants_for("camp_none") == []
