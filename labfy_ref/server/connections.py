@@ -4,7 +4,7 @@ and a cap on how many connections it holds.
 uvicorn's h11 protocol arms a timer only between requests, once a response is
 complete: a connection that never sends a byte, or trickles its request head or
 its body, is held for ever, and enough of them exhaust the descriptors. Here
-every connection is always in one of four states, each with its own deadline:
+every connection is always in one of five states, each with its own deadline:
 
 * ``idle``  -- no request in flight and no byte of the next head yet (from the
   connection's start or the end of the previous response): ``idle_seconds``;
@@ -12,11 +12,18 @@ every connection is always in one of four states, each with its own deadline:
   ``head_seconds`` from its first byte (a trickle never extends it);
 * ``body``  -- the head is in, the body is not: ``body_seconds`` from the head;
 * ``busy``  -- the request is in: the application sets the pace and nothing
-  here ever cuts a response in progress (a stream of an hour stays open).
+  here ever cuts a response in progress (a stream of an hour stays open);
+* ``linger`` -- answered by this module and half-closed: ``linger_seconds``.
 
 An expired head is answered 408 ``REQUEST_TIMEOUT`` and closed; an expired idle
-connection or body is closed. Past ``max_connections`` the oldest connection
-that is ``idle`` or ``head`` is closed to make room; when every one is ``busy``
+connection or body is closed. A connection answered by this module closes as
+nginx's ``lingering_close`` does: the response, then a half-close (FIN), then
+whatever the client still sends is read and dropped until it closes or
+``linger_seconds`` pass. Closing at once with the client's bytes unread makes the
+kernel send a reset, and a reset can destroy the response before the client reads it.
+
+Past ``max_connections`` the oldest connection that is ``idle``, ``head`` or
+``linger`` is closed to make room; when every one is ``busy``
 the new one gets 503 ``TOO_MANY_CONNECTIONS`` and is closed -- a refusal, never
 a hang.
 """
@@ -33,8 +40,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from labfy_ref.errors import HTTP_STATUS, ErrorCode
 
-IDLE, HEAD, BODY, BUSY = "idle", "head", "body", "busy"
-_WAITING = (IDLE, HEAD)
+IDLE, HEAD, BODY, BUSY, LINGER = "idle", "head", "body", "busy", "linger"
+#: The states a connection may be closed from to make room for a new one.
+_WAITING = (IDLE, HEAD, LINGER)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,9 +54,12 @@ class ConnectionLimits:
     body_seconds: float = 30.0
     #: Well above the bench's 256 concurrent streams, well below a 1024-descriptor limit.
     max_connections: int = 512
+    #: How long an answered connection reads and drops what the client still sends.
+    linger_seconds: float = 2.0
 
     def __post_init__(self) -> None:
-        if min(self.idle_seconds, self.head_seconds, self.body_seconds) <= 0:
+        if min(self.idle_seconds, self.head_seconds, self.body_seconds,
+               self.linger_seconds) <= 0:
             raise ValueError("connection deadlines must be positive")
         if self.max_connections < 1:
             raise ValueError("max_connections must be at least 1")
@@ -96,6 +107,8 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self.waiting == LINGER:
+            return  # answered and half-closed: what the client still sends is dropped
         super().data_received(data)
         self._watch()
 
@@ -105,10 +118,18 @@ class GuardedH11Protocol(H11Protocol):
 
     # -- deadlines -------------------------------------------------------------------------
 
+    def shutdown(self) -> None:
+        if self.waiting == LINGER:
+            self._close()
+        else:
+            super().shutdown()
+
     def state(self) -> str | None:
         """What the server waits for from this client now (None: the connection is closing)."""
         if self.transport is None or self.transport.is_closing():
             return None
+        if self.waiting == LINGER:
+            return LINGER
         theirs, ours = self.conn.their_state, self.conn.our_state
         if theirs is h11.SEND_BODY:
             return BODY
@@ -137,10 +158,23 @@ class GuardedH11Protocol(H11Protocol):
     def _expire(self) -> None:
         self._deadline = None
         if self.state() == HEAD:
-            self.transport.write(_TIMED_OUT)
-        self._close()
+            self._answer_and_close(_TIMED_OUT)
+        else:
+            self._close()
+
+    def _answer_and_close(self, response: bytes) -> None:
+        """Send ``response``, half-close, and linger (see the module)."""
+        self._cancel()
+        self.transport.write(response)
+        if not self.transport.can_write_eof():
+            self._close()
+            return
+        self.transport.write_eof()
+        self.waiting, self.waiting_since = LINGER, self.loop.time()
+        self._deadline = self.loop.call_later(self.limits.linger_seconds, self._close)
 
     def _close(self) -> None:
+        self._cancel()
         self.waiting = None
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
@@ -158,8 +192,7 @@ class GuardedH11Protocol(H11Protocol):
         if waiting:
             min(waiting, key=lambda other: other.waiting_since)._close()
             return True
-        self.transport.write(_FULL)
-        self._close()
+        self._answer_and_close(_FULL)
         return False
 
 

@@ -11,6 +11,7 @@ limit, held by 1,100 idle sockets and half-sent heads, still answers a fresh req
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -127,6 +128,48 @@ def test_a_trickled_request_head_is_answered_408_and_closed_however_it_trickles(
         assert received.startswith(b"HTTP/1.1 408 "), received
         body = json.loads(received.partition(b"\r\n\r\n")[2])
         assert body["error"]["code"] == "REQUEST_TIMEOUT"
+
+
+def _timed_out_head(sock: socket.socket) -> None:
+    """Send half a head and read the 408 up to the server's half-close."""
+    sock.sendall(b"GET /api/health HTTP/1.1\r\n")
+    sock.settimeout(BOUND)
+    received = b""
+    while chunk := sock.recv(65536):  # the deadline passes while the client waits
+        received += chunk
+    assert received.startswith(b"HTTP/1.1 408 "), received
+    assert json.loads(received.partition(b"\r\n\r\n")[2])["error"]["code"] == \
+        "REQUEST_TIMEOUT"
+
+
+@pytest.mark.req("SV-09")
+def test_an_answered_connection_is_half_closed_so_its_answer_survives_what_follows(
+        server_factory: ServerFactory, specimen: Path) -> None:
+    """The 408 ends with a FIN, not a close: what the client sends after it is read and
+    dropped. A full close would answer those bytes with a reset -- the reset that can
+    destroy the response before the client reads it."""
+    server = server_factory(specimen, connections=dataclasses.replace(
+        SHORT, linger_seconds=BOUND))
+    with _connect(server.port) as sock:
+        _timed_out_head(sock)
+        sock.sendall(b"X" * 1024)
+        time.sleep(0.3)  # a reset, had there been one, has come back by now
+        sock.sendall(b"X" * 1024)  # raises ConnectionResetError after a reset
+
+
+@pytest.mark.req("SV-09")
+def test_an_answered_connection_lingers_for_a_bounded_time(short_server: LiveServer) -> None:
+    """However long the client goes on sending, the server closes within its linger."""
+    with _connect(short_server.port) as sock:
+        _timed_out_head(sock)
+        started, closed = time.monotonic(), False
+        while not closed and time.monotonic() - started < BOUND:
+            try:
+                sock.sendall(b"X" * 1024)
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+            time.sleep(0.05)
+        assert closed, "the server went on reading a client it had answered"
 
 
 @pytest.mark.req("SV-09")
