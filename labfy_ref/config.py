@@ -24,7 +24,12 @@ from labfy_ref.logs import DEFAULT_LEVEL, LEVELS
 from labfy_ref.model.binary import locate_llama_server
 from labfy_ref.model.endpoint import LoopbackHost, ModelEndpoint, parse_endpoint
 from labfy_ref.model.variants import check_variant
-from labfy_ref.modes import AgentMode, PermissionMode
+from labfy_ref.modes import (
+    DEFAULT_APPROVAL_SECONDS,
+    MAX_APPROVAL_SECONDS,
+    AgentMode,
+    PermissionMode,
+)
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 
@@ -90,6 +95,8 @@ class ServeConfig:
     #: The Work database (WK-05): ``--work-db`` or ``LABFY_WORK_DB``; None is the workspace's
     #: own ``work.sqlite``.
     work_db: DatabaseUrl | None = None
+    #: BR-12: how long a bridge approval waits for its human before it expires (rejected).
+    approval_seconds: float = DEFAULT_APPROVAL_SECONDS
 
     def as_json(self) -> dict[str, Any]:
         """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
@@ -106,6 +113,7 @@ class ServeConfig:
                 "composition": _path(self.composition),
                 "accounts": _path(self.accounts),
                 "work_db": None if self.work_db is None else self.work_db.redacted(),
+                "approval_timeout_seconds": self.approval_seconds,
             },
             "agent": {
                 "mode": agent.mode.value,
@@ -156,6 +164,7 @@ class RawOptions:
     log_file: str | None = None
     debug: bool = False
     work_db: str | None = None
+    approval_timeout: str | None = None
 
 
 def _pick(flag: str | None, env_name: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
@@ -169,14 +178,26 @@ def _refuse(message: str, code: ErrorCode = ErrorCode.CONFIG_INVALID) -> ConfigR
     return ConfigRefused(message, code=code)
 
 
-def _timeout(text: str) -> float:
+def _seconds(text: str, flag: str, most: float) -> float:
+    """A number of seconds in (0, most]: the one check of every timeout flag."""
     try:
         value = float(text)
     except ValueError:
-        raise _refuse("--agent-timeout must be a number of seconds") from None
-    if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT_SECONDS:
-        raise _refuse(f"--agent-timeout must be > 0 and <= {MAX_TIMEOUT_SECONDS:g} seconds")
+        raise _refuse(f"{flag} must be a number of seconds") from None
+    if not math.isfinite(value) or not 0 < value <= most:
+        raise _refuse(f"{flag} must be > 0 and <= {most:g} seconds")
     return value
+
+
+def _timeout(text: str) -> float:
+    return _seconds(text, "--agent-timeout", MAX_TIMEOUT_SECONDS)
+
+
+def approval_timeout_option(text: str | None) -> float:
+    """``--approval-timeout SECONDS`` (BR-12): (0, 86400], default 300."""
+    if text is None:
+        return DEFAULT_APPROVAL_SECONDS
+    return _seconds(text, "--approval-timeout", MAX_APPROVAL_SECONDS)
 
 
 def _model_id(text: str) -> str:
@@ -353,6 +374,7 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         debug=raw.debug,
         conclude_after=conclude_after_option(raw.conclude_after),
         work_db=given_work_database(raw.work_db, environ),
+        approval_seconds=approval_timeout_option(raw.approval_timeout),
     )
 
 
@@ -395,16 +417,8 @@ class WorkerConfig:
     max_runs: int | None = None
 
 
-def _seconds(value: str | None, flag: str, default: float) -> float:
-    if value is None:
-        return default
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise _refuse(f"{flag} must be a number of seconds") from None
-    if not (math.isfinite(seconds) and 0 < seconds <= MAX_LEASE_SECONDS):
-        raise _refuse(f"{flag} must be more than 0 and at most {MAX_LEASE_SECONDS:g} seconds")
-    return seconds
+def _seconds_or(value: str | None, flag: str, default: float) -> float:
+    return default if value is None else _seconds(value, flag, MAX_LEASE_SECONDS)
 
 
 def _max_runs(value: str | None) -> int | None:
@@ -423,8 +437,8 @@ def resolve_worker(raw: WorkerOptions, environ: Mapping[str, str]) -> WorkerConf
     """Resolve every ``work worker`` option; raise :class:`ConfigRefused` on the first bad one.
 
     A worker talks to a running model server: a supervised ``--model-file`` is serve's."""
-    lease = _seconds(raw.lease_seconds, "--lease-seconds", DEFAULT_LEASE_SECONDS)
-    heartbeat = _seconds(raw.heartbeat_seconds, "--heartbeat-seconds",
+    lease = _seconds_or(raw.lease_seconds, "--lease-seconds", DEFAULT_LEASE_SECONDS)
+    heartbeat = _seconds_or(raw.heartbeat_seconds, "--heartbeat-seconds",
                          min(DEFAULT_HEARTBEAT_SECONDS, lease / 3))
     if heartbeat >= lease:
         raise _refuse("--heartbeat-seconds must be shorter than --lease-seconds, "

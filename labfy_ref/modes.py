@@ -23,6 +23,12 @@ class PermissionMode(enum.StrEnum):
     WORKSPACE_WRITE = "workspace-write"
 
 
+#: BR-12: how long a bridge approval waits for its human unless ``--approval-timeout``
+#: says otherwise, and the most it may say; an unanswered approval expires (rejected).
+DEFAULT_APPROVAL_SECONDS = 300.0
+MAX_APPROVAL_SECONDS = 86400.0
+
+
 class Approval(enum.StrEnum):
     """A human's answer to one approval question: the turn port's, the bridge's, Work's."""
 

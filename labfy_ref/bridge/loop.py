@@ -42,7 +42,7 @@ from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
 from labfy_ref.gateway.summary import approval_summary
 from labfy_ref.ids import new_id
 from labfy_ref.logs import incident
-from labfy_ref.modes import Approval, PermissionMode
+from labfy_ref.modes import DEFAULT_APPROVAL_SECONDS, Approval, PermissionMode
 from labfy_ref.protocol import (
     Answer,
     ChatMessage,
@@ -59,7 +59,6 @@ from labfy_ref.runtime.states import TurnState
 
 log = logging.getLogger("labfy_ref.bridge")
 AGENT_ID = "assistant"
-DEFAULT_APPROVAL_SECONDS = 300.0
 
 
 @dataclasses.dataclass(slots=True)

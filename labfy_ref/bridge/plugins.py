@@ -21,6 +21,7 @@ from labfy_ref.bridge.store.logs import JsonlSessionStore
 from labfy_ref.bridge.store.projection import project_messages
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import PluginContext
+from labfy_ref.modes import DEFAULT_APPROVAL_SECONDS
 from labfy_ref.protocol import system_prompt
 from labfy_ref.runtime.limits import RuntimeLimits
 
@@ -120,8 +121,9 @@ class AgentLoopPlugin(_Plugin):
     provides = ("agent_loop",)
     requires = ("agents", "sessions", "llm", "tools", "system_prompt", "session_projections")
     #: The server's own limits (``--conclude-after`` and the narrowing rules are one value
-    #: for every surface, PR-07); a row's settings may still bound rounds, calls, context.
-    optional = ("runtime_limits",)
+    #: for every surface, PR-07) and its ``--approval-timeout`` (BR-12); a row's settings
+    #: may still bound rounds, calls, context.
+    optional = ("runtime_limits", "approval_seconds")
 
     async def activate(self, context: PluginContext) -> None:
         """Compose the loop."""
@@ -135,7 +137,8 @@ class AgentLoopPlugin(_Plugin):
                                                defaults.max_context_bytes)))
         context.provide("agent_loop", AgentLoop(
             context.get("llm"), context.get("tools"), context.get("system_prompt"),
-            approval_seconds=float(settings.get("approval_seconds", 300)), limits=limits))
+            approval_seconds=float(context.get("approval_seconds") or DEFAULT_APPROVAL_SECONDS),
+            limits=limits))
 
 
 class EnginePlugin(_Plugin):

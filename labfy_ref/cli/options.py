@@ -20,6 +20,7 @@ from labfy_ref.config import (
     WorkerOptions,
 )
 from labfy_ref.logs import DEFAULT_LEVEL, LEVELS
+from labfy_ref.modes import DEFAULT_APPROVAL_SECONDS
 from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 from labfy_ref.workspace.layout import default_specimen_path
 
@@ -61,6 +62,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     server.add_argument("--accounts", metavar="FILE",
                         help="TOML file of [[account]] name/token_sha256 user logins; "
                              "default: none (only the launch code logs in)")
+    server.add_argument("--approval-timeout", metavar="SECONDS",
+                        help="how long a bridge approval waits for its human before it "
+                             f"expires, rejected (BR-12); default: {DEFAULT_APPROVAL_SECONDS:g}")
     add_work_db_option(server)
     add_agent_options(parser)
     log = parser.add_argument_group("server log (--debug also applies)")
@@ -146,4 +150,5 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         model_sha256=args.model_sha256, cpu_variant=args.cpu_variant,
         conclude_after=args.conclude_after, log_level=args.log_level, log_file=args.log_file,
         debug=getattr(args, "debug", False), work_db=args.work_db,
+        approval_timeout=args.approval_timeout,
     )

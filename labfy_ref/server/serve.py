@@ -102,7 +102,8 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
                            limits=limits)
     bridge = Bridge(composition, {"workspace": workspace, "gateway": gateway,
                                   "agent_config": config.agent, "model_client": client,
-                                  "runtime_limits": limits},
+                                  "runtime_limits": limits,
+                                  "approval_seconds": config.approval_seconds},
                     enabled=config.bridge)
     auth = Authenticator(launch_code, accounts, cookie=cookie_name(port))
     # the Work store opens on first use (work_access.py); only its URL is settled here

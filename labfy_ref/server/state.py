@@ -71,6 +71,9 @@ class ServerState:
             "workspace": {"name": self.workspace.name, "kind": self.workspace.kind.value},
             **({"llama_server": self.supervised.describe()} if self.supervised else {}),
             **self.runtime.status(),
+            # what a launch profile set (QR-07): a conformance kit checks it before it runs
+            "bridge": {"enabled": self.config.bridge,
+                       "approval_timeout_seconds": self.config.approval_seconds},
         }
 
     async def start(self) -> None:

@@ -397,3 +397,27 @@ def test_an_append_that_did_not_start_where_the_state_ended_is_not_applied(
         "text"] == "theirs"
     store.close()
     other.close()
+
+
+@pytest.mark.req("WS-06", "BR-07")
+def test_a_hard_linked_session_index_is_replaced_not_written_through(
+        specimen: Path, tmp_path: Path, server_factory: ServerFactory) -> None:
+    """The index and its sidecars are the server's own: a name that is a second hard link
+    to a file elsewhere (here a valid index, so it would be used) is removed and rebuilt,
+    and the other file is left as it was."""
+    sessions = specimen / "sessions"
+    first = server_factory(specimen, bridge=True)
+    old = first.client().post("/api/cordis/sessions", {}).json()["session"]["id"]
+    first.stop()
+    precious = tmp_path / "precious.db"
+    _index(sessions).replace(precious)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{_index(sessions)}{suffix}").unlink(missing_ok=True)
+    os.link(precious, _index(sessions))
+    kept = precious.read_bytes()
+    client = server_factory(specimen, bridge=True).client()
+    made = client.post("/api/cordis/sessions", {}).json()["session"]["id"]
+    assert {s["id"] for s in _listed(client)} == {old, made}
+    assert precious.read_bytes() == kept, "nothing was written through the second name"
+    assert precious.stat().st_nlink == 1, "the index is no longer a second name for it"
+    assert _index(sessions).stat().st_nlink == 1

@@ -312,3 +312,22 @@ def test_kill_9_at_random_points_never_loses_an_acknowledged_event(
     print(f"{size} B records: {acked} appended, {torn} of {ROUNDS} kills left a torn tail")
     assert acked > 0
     store.delete(sid)
+
+
+@pytest.mark.req("BR-07")
+def test_a_hard_linked_session_log_is_session_invalid(root: Path, tmp_path: Path) -> None:
+    """A second name for a log (a hard link from outside ``sessions/``) is refused on read and
+    on append: writing through it would change the outside file."""
+    store = JsonlSessionStore(root)
+    sid = new_id("ses")
+    store.create(sid, {"kind": "header"})
+    outside = tmp_path / "outside.jsonl"
+    os.link(root / f"{sid}.jsonl", outside)
+    before = outside.read_bytes()
+    with pytest.raises(SessionInvalid, match="not a plain file"):
+        store.read(sid)
+    with pytest.raises(SessionInvalid):
+        store.append(sid, {"kind": "message"})
+    assert outside.read_bytes() == before, "nothing was written through the second name"
+    outside.unlink()  # one name again: the log is the session's own
+    assert store.read(sid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from labfy_ref.config import (
 )
 from labfy_ref.errors import ConfigRefused, ErrorCode
 from labfy_ref.modes import AgentMode
+from labfy_ref.server.serve import build_state
+from labfy_ref.workspace import open_workspace
 
 LOCAL = {"agent_mode": "local-model", "agent_endpoint": "http://127.0.0.1:43117",
          "agent_model": "m"}
@@ -176,3 +179,39 @@ def test_a_file_flag_says_what_the_path_is_when_it_is_not_a_file(
         resolve(RawOptions(**{field: str(path)}), {})  # type: ignore[arg-type]
     assert caught.value.code is ErrorCode.CONFIG_INVALID
     assert caught.value.message == f"--{field}: {fragment}" or fragment in caught.value.message
+
+
+@pytest.mark.req("BR-12", "QR-07")
+@pytest.mark.parametrize(("text", "seconds"), [
+    (None, 300.0), ("0.5", 0.5), ("1", 1.0), ("86400", 86400.0),
+    ("0", None), ("-1", None), ("86400.5", None), ("nan", None), ("inf", None), ("", None),
+    ("three", None)])
+def test_the_approval_timeout_is_seconds_in_its_bounds(specimen: Path, text: str | None,
+                                                       seconds: float | None) -> None:
+    raw = RawOptions(workspace=str(specimen), bridge=True, approval_timeout=text)
+    if seconds is None:
+        with pytest.raises(ConfigRefused) as refused:
+            resolve(raw, {})
+        assert refused.value.message == ("--approval-timeout must be a number of seconds"
+                                      if text in ("three", "") else
+                                      "--approval-timeout must be > 0 and <= 86400 seconds")
+        return
+    config = resolve(raw, {})
+    assert config.approval_seconds == seconds
+    assert config.as_json()["server"]["approval_timeout_seconds"] == seconds
+    state = build_state(config, open_workspace(specimen), 0, "code")
+
+    async def loop_seconds() -> float:
+        await state.bridge.start()
+        try:
+            assert state.bridge.host is not None
+            return float(state.bridge.host.service("agent_loop").approval_seconds)
+        finally:
+            await state.bridge.stop()
+
+    try:
+        assert asyncio.run(loop_seconds()) == seconds
+        assert asyncio.run(state.status())["bridge"]["approval_timeout_seconds"] == seconds
+    finally:
+        state.store.close()
+        state.work.close()

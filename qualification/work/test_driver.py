@@ -179,6 +179,26 @@ def test_read_only_write_waits_for_an_approval_then_another_worker_resumes_it(
     assert calls == [(resumed["run_id"], "ok")] * 2  # step 1 replayed on resume: no call
 
 
+@pytest.mark.req("WK-05", "GW-07")
+def test_one_work_approval_allows_one_write_of_its_run(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore, provider: FakeProvider,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """read-only, two writes of the same tool: allowing the first lets the first write run
+    and nothing more; the second parks the run on its own approval, unwritten."""
+    task = store.submit(message("write2", "o1")).task
+    worker_once(specimen, work_url, provider, capsys, permission_mode="read-only")
+    (first,) = store.list_approvals(task.id)
+    store.answer_approval(first.id, "allowed-once")
+    (line,) = worker_once(specimen, work_url, provider, capsys, permission_mode="read-only")
+    assert line["outcome"] == "WAITING_APPROVAL", line
+    approvals = store.list_approvals(task.id)
+    assert [(a.step, a.tool_id, a.decision is None) for a in approvals] == [
+        (1, "files.write", False), (2, "files.write", True)]
+    assert line["detail"] == approvals[1].id
+    assert (specimen / "files/notes/o1-1.md").is_file()
+    assert not (specimen / "files/notes/o1-2.md").exists(), "the second write was not allowed"
+
+
 @pytest.mark.req("WK-05")
 def test_a_rejected_approval_is_a_normal_refusal_the_model_reads(
         specimen: Path, work_url: DatabaseUrl, store: WorkStore, provider: FakeProvider,
