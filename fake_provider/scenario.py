@@ -18,7 +18,9 @@ mid-stream), ``drop`` (the connection is cut before any byte),
 ``finish_reason``, ``trickle_delay`` (seconds: a non-streamed body -- a
 completion, ``raw_body`` or an error -- is sent :data:`TRICKLE_BYTES` bytes at
 a time with that pause between pieces, after its headers; streams trickle with
-``chunk_chars`` and ``chunk_delay`` instead), and ``tool_calls``.
+``chunk_chars`` and ``chunk_delay`` instead), ``tool_calls``, and ``reports`` (which
+usage counts the reply reports, of ``prompt_tokens``, ``completion_tokens`` and
+``cached_tokens``: all by default; ``[]`` sends no ``usage`` at all).
 
 ``tool_calls`` is a list of ``{"name": ..., "arguments": ..., "id"?: ...}``:
 the reply carries OpenAI function calls (what tool-calling agents such as
@@ -52,7 +54,7 @@ from typing import Any
 _ANSWER_FIELDS = {
     "content", "reasoning", "delay", "status", "headers", "raw_body", "chunk_chars",
     "chunk_delay", "truncate_after_chunks", "drop_after_chunks", "drop", "oversize_bytes",
-    "finish_reason", "trickle_delay", "tool_calls",
+    "finish_reason", "trickle_delay", "tool_calls", "reports",
 }
 _TOOL_CALL_FIELDS = {"name", "arguments", "id"}
 _SCENARIO_FIELDS = {"name", "description", "models", "loading_health_checks", "when_exhausted",
@@ -61,6 +63,8 @@ _SCENARIO_FIELDS = {"name", "description", "models", "loading_health_checks", "w
 KEY_MARKER = re.compile(r"\[\[kit:([a-z0-9-]{1,64}):([A-Za-z0-9]{1,32})\]\]")
 
 
+#: The usage counts a reply reports unless its ``reports`` says fewer.
+USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 #: How many bytes of a body each ``trickle_delay`` pause lets through.
 TRICKLE_BYTES = 4
 
@@ -114,6 +118,8 @@ class Answer:
     finish_reason: str = "stop"
     trickle_delay: float = 0.0
     tool_calls: tuple[ToolCallReply, ...] = ()
+    #: The usage counts this reply reports (a provider may leave any of them out).
+    reports: tuple[str, ...] = USAGE_COUNTS
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Answer:
@@ -128,6 +134,11 @@ class Answer:
             raise ScenarioError("chunk_chars must be >= 1")
         if not float(values.get("trickle_delay", 0.0)) >= 0:
             raise ScenarioError("trickle_delay must be >= 0")
+        if "reports" in values:
+            reports = values["reports"]
+            if not isinstance(reports, list) or not set(reports) <= set(USAGE_COUNTS):
+                raise ScenarioError(f"reports is a list of {list(USAGE_COUNTS)}")
+            values["reports"] = tuple(reports)
         if "tool_calls" in values:
             calls = values["tool_calls"]
             if not isinstance(calls, list):

@@ -342,8 +342,9 @@ class _Handler(BaseHTTPRequestHandler):
             "id": ident, "object": "chat.completion", "created": int(time.time()),
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": answer.finish_reason}],
-            "usage": reported,
         }
+        if reported is not None:  # a provider that counts nothing sends no usage
+            document["usage"] = reported
         self._report(reported)
         if answer.oversize_bytes:
             document["padding"] = "x" * answer.oversize_bytes
@@ -403,12 +404,22 @@ class _Handler(BaseHTTPRequestHandler):
         self._write_chunk(b"")
 
 
-def _usage_json(answer: Answer, usage: tuple[int, int]) -> dict[str, Any]:
-    """A reply's ``usage``: the prompt as the prefix cache counted it, a token per word."""
+def _usage_json(answer: Answer, usage: tuple[int, int]) -> dict[str, Any] | None:
+    """A reply's ``usage``: the prompt as the prefix cache counted it, a token per word;
+    only the counts the answer ``reports`` (None: it reports none)."""
+    if not answer.reports:
+        return None
     (prompt, cached), completion = usage, len(answer.content.split())
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    said: dict[str, Any] = {}
+    if "prompt_tokens" in answer.reports:
+        said["prompt_tokens"] = prompt
+    if "completion_tokens" in answer.reports:
+        said["completion_tokens"] = completion
+    if len(said) == 2:
+        said["total_tokens"] = prompt + completion
+    if "cached_tokens" in answer.reports:
+        said["prompt_tokens_details"] = {"cached_tokens": cached}
+    return said
 
 
 def _call_json(call: ToolCallReply, index: int, completion: str,

@@ -110,6 +110,15 @@ class RemoteTarget:
                               f"{answer.status_code}, not a version document")
         return body
 
+    def status(self) -> object:
+        """The target's ``GET /api/v1/agent-runtime/status`` as its admin sees it (QR-07)."""
+        try:
+            answer = httpx.get(f"{self.base_url}/api/v1/agent-runtime/status", trust_env=False,
+                               timeout=10, headers={"Authorization": f"Bearer {self.admin_token}"})
+            return answer.json() if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
     def stop(self) -> None:
         """Log every client out and close it."""
         for client in self._clients:

@@ -12,6 +12,7 @@ report is ``conformance-report/`` (STATUS.md, status.html, status.json).
 from __future__ import annotations
 
 import argparse
+import json
 import secrets
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.server.auth import token_hash
-from qualification.conformance.kit import agent_flags, kit_provider
+from qualification.conformance.kit import kit_provider, launch_profile
 from qualification.conformance.launch import SERVE, LaunchError, ServeLaunch
 
 #: How the kit's pytest runs by default: in parallel, the browser tests on one worker.
@@ -34,13 +35,15 @@ def _provider(host: str, port: int) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     with kit_provider(host, port) as provider:
+        profile = launch_profile(provider.base_url)
         print("The kit's provider is serving. Launch the implementation under test with:",
               flush=True)
-        print(f"  {' '.join(agent_flags(provider.base_url))}", flush=True)
+        print(f"  {' '.join(profile['flags'])}", flush=True)
         print("then run the kit with:", flush=True)
         print(f"  tox -e conformance -- --target-url URL --target-token CODE "
               f"[--target-user-token USER_CODE] --target-provider {provider.base_url}",
               flush=True)
+        print(f"launch profile (QR-07): {json.dumps(profile)}", flush=True)
         stop.wait()
     return 0
 
@@ -63,9 +66,11 @@ def run_against(url: str, code: str, user_token: str | None, provider: str | Non
 
 
 def launch_own(root: Path, provider_url: str, *, command: tuple[str, ...] = SERVE,
-               env: dict[str, str] | None = None) -> tuple[ServeLaunch, str, str, str]:
+               env: dict[str, str] | None = None,
+               flags: list[str] | None = None) -> tuple[ServeLaunch, str, str, str]:
     """Our ``serve --bridge`` on a fresh SPECIMEN workspace under ``root``, with a user account
-    and the kit provider: ``(process, url, admin code, user token)``."""
+    and the kit provider, launched with the kit's profile (or ``flags`` instead):
+    ``(process, url, admin code, user token)``."""
     root.mkdir(parents=True, exist_ok=True)
     workspace = root / "workspace"
     made = subprocess.run([*SERVE[:-1], "workspace", "init", "--specimen", str(workspace)],
@@ -76,9 +81,10 @@ def launch_own(root: Path, provider_url: str, *, command: tuple[str, ...] = SERV
     accounts = root / "accounts.toml"
     accounts.write_text(f'[[account]]\nname = "kit-user"\n'
                         f'token_sha256 = "{token_hash(user_token)}"\n', "utf-8")
-    server = ServeLaunch(["--bridge", "--workspace", str(workspace), "--accounts", str(accounts),
-                          *agent_flags(provider_url)], log=root / "serve.log", command=command,
-                         env=env)
+    server = ServeLaunch(["--workspace", str(workspace), "--accounts", str(accounts),
+                          *(launch_profile(provider_url)["flags"] if flags is None else flags)],
+                         log=root / "serve.log",
+                         command=command, env=env)
     url, code = server.start()
     return server, url, code, user_token
 

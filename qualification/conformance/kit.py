@@ -8,8 +8,10 @@ fake provider (a real OpenAI-compatible HTTP server) serving the keyed scripts o
 
 from __future__ import annotations
 
+import json
 import secrets
 from pathlib import Path
+from typing import Any
 
 from fake_provider import FakeProvider, Scenario
 
@@ -24,10 +26,40 @@ def kit_provider(host: str = "127.0.0.1", port: int = 0) -> FakeProvider:
     return FakeProvider(Scenario.load(SCENARIO), host=host, port=port)
 
 
+#: QR-07: approvals on the target expire this fast, so a test can wait one out.
+KIT_APPROVAL_SECONDS = 3.0
+
+
 def agent_flags(provider_url: str) -> list[str]:
     """The ``labfy-ref serve`` flags that make a target's agent answer with the kit provider."""
     return ["--agent-mode", "local-model", "--agent-endpoint", provider_url,
             "--agent-model", KIT_MODEL]
+
+
+def launch_profile(provider_url: str) -> dict[str, Any]:
+    """QR-07: what a target is launched with for the kit, and what its status must then say.
+
+    ``flags`` are ``labfy-ref serve`` flags (another implementation maps them to its own);
+    ``status`` maps dotted paths of ``GET /api/v1/agent-runtime/status`` to the values the
+    target must report, checked before any test runs.
+    """
+    return {"flags": [*agent_flags(provider_url), "--bridge",
+                      "--approval-timeout", f"{KIT_APPROVAL_SECONDS:g}"],
+            "status": {"mode": "local-model", "model": KIT_MODEL, "bridge.enabled": True,
+                       "bridge.approval_timeout_seconds": KIT_APPROVAL_SECONDS}}
+
+
+def profile_mismatches(status: Any, profile: dict[str, Any]) -> list[str]:
+    """Each ``path: reported X, the profile says Y`` where ``status`` does not honour it."""
+    wrong = []
+    for path, wanted in profile["status"].items():
+        value: Any = status
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value != wanted:
+            wrong.append(f"{path}: reported {json.dumps(value)}, the profile says "
+                         f"{json.dumps(wanted)}")
+    return wrong
 
 
 def nonce() -> str:

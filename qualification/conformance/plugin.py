@@ -23,7 +23,13 @@ from labfy_ref.report.model import LOCAL_BUILD
 from labfy_ref.report.pytest_plugin import report_dir_of
 from labfy_ref.server.auth import token_hash
 from labfy_ref.workspace import init_workspace
-from qualification.conformance.kit import KIT_MODEL, kit_provider
+from qualification.conformance.kit import (
+    KIT_APPROVAL_SECONDS,
+    KIT_MODEL,
+    kit_provider,
+    launch_profile,
+    profile_mismatches,
+)
 from qualification.harness import LiveServer
 from qualification.target import RemoteTarget, Served, TargetError, normalise_url
 
@@ -82,6 +88,12 @@ def pytest_configure(config: pytest.Config) -> None:
         version = remote.version()
     except TargetError as exc:
         raise pytest.UsageError(str(exc)) from exc
+    if remote.provider_url is not None:  # QR-07: a target that ignores its profile fails
+        wrong = profile_mismatches(remote.status(), launch_profile(remote.provider_url))
+        if wrong:
+            raise pytest.UsageError(
+                "the target does not run with the kit's launch profile (QR-07; print it with "
+                "`tox -e conformance -- provider`): " + "; ".join(wrong))
     report_dir = report_dir_of(config)
     report_dir.mkdir(parents=True, exist_ok=True)
     record = report_dir / "conformance.json"
@@ -124,7 +136,8 @@ def target(request: pytest.FixtureRequest,
     provider = kit_provider().start()
     server = LiveServer(root / "ws", bridge=True, accounts=str(accounts),
                         agent_mode="local-model", agent_endpoint=provider.base_url,
-                        agent_model=KIT_MODEL).start()
+                        agent_model=KIT_MODEL,
+                        approval_timeout=f"{KIT_APPROVAL_SECONDS:g}").start()
     server.user_token = LOCAL_USER_TOKEN
     server.provider_url = provider.base_url
     yield server

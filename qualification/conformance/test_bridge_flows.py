@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from qualification.conformance.kit import KIT_MODEL, marker, nonce
+from qualification.conformance.sse import completion_chunks, delta_text
 from qualification.harness import ApiClient, wait_until
 from qualification.target import Served
 
@@ -192,11 +194,23 @@ def test_the_openai_face_answers_a_chat_client_with_a_bearer(model_target: Serve
         assert choice["message"]["content"] == f"KIT final « ünïcödé » 𝄞 {tag}"
         stream = http.post("/chat/completions", json=body | {"stream": True, "messages": [
             {"role": "user", "content": f"hello {marker('final', tag + 'b')}"}]})
-        events = [line for line in stream.text.split("\n") if line.startswith("data: ")]
-        assert events[-1] == "data: [DONE]"
-        text = "".join(json.loads(e[6:])["choices"][0]["delta"].get("content") or ""
-                       for e in events[:-1] if json.loads(e[6:])["choices"])
-        assert text == f"KIT final « ünïcödé » 𝄞 {tag}b"
+        chunks, done = completion_chunks(stream.text)  # blank-line events (WHATWG)
+        assert done, "the stream ends with data: [DONE]"
+        assert delta_text(chunks) == f"KIT final « ünïcödé » 𝄞 {tag}b"
         unknown = http.post("/chat/completions", json=body | {"model": "engine:x:nope"})
         assert unknown.status_code == 404
         assert unknown.json()["error"]["code"] == "UNKNOWN_MODEL"
+
+
+@pytest.mark.req("BR-13")
+def test_the_official_openai_client_streams_what_the_kit_reads(model_target: Served) -> None:
+    client = openai.OpenAI(base_url=f"{model_target.url}/api/cordis/v1", max_retries=0,
+                           api_key=model_target.admin_token, timeout=30)
+    with client:
+        model = next(m.id for m in client.models.list() if m.id.endswith(f":{KIT_MODEL}"))
+        tag = nonce()
+        stream = client.chat.completions.create(model=model, stream=True, messages=[
+            {"role": "user", "content": f"hello {marker('final', tag)}"}])
+        parts = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
+    assert "".join(parts) == f"KIT final « ünïcödé » 𝄞 {tag}"
+    assert len(parts) >= 2, "a role chunk, then the content: each its own event"

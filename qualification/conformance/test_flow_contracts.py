@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from qualification.conformance.kit import KIT_MODEL, marker, nonce
+from qualification.conformance.sse import completion_chunks
 from qualification.conformance.test_bridge_flows import RawTurn
 from qualification.conformance.test_runtime_flows import TURN_FIELDS
 from qualification.harness import TERMINAL, ApiClient, wait_until
@@ -154,6 +155,36 @@ def test_a_failed_bridge_turn_streams_one_error_then_done(client: ApiClient) -> 
         c.get("text", "") for c in chunks if c["type"] == "text")
 
 
+@pytest.mark.req("BR-12", "QR-07")
+def test_an_approval_expires_while_its_turn_is_alive_and_then_refuses_a_decision(
+        client: ApiClient) -> None:
+    """The launch profile's approval timeout (QR-07): the first approval is left unanswered
+    until it expires; a decision for it then, while the turn still runs, is 409."""
+    sid = _session(client)
+    tag = nonce()
+    late: list[tuple[int, str]] = []
+    asked: list[str] = []
+
+    def wait_out_the_first(chunk: dict[str, Any]) -> None:
+        url = f"/api/cordis/sessions/{sid}/approvals/"
+        if chunk["type"] == "approval-request":
+            asked.append(str(chunk["approval_id"]))
+            if len(asked) == 2:  # the turn is alive, asking again: decide the expired one
+                late.append(_refused(client.post(url + asked[0],
+                                                 {"decision": "allowed-once"})))
+                assert client.post(url + asked[1], {"decision": "rejected"}).status_code == 200
+
+    turn = RawTurn(client, sid, f"write two files {marker('write-two', tag)}",
+                   on_chunk=wait_out_the_first)
+    decisions = [c["decision"] for c in turn.chunks if c["type"] == "approval-decision"]
+    assert decisions == ["expired", "rejected"], decisions
+    assert late == [(409, "APPROVAL_NOT_PENDING")], "an expired approval cannot be decided"
+    results = [c for c in turn.chunks if c["type"] == "tool-result"]
+    assert [r["status"] for r in results] == ["refused", "refused"], "nothing was written"
+    read = RawTurn(client, sid, f"read them back {marker('read-two', tag)}")
+    assert all(c["status"] != "ok" for c in read.chunks if c["type"] == "tool-result")
+
+
 @pytest.mark.req("BR-12")
 def test_a_decision_after_the_turn_ended_is_409(client: ApiClient) -> None:
     sid = _session(client)
@@ -240,9 +271,8 @@ def test_the_openai_face_reports_the_providers_usage(model_target: Served) -> No
         assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
         stream = http.post("/chat/completions", json=body(
             stream=True, stream_options={"include_usage": True}))
-        events = [json.loads(line[6:]) for line in stream.text.split("\n")
-                  if line.startswith("data: {")]
+        events, done = completion_chunks(stream.text)  # blank-line events (WHATWG)
         counted = [e["usage"] for e in events if e.get("usage") and not e["choices"]]
         assert len(counted) == 1, "include_usage: one chunk with no choices, the usage"
         assert counted[0]["completion_tokens"] > 0 and counted[0]["prompt_tokens"] > 0
-        assert stream.text.rstrip("\n").endswith("data: [DONE]")
+        assert done, "the stream ends with data: [DONE]"

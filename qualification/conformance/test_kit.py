@@ -16,10 +16,18 @@ from typing import Any
 
 import httpx
 import pytest
+from openai._streaming import SSEDecoder  # the official client's own parser
 
 from fake_provider import Scenario, ScenarioError
 from qualification.conformance.__main__ import launch_own, run_against
-from qualification.conformance.kit import SCENARIO, kit_provider, marker
+from qualification.conformance.kit import (
+    SCENARIO,
+    agent_flags,
+    kit_provider,
+    launch_profile,
+    marker,
+)
+from qualification.conformance.sse import completion_chunks, events
 from qualification.target import TargetError, normalise_url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -147,7 +155,7 @@ def test_the_kit_passes_against_our_serve_process_and_its_report_names_the_targe
     assert "user-role login" in bare["SV-03"]["reason"]
 
 
-@pytest.mark.req("QR-03")
+@pytest.mark.req("QR-03", "QR-07")
 def test_the_provider_command_prints_the_flags_a_target_is_launched_with(tmp_path: Path) -> None:
     """README step 1: ``tox -e conformance -- provider`` (its command, as tox runs it)."""
     process = subprocess.Popen([sys.executable, "-m", "qualification.conformance", "provider"],
@@ -155,15 +163,68 @@ def test_the_provider_command_prints_the_flags_a_target_is_launched_with(tmp_pat
                                text=True)
     try:
         assert process.stdout is not None
-        lines = [process.stdout.readline() for _ in range(4)]  # bounded: its four lines
+        lines = [process.stdout.readline() for _ in range(5)]  # bounded: its five lines
         flags = lines[1].split()
         assert flags[:2] == ["--agent-mode", "local-model"] and flags[4:] == [
-            "--agent-model", "kit-model"]
+            "--agent-model", "kit-model", "--bridge", "--approval-timeout", "3"]
         endpoint = flags[3]
         assert f"--target-provider {endpoint}" in lines[3]
+        profile = json.loads(lines[4].removeprefix("launch profile (QR-07): "))
+        assert profile == launch_profile(endpoint) and profile["flags"] == flags
         assert "workspace.list_objects" in _chat(endpoint, marker("list-final"))
     finally:
         process.terminate()
         _, err = process.communicate(timeout=10)
     assert process.returncode == 0, err
     assert "Traceback" not in err
+
+
+_STREAMS = [
+    "data: {\"a\": 1}\n\ndata: [DONE]\n\n",
+    ": keep-alive\n\ndata: {\"a\": 1}\n\n: ping\ndata: {\"b\": 2}\n\ndata: [DONE]\n\n",
+    "data: {\"a\": 1}\r\n\r\ndata:{\"b\": 2}\r\rdata: [DONE]\r\n\r\n",
+    "data: {\"a\": 1}\ndata: {\"b\": 2}\n\ndata: [DONE]\n\n",  # two chunks merged in one event
+    "event: error\ndata: {\"e\": 1}\nid: 7\n\ndata: x\nretry: 10\n\ndata: cut",  # unended
+    "data: first\n\ndata\n\nfield-only\ndata:  two spaces\n\n",
+]
+
+
+@pytest.mark.req("QR-03", "BR-13")
+@pytest.mark.parametrize("body", _STREAMS)
+def test_the_kits_sse_reader_reads_a_stream_as_the_openai_client_does(body: str) -> None:
+    theirs = [(e.event or "message", e.data) for e in SSEDecoder().iter_bytes(
+        iter([body.encode("utf-8")])) if e.data]
+    ours = [(e.event, e.data) for e in events(body) if e.data]
+    if body.endswith("cut"):  # the client hands on an event the stream never ended
+        theirs = theirs[:len(ours)]
+    assert ours == theirs
+
+
+@pytest.mark.req("QR-03", "BR-13")
+def test_merged_or_unended_chunks_fail_the_kits_reading() -> None:
+    chunks, done = completion_chunks('data: {"choices": []}\n\ndata: [DONE]\n\n')
+    assert chunks == [{"choices": []}] and done
+    with pytest.raises(json.JSONDecodeError):
+        completion_chunks('data: {"choices": []}\ndata: {"choices": []}\n\ndata: [DONE]\n\n')
+    assert completion_chunks('data: {"choices": []}\n\ndata: [DONE]\n') == ([{"choices": []}],
+                                                                         False)
+
+
+@pytest.mark.req("QR-07")
+def test_a_target_that_ignores_its_launch_profile_fails_the_run_loudly(tmp_path: Path) -> None:
+    with kit_provider() as provider:
+        server, url, code, user = launch_own(tmp_path / "target", provider.base_url,
+                                             flags=[*agent_flags(provider.base_url), "--bridge"])
+        try:
+            log = tmp_path / "kit.log"
+            returncode = run_against(url, code, user, provider.base_url, [
+                f"--report-dir={tmp_path / 'report'}",
+                "qualification/conformance/test_wire_contracts.py"], command=PYTEST, log=log)
+        finally:
+            server.stop()
+    output = log.read_text("utf-8")
+    assert returncode == pytest.ExitCode.USAGE_ERROR, output
+    assert ("the target does not run with the kit's launch profile (QR-07; print it with "
+            "`tox -e conformance -- provider`): bridge.approval_timeout_seconds: reported "
+            "300.0, the profile says 3.0") in output, output
+    assert " passed" not in output

@@ -100,6 +100,8 @@ def test_a_revoked_grant_no_longer_authorizes_a_resume(client: ApiClient) -> Non
     grant = client.grant(campaign_id).json()["grant"]
     revoked = client.delete(f"/api/v1/grants/{grant['id']}")
     assert revoked.status_code == 200, revoked.text
+    unknown = client.delete(f"/api/v1/grants/grant_{nonce()}")
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "GRANT_NOT_FOUND")
     refused = client.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume")
     assert (refused.status_code, refused.json()["error"]["code"]) == (409, "GRANT_REQUIRED")
     turn = client.turn(str(paused["id"]))

@@ -177,7 +177,7 @@ def _refusals(target: Served, admin: ApiClient) -> list[tuple[str, str, dict[str
     ]
 
 
-@pytest.mark.req("SV-07", "SV-02", "SV-04", "SV-05")
+@pytest.mark.req("SV-07", "SV-02", "SV-04")
 def test_the_checklists_own_refusals_carry_the_security_headers(target: Served,
                                                                 admin: ApiClient) -> None:
     with httpx.Client(base_url=target.url, trust_env=False, timeout=10) as http:
@@ -228,6 +228,23 @@ def _login(target: Served, token: str) -> tuple[ApiClient, dict[str, Any]]:
     response = client.login(token)
     assert response.status_code == 200, response.text[:300]
     return client, response.json()
+
+
+@pytest.mark.req("SV-04")
+def test_the_session_cookies_value_is_no_csrf_token(target: Served) -> None:
+    """The CSRF token is its own secret: a page that can make the browser send the cookie
+    cannot also pass it as ``X-CSRF-Token`` (403 CSRF_FAILED); the real token works."""
+    client, said = _login(target, target.admin_token)
+    try:
+        assert client.cookie is not None
+        forged = client.http.post("/api/cordis/sessions", json={}, headers={
+            **client.headers(True), "X-CSRF-Token": client.cookie})
+        assert (forged.status_code, forged.json()["error"]["code"]) == (403, "CSRF_FAILED")
+        real = client.post("/api/cordis/sessions", {})
+        assert real.status_code == 201, real.text
+        assert said["csrf_token"] != client.cookie
+    finally:
+        client.close()
 
 
 @pytest.mark.req("SV-03")
