@@ -29,6 +29,7 @@ from labfy_ref.report.model import (
 )
 from labfy_ref.report.render import FORMATS, write_report
 from labfy_ref.report.sources import agent_sha256, sources_sha256
+from labfy_ref.report.teeth import read_teeth
 from labfy_ref.report.validate import SCHEMA_VERSION
 
 DEFAULT_REPORT_DIR = Path("qualification-report")
@@ -92,7 +93,8 @@ def collect(results_dir: Path, requirements_path: Path,
                           screenshots=read_screenshots(results_dir),
                           conformance=read_conformance(results_dir),
                           eval_record=read_eval(results_dir),
-                          eval_matrix=read_eval_matrix(), agent_sha256=agent_sha256())
+                          eval_matrix=read_eval_matrix(), agent_sha256=agent_sha256(),
+                          teeth=read_teeth(results_dir))
     if old is None:
         return report
     return dataclasses.replace(report, changes=compare(old, report.requirements, report.stages))

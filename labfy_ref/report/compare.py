@@ -1,26 +1,27 @@
 """What changed since an earlier status.json, and the gate a pipeline sets on it (QR-05).
 
-``labfy-ref report --compare OLD --fail-on regression,fail,not-run``: a
+``labfy-ref report --compare OLD --fail-on regression,fail,not-run,weak``: a
 *regression* is a requirement that was ``CURRENT`` and is not any more, or a
 stage that passed (``PASS`` or ``PASS_LOCAL_SPECIMEN``) and does not now. An ID
 or stage that disappeared counts as not passing: deleting a requirement must not
-open a gate silently.
+open a gate silently. A requirement that became ``CURRENT (weak)`` (QR-06) is a
+change, not a regression; ``--fail-on weak`` fails on every weak ID.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from labfy_ref.errors import ConfigRefused
-from labfy_ref.report.model import Change, Changes, Line, Status, StatusReport
+from labfy_ref.report.model import Change, Changes, Line, Status, StatusReport, shown
 from labfy_ref.report.validate import read_status
 
 #: The statuses a stage passes with.
 PASSING = frozenset({Status.PASS.value, Status.PASS_LOCAL_SPECIMEN.value})
 #: What ``--fail-on`` accepts.
-GATES = ("regression", "fail", "not-run")
+GATES = ("regression", "fail", "not-run", "weak")
 REQUIREMENT, STAGE = "requirement", "stage"
 
 
@@ -39,16 +40,12 @@ class OldReport:
         version, document = read_status(path)
 
         def lines(key: str) -> dict[str, tuple[str, str]]:
-            return {line["id"]: (line["status"], _shown(line["status"], line.get("ran_on", ())))
+            return {line["id"]: (line["status"], shown(line["status"], line.get("ran_on", ()),
+                                                       weak=line.get("weak", False)))
                     for line in document[key]}
 
         return cls(since=document["generated_at"], source=str(path), version=version,
                    shown={REQUIREMENT: lines("requirements"), STAGE: lines("stages")})
-
-
-def _shown(status: str, ran_on: Iterable[str]) -> str:
-    ran = list(ran_on)
-    return status + (f" ({', '.join(ran)})" if ran else "")
 
 
 def _regression(kind: str, old: str | None, new: str | None) -> bool:
@@ -94,4 +91,7 @@ def tripped(report: StatusReport, gates: frozenset[str]) -> list[str]:
         named = [line.name for line in lines if line.status is status]
         if gate in gates and named:
             found.append(f"{gate}: " + ", ".join(named))
+    weak = [line.name for line in report.requirements if line.weak]
+    if "weak" in gates and weak:
+        found.append("weak: " + ", ".join(weak))
     return found

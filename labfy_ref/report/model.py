@@ -29,6 +29,7 @@ from labfy_ref.report.evidence import (
     build_of,
     stale_backing,
 )
+from labfy_ref.report.teeth import TeethRecord
 from labfy_ref.report.validate import RESULTS_VERSIONS, check, load_json, version_of
 
 RESULTS_DIRNAME = "results"
@@ -210,18 +211,28 @@ class Line:
     reason: str | None = None
     ran_on: tuple[str, ...] = ()  # a stage with variants: those that ran (firefox, chromium)
     failures: tuple[Failure, ...] = ()  # the first failed tests, with their short messages
+    #: CURRENT, but its own tests kill under 80 % of the faults naming it (QR-06).
+    weak: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        """JSON form used in status.json."""
-        return {"id": self.name, "title": self.title, "status": self.status.value,
-                "tests": list(self.tests), "reason": self.reason, "ran_on": list(self.ran_on),
-                "failures": [failure.as_json() for failure in self.failures]}
+        """JSON form used in status.json (``weak`` only on a weak line)."""
+        document = {"id": self.name, "title": self.title, "status": self.status.value,
+                    "tests": list(self.tests), "reason": self.reason,
+                    "ran_on": list(self.ran_on),
+                    "failures": [failure.as_json() for failure in self.failures]}
+        return document | ({"weak": True} if self.weak else {})
 
     @property
     def shown_status(self) -> str:
-        """The status as the report prints it: ``PASS (firefox, chromium)`` for variants."""
-        ran = f" ({', '.join(self.ran_on)})" if self.ran_on else ""
-        return self.status.value + ran
+        """The status as the report prints it: ``PASS (firefox, chromium)`` for variants,
+        ``CURRENT (weak)`` for an ID whose own tests lack teeth."""
+        return shown(self.status.value, self.ran_on, weak=self.weak)
+
+
+def shown(status: str, ran_on: Iterable[str] = (), *, weak: bool = False) -> str:
+    """A status as printed: its variants in parentheses, or ``(weak)``."""
+    ran = list(ran_on)
+    return status + (f" ({', '.join(ran)})" if ran else "") + (" (weak)" if weak else "")
 
 
 def _reasons(tests: Iterable[TestResult]) -> str:
@@ -307,6 +318,8 @@ class StatusReport:
     bench: BenchRecord | None = None
     screenshots: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     mutation: MutationRecord | None = None
+    #: faults.json of the last fault run: teeth per requirement ID (QR-06).
+    teeth: TeethRecord | None = None
     conformance: Conformance | None = None
     #: eval-record.json as written (EV-01): a figure per model, never a status.
     eval_record: Mapping[str, Any] | None = None
@@ -447,7 +460,8 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: Mapping[str
                  conformance: Conformance | None = None,
                  eval_record: Mapping[str, Any] | None = None,
                  eval_matrix: Mapping[str, Any] | None = None,
-                 agent_sha256: str | None = None) -> StatusReport:
+                 agent_sha256: str | None = None,
+                 teeth: TeethRecord | None = None) -> StatusReport:
     """Fold recorded runs and the evidence records into the status of every ID and stage."""
     tests = merge_runs(runs)
     by_req: dict[str, list[TestResult]] = {req: [] for req in requirements.titles}
@@ -464,8 +478,14 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: Mapping[str
         if status is Status.CURRENT and req in stale:
             status, reason = Status.NOT_RUN, stale[req]
         title = requirements.titles.get(req, "(not in requirements.toml)")
+        weak = status is Status.CURRENT and teeth is not None and req in teeth.weak
+        if weak:
+            assert teeth is not None
+            row = next(row for row in teeth.rows if row.req == req)
+            reason = (f"weak: its own tests kill {row.killed} of the {row.attributed} faults "
+                      f"naming it (not: {', '.join(row.survivors)})")[:300]
         req_lines.append(Line(req, title, status, tuple(sorted(t.nodeid for t in named)), reason,
-                              failures=_failures(named)))
+                              failures=_failures(named), weak=weak))
     stage_lines = []
     for stage in requirements.stages:
         if stage.record is not None:
@@ -483,4 +503,4 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: Mapping[str
                         smoke=smoke, bench=bench,
                         screenshots=dict(screenshots or {}), mutation=mutation,
                         conformance=conformance, eval_record=eval_record,
-                        eval_matrix=eval_matrix, agent_sha256=agent_sha256)
+                        eval_matrix=eval_matrix, agent_sha256=agent_sha256, teeth=teeth)

@@ -27,6 +27,7 @@ from labfy_ref.report.evidence import (
     eval_freshness,
 )
 from labfy_ref.report.model import StatusReport
+from labfy_ref.report.teeth import WEAK_BELOW, TeethRecord
 
 # Not writable as UTF-8 (lone surrogates) or an error to the HTML parser: controls other
 # than ASCII whitespace, and the non-characters (U+FDD0..U+FDEF, the last two of each plane).
@@ -317,13 +318,34 @@ def evaluation(record: Mapping[str, Any] | None, *, matrix: bool = False,
                   "Real-model eval: the full matrix" if matrix else "Real-model eval", body)
 
 
+def teeth(record: TeethRecord | None) -> str:
+    """Per ID: the faults naming it, those its own tests killed, and which were not (QR-06)."""
+    if record is None:
+        return ""
+    rows = "".join(
+        f'<tr><th scope="row">{esc(row.req)}</th><td class="num">{row.attributed}</td>'
+        f'<td class="num">{row.killed}</td><td>'
+        + (badge("FAIL", "weak") if row.weak else badge("CURRENT", "ok"))
+        + f"</td><td>{esc(', '.join(row.survivors)) or '—'}</td></tr>"
+        for row in record.rows)
+    return _panel("teeth", "Teeth per requirement",
+                  f"<p>{esc(record.at)}: {record.killed} of {record.faults} faults killed in "
+                  f"{record.wall_seconds:g} s. A kill counts for an ID only when the test that "
+                  "killed the fault names that ID; under "
+                  f"{WEAK_BELOW:.0%} an ID is weak.</p>"
+                  + table("Teeth per requirement", ("ID", "Faults", "Killed by its own tests",
+                                                    "Teeth", "Not killed by its own tests"),
+                          rows))
+
+
 def evidence(report: StatusReport) -> str:
     """Every evidence panel whose record exists, under one heading; empty when none does."""
     panels = (smoke(report.smoke)
               + evaluation(report.eval_record, agent=report.agent_sha256)
               + evaluation(report.eval_matrix, matrix=True, agent=report.agent_sha256)
               + screenshots(report.screenshots) + bench(report.bench)
-              + mutation(report.mutation) + conformance(report.conformance))
+              + mutation(report.mutation) + teeth(report.teeth)
+              + conformance(report.conformance))
     if not panels:
         return ""
     return ('<section aria-labelledby="evidence-h" id="evidence"><h2 id="evidence-h">'

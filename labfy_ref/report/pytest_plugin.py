@@ -37,6 +37,7 @@ from labfy_ref.report.model import short_message
 CONFORMANCE_REPORT_DIR = Path("conformance-report")
 
 _REQ = "req"
+MOST_IDS = 3  # QR-06: a test names at most this many IDs (module, class and function marks)
 _VARIANT = "variant"
 
 
@@ -48,6 +49,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          f"{DEFAULT_REPORT_DIR}, or {CONFORMANCE_REPORT_DIR} with --target-url)")
     group.addoption("--requirements", default=None,
                     help="requirements.toml (default: <rootdir>/qualification/requirements.toml)")
+    group.addoption("--req", action="append", default=[], metavar="ID", dest="only_req",
+                    help="run only the tests that name this requirement ID (repeatable): what "
+                         "its own tests prove (QR-06); default: every test")
     group.addoption("--run-name", default=None,
                     help="name of this run's results file under results/ (default: qualify, or "
                          "conformance with --target-url)")
@@ -130,7 +134,17 @@ class _Recorder:
 
     @pytest.hookimpl(trylast=True)  # after conftests have added their markers
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Carry each test's requirement IDs and variant on its reports (they cross xdist so)."""
+        """Keep the tests of ``--req`` IDs only; carry each test's requirement IDs and
+        variant on its reports (they cross xdist so)."""
+        wanted = set(self.config.getoption("only_req") or ())
+        if wanted:
+            unknown = sorted(wanted - set(self.requirements.titles))
+            if unknown:
+                raise pytest.UsageError(f"--req names unknown requirement IDs {unknown}")
+            deselected = [item for item in items if not wanted & set(_ids(item))]
+            if deselected:
+                self.config.hook.pytest_deselected(items=deselected)
+                items[:] = [item for item in items if wanted & set(_ids(item))]
         for item in items:
             for req in _ids(item):
                 item.user_properties.append((_REQ, req))
@@ -139,7 +153,7 @@ class _Recorder:
                 item.user_properties.append((_VARIANT, str(variant.args[0])))
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        """A bare ``req()`` or an unknown ID fails the test, so a typo cannot hide."""
+        """A bare ``req()``, an unknown ID or more than three IDs fail the test (RPT-01, QR-06)."""
         for mark in item.iter_markers(_REQ):
             if not mark.args:
                 pytest.fail("@pytest.mark.req() needs at least one requirement ID",
@@ -147,6 +161,12 @@ class _Recorder:
         unknown = [req for req in _ids(item) if req not in self.requirements.titles]
         if unknown:
             pytest.fail(f"unknown requirement IDs {unknown}: add them to requirements.toml",
+                        pytrace=False)
+        named = sorted(set(_ids(item)))
+        if len(named) > MOST_IDS:
+            pytest.fail(f"the test names {len(named)} requirement IDs {named} (its module's, "
+                        f"class's and own marks): a test names at most {MOST_IDS}, so tagging "
+                        "everything with everything cannot make an ID CURRENT (QR-06)",
                         pytrace=False)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from labfy_ref.report.evidence import eval_freshness
 from labfy_ref.report.html import to_html, write_stylesheet
 from labfy_ref.report.model import Line, StatusReport
+from labfy_ref.report.teeth import WEAK_BELOW
 from labfy_ref.report.validate import SCHEMA_VERSION
 
 FORMATS = {"md": "STATUS.md", "json": "status.json", "html": "status.html"}
@@ -33,7 +34,8 @@ def to_json(report: StatusReport) -> dict[str, Any]:
     if report.smoke is not None:
         document["smoke"] = dict(report.smoke)
     for key, record in (("bench", report.bench), ("mutation", report.mutation),
-                        ("conformance", report.conformance), ("changes", report.changes)):
+                        ("teeth", report.teeth), ("conformance", report.conformance),
+                        ("changes", report.changes)):
         if record is not None:
             document[key] = record.as_json()
     if report.screenshots:
@@ -155,6 +157,13 @@ def _md_evidence(report: StatusReport) -> list[str]:
                    f"{_sources(mutation.freshness.value, mutation.sources_sha256)}"
                    + (f" (changed since: {_md_cell(', '.join(mutation.changed))}; only "
                       "their IDs wait for a rerun)" if mutation.changed else "") + ".")
+    if report.teeth is not None:
+        teeth = report.teeth
+        out.append(f"- Faults ({_md_cell(teeth.at)}, {teeth.wall_seconds:g} s): {teeth.killed} "
+                   f"of {teeth.faults} killed; {len(teeth.rows)} IDs have faults, "
+                   + (f"weak (own tests kill under {WEAK_BELOW:.0%}): "
+                      f"{_md_cell(', '.join(teeth.weak))}" if teeth.weak else "none weak")
+                   + " (table below).")
     if report.screenshots:
         out.append("- Screenshots: " + ", ".join(
             f"{_md_cell(browser)} {len(paths)}" for browser, paths in report.screenshots.items())
@@ -163,7 +172,21 @@ def _md_evidence(report: StatusReport) -> list[str]:
         target = report.conformance
         out.append(f"- Conformance target: {_md_cell(target.target_url)} answered "
                    f"{_md_cell(json.dumps(dict(target.version), sort_keys=True))}.")
-    return ["## Evidence", "", *out, ""] if out else []
+    return ["## Evidence", "", *out, "", *_teeth_table(report)] if out else []
+
+
+def _teeth_table(report: StatusReport) -> list[str]:
+    """Per ID: the faults that name it and how many its own tests killed (QR-06)."""
+    if report.teeth is None or not report.teeth.rows:
+        return []
+    rows = [f"| {_md_cell(row.req)} | {row.attributed} | {row.killed} | "
+            f"{'weak' if row.weak else 'ok'} | {_md_cell(', '.join(row.survivors)) or '—'} |"
+            for row in report.teeth.rows]
+    return ["## Teeth per requirement", "",
+            "Deliberate faults of `qualification/mutants` naming each ID; a kill counts for an "
+            "ID only when the test that killed the fault names that ID.", "",
+            "| ID | Faults | Killed by its own tests | Teeth | Not killed by its own tests |",
+            "|---|---|---|---|---|", *rows, ""]
 
 
 def to_markdown(report: StatusReport) -> str:

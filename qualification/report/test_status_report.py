@@ -125,6 +125,52 @@ def test_empty(): pass
     assert "@pytest.mark.req() needs at least one requirement ID" in output
 
 
+@pytest.mark.req("QR-06")
+def test_a_test_naming_more_than_three_ids_fails(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", requirements=REQUIREMENTS)
+    pytester.makepyfile(test_wide="""
+import pytest
+
+pytestmark = pytest.mark.req("AA-01")
+
+@pytest.mark.req("AA-02", "AA-03")
+def test_three(): pass
+
+@pytest.mark.req("AA-01", "AA-02", "AA-03", "AA-01")
+def test_three_again(): pass
+
+@pytest.mark.req("AA-02", "AA-03", "AA-05")
+def test_four(): pass
+
+class TestWide:
+    pytestmark = pytest.mark.req("AA-04")
+
+    @pytest.mark.req("AA-02")
+    def test_three(self): pass
+
+    @pytest.mark.req("AA-05", "AA-02")
+    def test_four(self): pass
+""")
+    result = pytester.runpytest_subprocess(*_args(("-v",)))
+    result.assert_outcomes(passed=3, errors=2)
+    output = result.stdout.str()
+    assert "the test names 4 requirement IDs ['AA-01', 'AA-02', 'AA-03', 'AA-05']" in output
+    assert "the test names 4 requirement IDs ['AA-01', 'AA-02', 'AA-04', 'AA-05']" in output
+    result.stdout.fnmatch_lines(["*test_wide.py::test_four ERROR*",
+                                 "*test_wide.py::TestWide::test_four ERROR*"], consecutive=False)
+
+
+@pytest.mark.req("QR-06")
+def test_req_runs_only_the_tests_that_name_the_id(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess(*_args(("--req", "AA-02", "-v")))
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_two PASSED*", "*test_three FAILED*",
+                                 "*5 deselected*"], consecutive=False)
+    wrong = project.runpytest_subprocess(*_args(("--req", "ZZ-09")))
+    assert wrong.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--req names unknown requirement IDs ['ZZ-09']" in wrong.stderr.str()
+
+
 @pytest.mark.req("RPT-01")
 def test_an_unregistered_marker_is_refused(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", requirements=REQUIREMENTS)
