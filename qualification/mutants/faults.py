@@ -60,21 +60,21 @@ _json_content_type = security.json_content_type
 
 # -- the security checklist (SV-02, SV-04, SV-05, SV-07) -----------------------------------
 
-@fault("host-check-off", replaces="labfy_ref.server.security:host_ok",
+@fault("host-check-off", ids=("SV-02",), replaces="labfy_ref.server.security:host_ok",
        killer=f"{HOST}::test_a_foreign_host_is_refused_even_with_a_valid_session",
        breaks="any Host header is served (DNS rebinding)")
 def _any_host(host: str | None, allowed: frozenset[str]) -> bool:
     return True
 
 
-@fault("localhost-dropped", replaces="labfy_ref.server.security:allowed_hosts",
+@fault("localhost-dropped", ids=("SV-02",), replaces="labfy_ref.server.security:allowed_hosts",
        killer=f"{HOST}::test_the_three_own_hosts_are_served",
        breaks="localhost:PORT is missing from the Host allowlist")
 def _no_localhost(port: int) -> frozenset[str]:
     return frozenset({f"127.0.0.1:{port}", f"[::1]:{port}"})
 
 
-@fault("origin-by-prefix", replaces="labfy_ref.server.security:origin_ok",
+@fault("origin-by-prefix", ids=("SV-04",), replaces="labfy_ref.server.security:origin_ok",
        killer=f"{ORIGIN}::test_a_foreign_origin_is_refused_on_every_mutation",
        breaks="Origin is compared by prefix (http://127.0.0.1:P.evil.example passes)")
 def _origin_prefix(origin: str | None, host: str, fetch_site: str | None) -> bool:
@@ -83,28 +83,28 @@ def _origin_prefix(origin: str | None, host: str, fetch_site: str | None) -> boo
     return origin is None or origin.startswith(f"http://{host}")
 
 
-@fault("fetch-metadata-ignored", replaces="labfy_ref.server.security:origin_ok",
+@fault("fetch-metadata-ignored", ids=("SV-04",), replaces="labfy_ref.server.security:origin_ok",
        killer=f"{ORIGIN}::test_cross_site_fetch_metadata_is_refused_with_a_bearer",
        breaks="a cross-site Sec-Fetch-Site is not refused")
 def _no_fetch_site(origin: str | None, host: str, fetch_site: str | None) -> bool:
     return origin is None or origin == f"http://{host}"
 
 
-@fault("csrf-not-compared", replaces="labfy_ref.server.security:csrf_ok",
+@fault("csrf-not-compared", ids=("SV-04",), replaces="labfy_ref.server.security:csrf_ok",
        killer=f"{ORIGIN}::test_a_missing_or_wrong_csrf_token_is_refused",
        breaks="the CSRF token is not compared at all")
 def _any_csrf(header: str | None, session: Session) -> bool:
     return True
 
 
-@fault("csrf-compared-by-length", replaces="labfy_ref.server.security:csrf_ok",
+@fault("csrf-compared-by-length", ids=("SV-04",), replaces="labfy_ref.server.security:csrf_ok",
        killer=f"{ORIGIN}::test_a_missing_or_wrong_csrf_token_is_refused",
        breaks="any CSRF token of the right length passes")
 def _csrf_length(header: str | None, session: Session) -> bool:
     return header is not None and len(header) == len(session.csrf_token)
 
 
-@fault("form-body-500", replaces="labfy_ref.server.security:json_content_type",
+@fault("form-body-500", ids=("SV-05",), replaces="labfy_ref.server.security:json_content_type",
        killer=f"{ORIGIN}::test_classic_csrf_carriers_are_refused_415",
        breaks="a form or text body crashes the check: 500 instead of 415")
 def _crashing_content_type(value: str | None) -> bool:
@@ -113,21 +113,23 @@ def _crashing_content_type(value: str | None) -> bool:
     return _json_content_type(value)
 
 
-@fault("body-unbounded", replaces="labfy_ref.server.security:SecurityMiddleware.__init__",
+@fault("body-unbounded", ids=("SV-05",),
+       replaces="labfy_ref.server.security:SecurityMiddleware.__init__",
        killer=f"{CONTRACT}::test_bodies_are_bounded_413",
        breaks="request bodies are not bounded (no 413)")
 def _unbounded(self: SecurityMiddleware, app: Any, **options: Any) -> None:
     _init(self, app, **(options | {"max_body": 1 << 30}))
 
 
-@fault("duplicate-keys-accepted", replaces="labfy_ref.server.security:loads_strict",
+@fault("duplicate-keys-accepted", ids=("SV-05",), replaces="labfy_ref.server.security:loads_strict",
        killer=f"{CONTRACT}::test_non_json_or_ambiguous_json_is_422",
        breaks="bodies are read by json.loads: duplicate keys and NaN pass")
 def _lax_json(text: str, *, max_chars: int = 0) -> Any:
     return json.loads(text)
 
 
-@fault("route-without-session", replaces="labfy_ref.server.security:SecurityMiddleware.__init__",
+@fault("route-without-session", ids=("SV-03",),
+       replaces="labfy_ref.server.security:SecurityMiddleware.__init__",
        killer=f"{SESSIONS}::test_without_a_valid_session_every_protected_route_answers_401",
        breaks="GET /api/v1/objects is served without a session check")
 def _objects_public(self: SecurityMiddleware, app: Any, **options: Any) -> None:
@@ -135,7 +137,8 @@ def _objects_public(self: SecurityMiddleware, app: Any, **options: Any) -> None:
     self.public = self.public | {("GET", "/api/v1/objects")}
 
 
-@fault("no-nosniff", replaces="labfy_ref.server.security:SecurityMiddleware._with_headers",
+@fault("no-nosniff", ids=("SV-07",),
+       replaces="labfy_ref.server.security:SecurityMiddleware._with_headers",
        killer=f"{CONTRACT}::test_security_headers_on_every_response",
        breaks="X-Content-Type-Options: nosniff is missing")
 def _without_nosniff(send: Send) -> Send:
@@ -151,7 +154,8 @@ def _without_nosniff(send: Send) -> Send:
     return wrapped
 
 
-@fault("cors-enabled", replaces="labfy_ref.server.security:SecurityMiddleware._with_headers",
+@fault("cors-enabled", ids=("SV-04",),
+       replaces="labfy_ref.server.security:SecurityMiddleware._with_headers",
        killer=f"{ORIGIN}::test_cors_is_never_enabled",
        breaks="every answer allows any origin (Access-Control-Allow-Origin: *)")
 def _with_cors(send: Send) -> Send:
@@ -163,7 +167,7 @@ def _with_cors(send: Send) -> Send:
     return _with_headers(cors)
 
 
-@fault("traceback-in-error", replaces="labfy_ref.server.errors:error_response",
+@fault("traceback-in-error", ids=("SV-05",), replaces="labfy_ref.server.errors:error_response",
        killer=f"{CONTRACT}::test_exact_field_sets_or_422",
        breaks="an error's message carries a traceback, unbounded")
 def _traceback_error(status: int, code: Any, message: str, *,
@@ -176,28 +180,31 @@ def _traceback_error(status: int, code: Any, message: str, *,
 
 # -- sessions and roles (SV-03, SV-08, BR-04) -----------------------------------------------
 
-@fault("cookie-without-samesite", replaces="starlette.responses:Response.set_cookie",
+@fault("cookie-without-samesite", ids=("SV-03",),
+       replaces="starlette.responses:Response.set_cookie",
        killer=f"{SESSIONS}::test_login_sets_a_host_only_strict_httponly_cookie_with_bounded_lifetime",
        breaks="the session cookie has no SameSite attribute")
 def _cookie_lax(self: Response, key: str, value: str = "", **options: Any) -> None:
     _set_cookie(self, key, value, **(options | {"samesite": None}))
 
 
-@fault("logout-keeps-session", replaces="labfy_ref.server.auth:Authenticator.logout",
+@fault("logout-keeps-session", ids=("SV-03",),
+       replaces="labfy_ref.server.auth:Authenticator.logout",
        killer=f"{SESSIONS}::test_logout_invalidates_the_session",
        breaks="logging out leaves the session valid")
 def _keep(self: Authenticator, session_id: str) -> None:
     return None
 
 
-@fault("user-on-cordis", replaces="labfy_ref.server.bridge_routes:require_admin",
+@fault("user-on-cordis", ids=("BR-04",), replaces="labfy_ref.server.bridge_routes:require_admin",
        killer=f"{ROLES}::test_a_user_account_is_refused_on_every_admin_route",
        breaks="a user-role session is served on /api/cordis/*")
 def _anyone(state: Any, what: str) -> None:
     return None
 
 
-@fault("user-bearer-is-admin", replaces="labfy_ref.server.auth:Authenticator.bearer",
+@fault("user-bearer-is-admin", ids=("SV-08",),
+       replaces="labfy_ref.server.auth:Authenticator.bearer",
        killer=f"{ROLES}::test_a_user_bearer_is_refused_on_every_admin_route",
        breaks="any valid bearer token gets the admin role")
 def _bearer_admin(self: Authenticator, token: str) -> Session | None:
@@ -206,7 +213,7 @@ def _bearer_admin(self: Authenticator, token: str) -> Session | None:
                                                  bearer=True)
 
 
-@fault("bearer-compared-loosely", replaces="labfy_ref.server.security:bearer_token",
+@fault("bearer-compared-loosely", ids=("SV-08",), replaces="labfy_ref.server.security:bearer_token",
        killer=f"{SESSIONS}::test_every_wrong_or_malformed_bearer_is_the_same_401_on_every_api_route",
        breaks="a malformed Authorization header gets its own answer (not the one 401)")
 def _loose_bearer(values: list[str]) -> str | None:
@@ -218,7 +225,8 @@ def _loose_bearer(values: list[str]) -> str | None:
 
 # -- the runtime's turns and grants (RT-05, RT-08, GW-07) -----------------------------------
 
-@fault("resume-skips-grant", replaces="labfy_ref.runtime.runtime:AgentRuntime.resume",
+@fault("resume-skips-grant", ids=("RT-08", "GW-07"),
+       replaces="labfy_ref.runtime.runtime:AgentRuntime.resume",
        killer=f"{RUNTIME}::test_research_pauses_for_a_grant_and_resumes_the_same_turn",
        breaks="a paused turn resumes without an active grant")
 def _resume_ungranted(self: AgentRuntime, turn_id: str) -> Any:
@@ -232,14 +240,15 @@ def _resume_ungranted(self: AgentRuntime, turn_id: str) -> Any:
     return turn
 
 
-@fault("revoked-grant-counted", replaces="labfy_ref.workspace.store:Grant.active_for",
+@fault("revoked-grant-counted", ids=("RT-08", "GW-07"),
+       replaces="labfy_ref.workspace.store:Grant.active_for",
        killer=f"{RUNTIME}::test_a_revoked_grant_no_longer_authorizes_a_resume",
        breaks="a revoked grant still authorizes research")
 def _revoked_counts(self: Grant, workspace_id: str, now: Any) -> bool:
     return self.workspace_id == workspace_id
 
 
-@fault("cancel-ignored", replaces="labfy_ref.runtime.runtime:AgentRuntime.cancel",
+@fault("cancel-ignored", ids=("RT-05",), replaces="labfy_ref.runtime.runtime:AgentRuntime.cancel",
        killer=f"{RUNTIME}::test_a_cancelled_turn_runs_no_tool_the_model_asked_for_afterwards",
        breaks="cancel answers but the turn runs on: its tool runs after the cancel")
 def _no_cancel(self: AgentRuntime, turn_id: str) -> Any:
@@ -248,7 +257,7 @@ def _no_cancel(self: AgentRuntime, turn_id: str) -> Any:
 
 # -- the bridge (BR-02, BR-12, BR-13) --------------------------------------------------------
 
-@fault("ndjson-two-per-line", replaces="labfy_ref.bridge.stream:encode_line",
+@fault("ndjson-two-per-line", ids=("BR-02",), replaces="labfy_ref.bridge.stream:encode_line",
        killer=f"{BRIDGE}::test_a_turn_streams_one_chunk_per_line_in_sequence_and_ends_with_done",
        breaks="every other NDJSON chunk shares its line with the next")
 def _joined_lines(value: Any) -> bytes:
@@ -257,7 +266,7 @@ def _joined_lines(value: Any) -> bytes:
         else line
 
 
-@fault("allow-once-sticky", replaces="labfy_ref.bridge.loop:_StreamPort.approve",
+@fault("allow-once-sticky", ids=("BR-12",), replaces="labfy_ref.bridge.loop:_StreamPort.approve",
        killer=f"{BRIDGE}::test_allow_once_runs_that_one_write_and_deny_refuses_the_next",
        breaks="after one 'Allow once' every later write of the turn runs without asking")
 async def _sticky(self: Any, call_id: str, action: Any) -> Approval | None:
@@ -269,7 +278,8 @@ async def _sticky(self: Any, call_id: str, action: Any) -> Approval | None:
     return decision
 
 
-@fault("unknown-model-served", replaces="labfy_ref.bridge.engine:ReferenceEngine._served",
+@fault("unknown-model-served", ids=("BR-13",),
+       replaces="labfy_ref.bridge.engine:ReferenceEngine._served",
        killer=f"{BRIDGE}::test_the_openai_face_answers_a_chat_client_with_a_bearer",
        breaks="a chat request naming an unknown model is answered by the default one")
 async def _any_model(self: Any, model: str) -> Any:
@@ -303,7 +313,8 @@ _revoke = services.GrantService.revoke
 _emit = StreamHandle.emit
 
 
-@fault("html-404-for-browsers", replaces="labfy_ref.server.app:install_error_handlers",
+@fault("html-404-for-browsers", ids=("SV-05",),
+       replaces="labfy_ref.server.app:install_error_handlers",
        killer=f"{WIRE}::test_an_unknown_path_or_method_is_a_json_error_whatever_is_accepted",
        breaks="a client that accepts text/html gets an HTML 404/405 page, not the JSON error")
 def _html_errors(app: Any) -> None:
@@ -318,14 +329,15 @@ def _html_errors(app: Any) -> None:
     app.add_exception_handler(StarletteHTTPException, page)
 
 
-@fault("error-message-unbounded", replaces="labfy_ref.server.errors:bounded",
+@fault("error-message-unbounded", ids=("SV-05",), replaces="labfy_ref.server.errors:bounded",
        killer=f"{WIRE}::test_a_refused_body_is_never_echoed_across_lines_or_at_length",
        breaks="an error message echoes the client's text whole (a long or multi-line field name)")
 def _whole_message(text: str, limit: int = 0) -> str:
     return text
 
 
-@fault("host-refusal-bare", replaces="labfy_ref.server.security:SecurityMiddleware.__call__",
+@fault("host-refusal-bare", ids=("SV-07", "SV-02"),
+       replaces="labfy_ref.server.security:SecurityMiddleware.__call__",
        killer=f"{WIRE}::test_the_checklists_own_refusals_carry_the_security_headers",
        breaks="the Host refusal is answered before the security headers are attached")
 async def _bare_host_refusal(self: SecurityMiddleware, scope: Any, receive: Any,
@@ -337,7 +349,8 @@ async def _bare_host_refusal(self: SecurityMiddleware, scope: Any, receive: Any,
     await _call(self, scope, receive, send)
 
 
-@fault("csp-allows-eval", replaces="labfy_ref.server.security:SecurityMiddleware._with_headers",
+@fault("csp-allows-eval", ids=("SV-07",),
+       replaces="labfy_ref.server.security:SecurityMiddleware._with_headers",
        killer=f"{WIRE}::test_the_csp_admits_only_self_or_none",
        breaks="the Content-Security-Policy lets scripts eval and connect anywhere")
 def _csp_eval(send: Send) -> Send:
@@ -350,7 +363,7 @@ def _csp_eval(send: Send) -> Send:
     return _with_headers(relaxed)
 
 
-@fault("bearer-beats-cookie", replaces="labfy_ref.server.security:"
+@fault("bearer-beats-cookie", ids=("SV-08",), replaces="labfy_ref.server.security:"
        "SecurityMiddleware._bearer_session",
        killer=f"{BEARER}::test_a_cookie_and_a_bearer_together_are_refused_400_on_every_api_route",
        breaks="a request with both a session cookie and a bearer is served on the bearer")
@@ -361,7 +374,7 @@ async def _bearer_wins(self: SecurityMiddleware, scope: Any, path: str,
     return session
 
 
-@fault("bearer-on-session-route", replaces="labfy_ref.server.security:"
+@fault("bearer-on-session-route", ids=("SV-08",), replaces="labfy_ref.server.security:"
        "SecurityMiddleware._bearer_session",
        killer=f"{BEARER}::test_the_cookie_session_routes_refuse_any_bearer",
        breaks="a bearer is accepted on /api/v1/session (exchanged for, or ending, a cookie)")
@@ -371,7 +384,7 @@ async def _bearer_session_route(self: SecurityMiddleware, scope: Any, path: str,
     return session
 
 
-@fault("origin-fixed-to-ipv4", replaces="labfy_ref.server.security:origin_ok",
+@fault("origin-fixed-to-ipv4", ids=("SV-04",), replaces="labfy_ref.server.security:origin_ok",
        killer=f"{WIRE}::test_each_own_host_accepts_its_own_origin_and_no_other",
        breaks="Origin is compared with http://127.0.0.1:PORT whatever the Host ([::1], localhost)")
 def _origin_ipv4(origin: str | None, host: str, fetch_site: str | None) -> bool:
@@ -380,7 +393,8 @@ def _origin_ipv4(origin: str | None, host: str, fetch_site: str | None) -> bool:
     return origin is None or origin == f"http://127.0.0.1:{host.rsplit(':', 1)[-1]}"
 
 
-@fault("json-only-on-post", replaces="labfy_ref.server.security:SecurityMiddleware._checked_body",
+@fault("json-only-on-post", ids=("SV-05",),
+       replaces="labfy_ref.server.security:SecurityMiddleware._checked_body",
        killer=f"{WIRE}::test_every_mutation_with_a_body_refuses_a_non_json_body_415",
        breaks="PATCH/PUT/DELETE bodies are read whatever their Content-Type (forms only POST)")
 async def _post_only(self: SecurityMiddleware, scope: Any, headers: dict[str, str],
@@ -390,21 +404,22 @@ async def _post_only(self: SecurityMiddleware, scope: Any, headers: dict[str, st
     return await _checked_body(self, scope, headers, receive, send)
 
 
-@fault("cookie-not-httponly", replaces="starlette.responses:Response.set_cookie",
+@fault("cookie-not-httponly", ids=("SV-03",), replaces="starlette.responses:Response.set_cookie",
        killer=f"{SESSIONS}::test_login_sets_a_host_only_strict_httponly_cookie_with_bounded_lifetime",
        breaks="the session cookie is readable by scripts (no HttpOnly)")
 def _cookie_scriptable(self: Response, key: str, value: str = "", **options: Any) -> None:
     _set_cookie(self, key, value, **(options | {"httponly": False}))
 
 
-@fault("cookie-ten-years", replaces="starlette.responses:Response.set_cookie",
+@fault("cookie-ten-years", ids=("SV-03",), replaces="starlette.responses:Response.set_cookie",
        killer=f"{SESSIONS}::test_login_sets_a_host_only_strict_httponly_cookie_with_bounded_lifetime",
        breaks="the session cookie lives ten years (Max-Age unbounded)")
 def _cookie_forever(self: Response, key: str, value: str = "", **options: Any) -> None:
     _set_cookie(self, key, value, **(options | {"max_age": 10 * 365 * 24 * 3600}))
 
 
-@fault("csrf-is-session-id", replaces="labfy_ref.server.auth:Authenticator.login",
+@fault("csrf-is-session-id", ids=("SV-03", "SV-04"),
+       replaces="labfy_ref.server.auth:Authenticator.login",
        killer=f"{WIRE}::test_each_login_issues_fresh_distinct_secrets",
        breaks="the CSRF token a script can read is the HttpOnly cookie's session id")
 def _one_secret(self: Authenticator, token: str) -> Session | None:
@@ -416,7 +431,7 @@ def _one_secret(self: Authenticator, token: str) -> Session | None:
     return same
 
 
-@fault("login-reuses-session", replaces="labfy_ref.server.auth:Authenticator.login",
+@fault("login-reuses-session", ids=("SV-03",), replaces="labfy_ref.server.auth:Authenticator.login",
        killer=f"{WIRE}::test_each_login_issues_fresh_distinct_secrets",
        breaks="a login hands back the account's live session (no fresh secrets: fixation)")
 def _reused(self: Authenticator, token: str) -> Session | None:
@@ -426,7 +441,7 @@ def _reused(self: Authenticator, token: str) -> Session | None:
     return live[-1] if live else _login(self, token)
 
 
-@fault("session-role-from-name", replaces="labfy_ref.server.routes:_session_json",
+@fault("session-role-from-name", ids=("SV-03",), replaces="labfy_ref.server.routes:_session_json",
        killer=f"{WIRE}::test_a_user_login_says_user_and_its_own_name",
        breaks="the session document says admin for any named account")
 def _role_from_name(session: Session) -> dict[str, str]:
@@ -436,7 +451,8 @@ def _role_from_name(session: Session) -> dict[str, str]:
 
 # -- turns and grants (RT-04, RT-08, PR-03) --------------------------------------------------
 
-@fault("repeated-start-202", replaces="labfy_ref.runtime.runtime:AgentRuntime.start_turn",
+@fault("repeated-start-202", ids=("RT-04",),
+       replaces="labfy_ref.runtime.runtime:AgentRuntime.start_turn",
        killer=f"{FLOWS}::test_a_repeated_start_answers_200_with_the_same_turn",
        breaks="a repeated client_request_id answers 202 as if it started a new turn")
 def _always_new(self: AgentRuntime, message: str, client_request_id: str | None = None) -> Any:
@@ -444,14 +460,16 @@ def _always_new(self: AgentRuntime, message: str, client_request_id: str | None 
     return turn, True
 
 
-@fault("request-id-ignored", replaces="labfy_ref.runtime.runtime:AgentRuntime.start_turn",
+@fault("request-id-ignored", ids=("RT-04",),
+       replaces="labfy_ref.runtime.runtime:AgentRuntime.start_turn",
        killer=f"{RUNTIME}::test_a_repeated_client_request_id_starts_no_second_turn",
        breaks="client_request_id is ignored: every start is a new turn")
 def _no_idempotency(self: AgentRuntime, message: str, client_request_id: str | None = None) -> Any:
     return _start_turn(self, message, None)
 
 
-@fault("grant-of-any-campaign", replaces="labfy_ref.workspace.store:WorkspaceStore.grants_for",
+@fault("grant-of-any-campaign", ids=("RT-08", "GW-07"),
+       replaces="labfy_ref.workspace.store:WorkspaceStore.grants_for",
        killer=f"{FLOWS}::test_a_grant_for_another_campaign_does_not_resume_this_one",
        breaks="a campaign's grants are read without the campaign: any grant counts")
 def _every_grant(self: Any, campaign_id: str) -> list[Grant]:
@@ -460,14 +478,16 @@ def _every_grant(self: Any, campaign_id: str) -> list[Grant]:
     return [Grant(*row) for row in rows]
 
 
-@fault("grant-expiry-ignored", replaces="labfy_ref.workspace.store:Grant.active_for",
+@fault("grant-expiry-ignored", ids=("RT-08", "GW-07"),
+       replaces="labfy_ref.workspace.store:Grant.active_for",
        killer=f"{FLOWS}::test_an_expired_grant_no_longer_authorizes_a_resume",
        breaks="an expired grant still counts")
 def _never_expires(self: Grant, workspace_id: str, now: Any) -> bool:
     return self.workspace_id == workspace_id and self.revoked_at is None
 
 
-@fault("revoke-unknown-200", replaces="labfy_ref.gateway.services:GrantService.revoke",
+@fault("revoke-unknown-200", ids=("SV-05", "RT-08"),
+       replaces="labfy_ref.gateway.services:GrantService.revoke",
        killer=f"{CONTRACT}::test_errors_have_stable_codes",
        breaks="revoking an unknown grant answers 200 with a made-up grant")
 def _revoke_anything(self: Any, grant_id: str) -> Grant:
@@ -477,7 +497,7 @@ def _revoke_anything(self: Any, grant_id: str) -> Grant:
     return revoked
 
 
-@fault("no-repair", replaces="labfy_ref.runtime.driver:request_action",
+@fault("no-repair", ids=("PR-03",), replaces="labfy_ref.runtime.driver:request_action",
        killer=f"{RUNTIME}::test_one_malformed_reply_gets_one_repair_round",
        breaks="a malformed reply ends the round at once: no repair request")
 async def _no_repair(ask: Any, messages: Any, parser: Any, decoding: Any) -> Any:
@@ -485,7 +505,7 @@ async def _no_repair(ask: Any, messages: Any, parser: Any, decoding: Any) -> Any
     return Round(parser.parse(answer.content), answer, False, answer.usage)
 
 
-@fault("repair-twice", replaces="labfy_ref.runtime.driver:request_action",
+@fault("repair-twice", ids=("PR-03",), replaces="labfy_ref.runtime.driver:request_action",
        killer=f"{FLOWS}::test_a_second_malformed_reply_ends_the_turn_model_protocol_error",
        breaks="a round refused twice is repaired once more (three requests)")
 async def _repair_again(ask: Any, messages: Any, parser: Any, decoding: Any) -> Any:
@@ -500,7 +520,7 @@ async def _repair_again(ask: Any, messages: Any, parser: Any, decoding: Any) -> 
 
 # -- the bridge (BR-02, BR-08, BR-12, BR-13) ---------------------------------------------------
 
-@fault("error-chunk-twice", replaces="labfy_ref.bridge.stream:StreamHandle.emit",
+@fault("error-chunk-twice", ids=("BR-02",), replaces="labfy_ref.bridge.stream:StreamHandle.emit",
        killer=f"{FLOWS}::test_a_failed_bridge_turn_streams_one_error_then_done",
        breaks="a failed bridge turn streams its error chunk twice before done")
 def _error_twice(self: StreamHandle, type_: str, **fields: Any) -> bool:
@@ -511,7 +531,7 @@ def _error_twice(self: StreamHandle, type_: str, **fields: Any) -> bool:
     return emitted
 
 
-@fault("stale-approval-accepted", replaces="labfy_ref.bridge.engine:"
+@fault("stale-approval-accepted", ids=("BR-12",), replaces="labfy_ref.bridge.engine:"
        "ReferenceEngine.decide_approval",
        killer=f"{FLOWS}::test_a_decision_after_the_turn_ended_is_409",
        breaks="a decision for an approval whose turn has ended is answered 200")
@@ -522,14 +542,16 @@ def _late_decision(self: Any, session_id: str, approval_id: str, decision: Appro
     return {"approval_id": approval_id, "decision": decision}
 
 
-@fault("headless-asked", replaces="labfy_ref.bridge.engine:ReferenceEngine.send_message",
+@fault("headless-asked", ids=("BR-12",),
+       replaces="labfy_ref.bridge.engine:ReferenceEngine.send_message",
        killer=f"{FLOWS}::test_a_headless_turn_is_refused_without_being_asked",
        breaks="the headless flag is dropped: a caller that cannot answer is asked to approve")
 def _asks_everyone(self: Any, session_id: str, text: str, *, headless: bool = False) -> Any:
     return _send_message(self, session_id, text)
 
 
-@fault("delete-unknown-200", replaces="labfy_ref.bridge.engine:ReferenceEngine.delete_session",
+@fault("delete-unknown-200", ids=("BR-08",),
+       replaces="labfy_ref.bridge.engine:ReferenceEngine.delete_session",
        killer=f"{FLOWS}::test_deleting_an_unknown_engine_session_is_404",
        breaks="deleting an engine session that does not exist answers 200")
 async def _delete_anything(self: Any, session_id: str) -> None:
@@ -537,21 +559,24 @@ async def _delete_anything(self: Any, session_id: str) -> None:
         await _delete_session(self, session_id)
 
 
-@fault("delete-leaves-log", replaces="labfy_ref.bridge.store.logs:JsonlSessionStore.delete",
+@fault("delete-leaves-log", ids=("BR-08",),
+       replaces="labfy_ref.bridge.store.logs:JsonlSessionStore.delete",
        killer=f"{BRIDGE}::test_a_disconnect_cancels_the_turn_and_a_deleted_session_is_gone",
        breaks="deleting an engine session forgets it but leaves its log on disk")
 def _delete_nothing(self: Any, session_id: str) -> None:
     return None
 
 
-@fault("openai-no-usage", replaces="labfy_ref.server.openai_routes:_Reply.usage",
+@fault("openai-no-usage", ids=("BR-13", "BR-14"),
+       replaces="labfy_ref.server.openai_routes:_Reply.usage",
        killer=f"{FLOWS}::test_the_openai_face_reports_the_providers_usage",
        breaks="the OpenAI face never says the provider's token usage")
 def _no_usage(self: Any) -> dict[str, Any] | None:
     return None
 
 
-@fault("openai-stream-without-done", replaces="labfy_ref.server.openai_routes:_events",
+@fault("openai-stream-without-done", ids=("BR-13",),
+       replaces="labfy_ref.server.openai_routes:_events",
        killer=f"{BRIDGE}::test_the_openai_face_answers_a_chat_client_with_a_bearer",
        breaks="the SSE stream ends without data: [DONE]")
 async def _no_done(reply: Any, include_usage: bool) -> Any:
@@ -560,21 +585,28 @@ async def _no_done(reply: Any, include_usage: bool) -> Any:
             yield event
 
 
+@fault("openai-events-merged", ids=("BR-13",), replaces="labfy_ref.server.openai_routes:event",
+       killer=f"{BRIDGE}::test_the_openai_face_answers_a_chat_client_with_a_bearer",
+       breaks="SSE chunks are written without the blank line that ends an event (merged)")
+def _merged_event(document: dict[str, Any]) -> bytes:
+    return b"data: " + _encode_line(document)
+
+
 # -- more of the kit's areas, each killed by a test it already had ----------------------------
 
 _streaming_init = StreamingResponse.__init__
 
 
-@fault("host-case-folded", replaces="labfy_ref.server.security:host_ok",
+@fault("host-case-folded", ids=("SV-02",), replaces="labfy_ref.server.security:host_ok",
        killer=f"{HOST}::test_a_foreign_host_is_refused_even_with_a_valid_session",
        breaks="the Host is compared case-insensitively (LOCALHOST:PORT is served)")
 def _host_folded(host: str | None, allowed: frozenset[str]) -> bool:
     return host is not None and host.lower() in allowed
 
 
-@fault("no-store-dropped-on-errors",
+@fault("no-store-dropped-on-errors", ids=("SV-07",),
        replaces="labfy_ref.server.security:SecurityMiddleware._with_headers",
-       killer=f"{WIRE}::test_an_unknown_path_or_method_is_a_json_error_whatever_is_accepted",
+       killer=f"{WIRE}::test_the_checklists_own_refusals_carry_the_security_headers",
        breaks="error answers may be cached: Cache-Control: no-store only on successes")
 def _cacheable_errors(send: Send) -> Send:
     inner = _with_headers(send)
@@ -588,14 +620,15 @@ def _cacheable_errors(send: Send) -> Send:
     return wrapped
 
 
-@fault("ndjson-seq-from-zero", replaces="labfy_ref.bridge.stream:encode_line",
+@fault("ndjson-seq-from-zero", ids=("BR-02",), replaces="labfy_ref.bridge.stream:encode_line",
        killer=f"{BRIDGE}::test_a_turn_streams_one_chunk_per_line_in_sequence_and_ends_with_done",
        breaks="NDJSON chunks are numbered from 0 on the wire")
 def _seq_from_zero(value: Any) -> bytes:
     return _encode_line({**value, "seq": value["seq"] - 1} if "seq" in value else value)
 
 
-@fault("ndjson-buffering-allowed", replaces="starlette.responses:StreamingResponse.__init__",
+@fault("ndjson-buffering-allowed", ids=("BR-04",),
+       replaces="starlette.responses:StreamingResponse.__init__",
        killer=f"{BRIDGE}::test_a_turn_streams_one_chunk_per_line_in_sequence_and_ends_with_done",
        breaks="a stream omits X-Accel-Buffering: no (a proxy may hold the chunks back)")
 def _bufferable(self: StreamingResponse, content: Any, status_code: int = 200,
@@ -603,3 +636,6 @@ def _bufferable(self: StreamingResponse, content: Any, status_code: int = 200,
                 background: Any = None) -> None:
     kept = {k: v for k, v in (headers or {}).items() if k.lower() != "x-accel-buffering"}
     _streaming_init(self, content, status_code, kept, media_type, background)
+
+
+from qualification.mutants import faults_teeth, faults_teeth2  # noqa: E402,F401  (registers)

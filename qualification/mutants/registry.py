@@ -1,9 +1,15 @@
-"""How a fault is declared: the function it replaces, what it breaks, the test expected to kill it.
+"""How a fault is declared: the function it replaces, the requirements it breaks, the test
+expected to kill it.
 
-``@fault(name, replaces="module:Attr.path", killer="file::test", breaks="...")``
-over the faulty function registers it; :meth:`Fault.apply` swaps it in (in the
-calling process only) after checking the original exists, so a renamed product
-function fails the mutant's launch loudly rather than testing nothing.
+``@fault(name, ids=("SV-02",), replaces="module:Attr.path", killer="file::test",
+breaks="...", served=True)`` over the faulty function registers it;
+:meth:`Fault.apply` swaps it in (in the calling process only) after checking the
+original exists, so a renamed product function fails the mutant's launch loudly
+rather than testing nothing. A *served* fault is launched as its own ``labfy-ref
+serve --bridge`` and the conformance kit runs against it; an *in-process* one is
+applied inside a pytest run of the suite (:mod:`qualification.mutants.inject`).
+Either way only the tests tagged with one of its ``ids`` run at it (QR-06): a
+fault counts as killed only by its own requirements' tests.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ class Fault:
     """One mutant: a single replaced function."""
 
     name: str
+    ids: tuple[str, ...]  # the SPEC requirement IDs it breaks (requirements.toml)
     replaces: str  # "package.module:Name" or "package.module:Class.method"
     killer: str  # the test expected to kill it: "qualification/...py::test_name"
     breaks: str  # one line: what the mutant gets wrong
     replacement: Callable[..., Any]
+    served: bool = True  # run through the kit at its own server, or inside the suite
 
     @property
     def killer_file(self) -> str:
@@ -55,12 +63,14 @@ class Fault:
         setattr(owner, attribute, replacement)
 
 
-def fault(name: str, *, replaces: str, killer: str,
-          breaks: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def fault(name: str, *, ids: tuple[str, ...], replaces: str, killer: str, breaks: str,
+          served: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as mutant ``name``'s replacement for ``replaces``."""
     def register(replacement: Callable[..., Any]) -> Callable[..., Any]:
         if name in FAULTS:
             raise ValueError(f"mutant {name} is declared twice")
-        FAULTS[name] = Fault(name, replaces, killer, breaks, replacement)
+        if not ids:
+            raise ValueError(f"mutant {name} names no requirement it breaks")
+        FAULTS[name] = Fault(name, ids, replaces, killer, breaks, replacement, served)
         return replacement
     return register

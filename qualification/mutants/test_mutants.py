@@ -30,14 +30,40 @@ def test_there_are_at_least_twenty_mutants_each_replacing_one_existing_function(
         assert mutant.breaks and "\n" not in mutant.breaks
 
 
-@pytest.mark.req("QR-03")
-def test_each_expected_killer_is_a_test_of_the_kit() -> None:
-    files = kit_files()
+def _req_args(node: ast.AST) -> set[str]:
+    """The IDs of every ``pytest.mark.req(...)`` call inside ``node``."""
+    return {arg.value for call in ast.walk(node) if isinstance(call, ast.Call)
+            and ast.unparse(call.func).endswith("mark.req")
+            for arg in call.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)}
+
+
+def killer_ids(killer: str) -> set[str]:
+    """The IDs the expected killer names: its own marks, its class's and its module's."""
+    path, _, name = killer.partition("::")
+    tree = ast.parse((REPO / path).read_text("utf-8"))
+    found: set[str] = {req for node in tree.body if isinstance(node, ast.Assign)
+                       and any(getattr(t, "id", "") == "pytestmark" for t in node.targets)
+                       for req in _req_args(node.value)}
+    *owners, function = name.split("::")
+    scope: list[ast.stmt] = tree.body
+    for owner in owners:
+        cls = next(n for n in scope if isinstance(n, ast.ClassDef) and n.name == owner)
+        found |= {req for d in cls.decorator_list for req in _req_args(d)}
+        found |= {req for n in cls.body if isinstance(n, ast.Assign) for req in _req_args(n)}
+        scope = cls.body
+    test = next(n for n in scope if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+                and n.name == function)
+    return found | {req for d in test.decorator_list for req in _req_args(d)}
+
+
+@pytest.mark.req("QR-03", "QR-06")
+def test_each_expected_killer_is_a_test_tagged_with_what_its_mutant_breaks() -> None:
+    kit = kit_files()
     for mutant in FAULTS.values():
-        assert mutant.killer_file in files, mutant.name
-        tree = ast.parse((REPO / mutant.killer_file).read_text("utf-8"))
-        names = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
-        assert mutant.killer.split("::", 1)[1] in names, mutant.name
+        assert (REPO / mutant.killer_file).is_file(), mutant.name
+        assert not mutant.served or mutant.killer_file in kit, f"{mutant.name}: not in the kit"
+        assert set(mutant.ids) & killer_ids(mutant.killer), \
+            f"{mutant.name} breaks {mutant.ids}; its killer names {killer_ids(mutant.killer)}"
 
 
 @pytest.mark.req("QR-03")
