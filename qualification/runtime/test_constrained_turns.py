@@ -60,7 +60,7 @@ async def _settle(turn: Turn) -> None:
     raise AssertionError(f"turn stuck in {turn.state}")
 
 
-@pytest.mark.req("PR-06", "RT-03", "GW-05", "RT-08")
+@pytest.mark.req("PR-06", "RT-03", "GW-05")
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32), max_rounds=st.integers(2, 8),
        conclude_after=st.integers(0, 5))

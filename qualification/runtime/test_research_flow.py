@@ -186,7 +186,7 @@ def test_each_round_is_narrowed_prefix_stable_and_reports_its_tokens(
     assert [r["round"] for r in rounds] == [1, 2, 3]
     assert all(r["prompt_tokens"] > 0 and r["ms"] >= 0 for r in rounds)
     for before, later in itertools.pairwise(rounds):
-        assert later["cached_tokens"] >= before["prompt_tokens"] - 1, "the whole last prompt"
-    later = rounds[1:]
-    cached = sum(r["cached_tokens"] for r in later) / sum(r["prompt_tokens"] for r in later)
-    assert cached >= 0.8, f"{cached:.0%} of prompt tokens cached from round 2 on"
+        # the whole last prompt is reused (how much that is of the next one depends on the
+        # prompt's length and the results added: a figure for the bench, not a bound here)
+        assert before["prompt_tokens"] - 1 <= later["cached_tokens"] < later["prompt_tokens"], \
+            "the whole last prompt"

@@ -4,12 +4,16 @@
 complete (SPEC §15), name the model by its SHA-256 and the llama.cpp build,
 carry real token counts and per-round timings, a final text that is the
 model's own (not a string of the system prompt), and a prompt cache that
-served at least 80 % of the prompt tokens from the second round on.
+served each round the prompt of the round before: what a round had to read again
+of the last prompt (the chat template's generation header, re-rendered) is less
+than what the round added. The cached share itself depends on the prompt's
+length and the results added: a figure the record carries, never a bound.
 Skipped, with the reason, where no smoke ran (``tox -e qualify``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -63,7 +67,10 @@ def test_the_record_has_real_tokens_timings_and_a_final_answer(record: dict[str,
     assert timings["rounds"] and all(ms > 0 for ms in timings["rounds"])
     for stage in ("governor", "verify", "start", "turn", "total"):
         assert timings[stage] > 0
-    assert tokens["cached_share_after_round_1"] >= 0.8, "the prompt cache served the prefix"
+    assert 0 <= tokens["cached_share_after_round_1"] <= 1
+    for rounds in [entry["turn"]["rounds"] for entry in record.get("entries") or [record]]:
+        assert len(rounds) >= 2, "a turn of several rounds"
+        _each_round_reuses_the_last_prompt(rounds)
     assert turn["states"][0] == "QUEUED" and turn["states"][-1] == "COMPLETED"
     assert "AUTHORIZATION_REQUIRED" in turn["states"]
     tools = [call["tool_id"] for call in turn["tool_calls"]]
@@ -72,6 +79,14 @@ def test_the_record_has_real_tokens_timings_and_a_final_answer(record: dict[str,
     assert turn["conclude_after"] >= 0
     final = turn["final_text"].strip()
     assert final and final not in system_prompt(default_catalog())
+
+
+def _each_round_reuses_the_last_prompt(rounds: list[dict[str, Any]]) -> None:
+    for before, later in itertools.pairwise(rounds):
+        added = later["prompt_tokens"] - before["prompt_tokens"]
+        reread = before["prompt_tokens"] - later["cached_tokens"]
+        assert 0 < later["cached_tokens"] < later["prompt_tokens"], later
+        assert reread < added, f"round {later['round']} read the last prompt again: {later}"
 
 
 @pytest.mark.req("SM-08")

@@ -11,7 +11,7 @@ import pytest
 
 from labfy_ref.errors import ProtocolRefused
 from labfy_ref.protocol import ActionParser, action_schema, repair_message, system_prompt
-from labfy_ref.tools import Effect, default_catalog
+from labfy_ref.tools import Effect, ToolCatalog, default_catalog
 
 COT = re.compile(r"chain[- ]of[- ]thought|step[- ]by[- ]step|think (aloud|carefully|first)|"
                  r"reason(ing)? (about|before)|hidden reasoning|scratchpad|<think>", re.I)
@@ -88,3 +88,17 @@ def test_the_published_files_are_the_validation_schemas() -> None:
         spec = default_catalog()[entry["tool_id"]]
         assert spec.input_schema == entry["input_schema"]
         assert spec.input_validator.schema is spec.input_schema
+
+
+@pytest.mark.req("PR-04", "PR-07")
+def test_the_prompt_lists_each_tool_with_its_arguments_and_gates_from_traits() -> None:
+    catalog = default_catalog()
+    prompt = system_prompt(catalog)
+    for spec in catalog.values():
+        line = next(line for line in prompt.splitlines() if line.startswith(f"- {spec.tool_id}("))
+        assert all(name in line for name in spec.input_schema.get("properties", {})), line
+    assert "additionalProperties" not in prompt  # schemas travel as response_format
+    gated = [spec.tool_id for spec in catalog.values() if spec.requires_authorization]
+    assert gated and all(f"{tool_id} wait" in prompt for tool_id in gated)
+    ungated = ToolCatalog([spec for spec in catalog.values() if not spec.requires_authorization])
+    assert "human grant" not in system_prompt(ungated)
