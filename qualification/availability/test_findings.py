@@ -60,7 +60,7 @@ def _still_serves(server: LiveServer, client: ApiClient) -> None:
 
 # -- the runtime: text that stopped the worker -------------------------------------------------
 
-@pytest.mark.req("AV-02", "AV-01", "PR-02", "RT-01")
+@pytest.mark.req("AV-02", "AV-01", "PR-02")
 def test_a_lone_surrogate_in_a_model_reply_is_refused_and_the_worker_goes_on(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
     poisoned = ('{"type":"tool_call","tool_id":"research.prepare","arguments":'
@@ -144,7 +144,7 @@ class _Exploding:
         return await self._demo.chat(messages, response_format=response_format)
 
 
-@pytest.mark.req("AV-01", "RT-01", "LOG-01", "SV-05")
+@pytest.mark.req("AV-01", "RT-01", "LOG-01")
 def test_an_unexpected_error_ends_that_turn_and_the_worker_goes_on(
         specimen: Path, caplog: pytest.LogCaptureFixture) -> None:
     workspace = open_workspace(specimen)

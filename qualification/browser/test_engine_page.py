@@ -180,7 +180,7 @@ def _assert_result_attached(page: Page, call_id: str) -> None:
     assert "field-log.txt" in Page.content(results[0])
 
 
-@pytest.mark.req("UI-04", "UI-05", "UI-06", "UI-07", "UI-08")
+@pytest.mark.req("UI-04", "UI-05", "UI-06")
 def test_a_turn_streams_tools_and_markdown_copies_exactly_and_survives_a_reload(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
@@ -233,7 +233,7 @@ def test_a_turn_streams_tools_and_markdown_copies_exactly_and_survives_a_reload(
 # -- approvals and Stop -----------------------------------------------------------------------
 
 
-@pytest.mark.req("UI-05", "UI-07", "UI-08", "BR-12")
+@pytest.mark.req("UI-05", "UI-08", "BR-12")
 def test_approvals_are_asked_at_the_operation_allow_once_and_deny(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
@@ -271,7 +271,7 @@ def test_approvals_are_asked_at_the_operation_allow_once_and_deny(
     page.at_widths("engine page: approvals decided")
 
 
-@pytest.mark.req("UI-04", "UI-05", "UI-07", "BR-05")
+@pytest.mark.req("UI-04", "UI-05", "BR-05")
 def test_stop_cancels_a_running_turn(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
@@ -331,7 +331,7 @@ def _hostile_reasoning() -> str:
     return (unit * (MIB // len(unit) + 1))[:MIB]
 
 
-@pytest.mark.req("UI-02", "UI-05", "UI-07", "UI-08")
+@pytest.mark.req("UI-02", "UI-05", "UI-08")
 def test_hostile_model_text_titles_and_tool_arguments_stay_inert(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:

@@ -225,7 +225,7 @@ def _reads_in_order(page: Page, element: WebElement) -> None:
     assert lefts == sorted(lefts), f"{page.browser}: shown as {element.text!r}"
 
 
-@pytest.mark.req("UI-02", "UI-05", "UI-07", "UI-08", "GW-08")
+@pytest.mark.req("UI-02", "UI-05", "GW-08")
 def test_an_approval_question_reads_in_its_logical_order(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
@@ -262,7 +262,7 @@ def test_an_approval_question_reads_in_its_logical_order(
         "the clipboard gets what was shown, no invisible character"
 
 
-@pytest.mark.req("UI-01", "UI-02", "UI-07", "UI-08", "GW-08")
+@pytest.mark.req("UI-01", "UI-02", "GW-08")
 def test_a_runtime_card_shows_a_direction_override_in_a_path(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:

@@ -37,8 +37,6 @@ from qualification.browser.runtime_page import (
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent, scenario
 from qualification.harness import LAUNCH_CODE
 
-pytestmark = pytest.mark.req("UI-07")
-
 # Each payload sets window.__pwned if it ever runs; the preload watcher also counts the
 # CSP violation an inline handler would raise, so markup that was parsed fails either way.
 PAYLOADS = (
@@ -90,7 +88,7 @@ def _still_attached(element: WebElement) -> bool:
     return True
 
 
-@pytest.mark.req("UI-01", "UI-03", "UI-08", "SV-03")
+@pytest.mark.req("UI-01", "UI-03", "SV-03")
 def test_login_a_tool_call_and_its_card(page: Page, specimen: Path,
                                         provider_factory: ProviderFactory,
                                         server_factory: ServerFactory) -> None:
@@ -169,7 +167,7 @@ def _hostile_workspace(specimen: Path) -> tuple[str, str]:
     return hostile.object_id, "hostile.html"
 
 
-@pytest.mark.req("UI-01", "UI-02", "UI-08", "RT-08", "GW-07")
+@pytest.mark.req("UI-02", "RT-08", "GW-07")
 def test_hostile_content_stays_inert_through_authorize_and_resume(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
@@ -244,7 +242,7 @@ def test_hostile_content_stays_inert_through_authorize_and_resume(
     page.at_widths("completed with hostile content")
 
 
-@pytest.mark.req("UI-01", "UI-08", "PR-03", "RT-05")
+@pytest.mark.req("UI-01", "PR-03", "RT-05")
 def test_protocol_error_then_a_running_turn_cancelled(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
@@ -280,7 +278,7 @@ def test_protocol_error_then_a_running_turn_cancelled(
     assert broken.get_attribute("data-state") == "MODEL_PROTOCOL_ERROR"
 
 
-@pytest.mark.req("UI-01", "UI-08", "RT-08", "SV-03")
+@pytest.mark.req("UI-01", "RT-08", "SV-03")
 def test_lost_connection_then_a_restart_explains_the_lost_paused_turn(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:

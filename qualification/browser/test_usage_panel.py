@@ -119,7 +119,7 @@ def test_the_usage_panel_shows_the_ledgers_totals_and_last_calls(
     page.driver.execute_script("arguments[0].scrollIntoView()", page.find("usage-panel"))
 
 
-@pytest.mark.req("BR-13", "BR-14", "UI-04", "UI-07")
+@pytest.mark.req("BR-13", "BR-14", "UI-04")
 def test_a_chat_client_completion_leaves_no_session_on_the_page_only_its_usage(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:

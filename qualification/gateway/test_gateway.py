@@ -122,3 +122,27 @@ def test_running_research_needs_a_grant_even_from_inside(gateway: AgentGateway) 
     assert caught.value.code.value == "GRANT_REQUIRED"
     state = gateway.call("research.get_state", {"campaign_id": campaign_id}, READ_ONLY)
     assert state.result["data"]["status"] == "PREPARED"
+
+
+@pytest.mark.req("RT-08")
+def test_a_grant_of_another_workspace_cannot_be_revoked_from_this_one(specimen: Path) -> None:
+    """Grants are a workspace's own: a grant id of another workspace (present in the same
+    store, as after a copy) is GRANT_NOT_FOUND here and stays active; this workspace's
+    own grant is revoked."""
+    workspace = open_workspace(specimen)
+    store = workspace.open_store()
+    try:
+        gateway = AgentGateway(workspace, store)
+        other_ws = "ws_" + "0" * 26
+        theirs_campaign = store.add_campaign(other_ws, "Their topic", ["Theirs?"], [])
+        theirs = store.add_grant(theirs_campaign.campaign_id, other_ws, None)
+        ours_campaign = store.add_campaign(workspace.workspace_id, "Our topic", ["Ours?"], [])
+        ours = gateway.grants.create(ours_campaign.campaign_id)
+        with pytest.raises(RuntimeRefused) as refused:
+            gateway.grants.revoke(theirs.grant_id)
+        assert refused.value.code.value == "GRANT_NOT_FOUND"
+        kept = store.get_grant(theirs.grant_id)
+        assert kept is not None and kept.revoked_at is None, "their grant is still active"
+        assert gateway.grants.revoke(ours.grant_id).revoked_at is not None
+    finally:
+        store.close()

@@ -303,7 +303,7 @@ def test_workspace_upgrade_migrates_keeps_a_backup_and_says_so(tmp_path: Path) -
     assert sorted(p.name for p in old.iterdir() if p.suffix == ".bak") == [backup.name]
 
 
-@pytest.mark.req("CLI-01", "WS-01", "SV-01", "WS-05")
+@pytest.mark.req("CLI-01", "SV-01", "WS-05")
 @pytest.mark.parametrize("case", ["not-a-workspace", "newer", "locked"])
 def test_workspace_upgrade_refusals_are_one_line_and_change_nothing(tmp_path: Path,
                                                                    case: str) -> None:
@@ -338,7 +338,7 @@ def test_workspace_upgrade_refusals_are_one_line_and_change_nothing(tmp_path: Pa
     assert not [p for p in target.iterdir() if p.suffix == ".bak"], "no backup is made"
 
 
-@pytest.mark.req("CLI-01", "WS-01", "SV-01", "WS-05")
+@pytest.mark.req("CLI-01", "SV-01", "WS-05")
 @pytest.mark.parametrize("command", ["serve", "check-config"])
 def test_serve_and_check_config_on_an_old_workspace_name_the_upgrade(tmp_path: Path,
                                                                      command: str) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from labfy_ref.cli.main import _progress_bar
+from labfy_ref.errors import ConfigRefused, ErrorCode
 from labfy_ref.model import gguf
 from labfy_ref.model.gguf import verify_gguf
 
@@ -71,6 +72,22 @@ def test_a_bad_file_or_digest_is_refused(tmp_path: Path, damage: str, code: str)
     assert done.returncode == 2
     assert done.stderr.startswith(f"{code}: ") and done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.req("SM-01")
+@pytest.mark.parametrize("position", [0, 31, 32, 63])
+def test_a_digest_that_differs_in_one_character_anywhere_is_refused(tmp_path: Path,
+                                                                    position: int) -> None:
+    """Every one of the 64 digits counts: one changed at the start, either side of the
+    middle or at the very end is a mismatch."""
+    model = tmp_path / "m.gguf"
+    digest = _gguf(model, size=4096)
+    flipped = "0" if digest[position] != "0" else "1"
+    wrong = digest[:position] + flipped + digest[position + 1:]
+    with pytest.raises(ConfigRefused) as refused:
+        verify_gguf(model, wrong)
+    assert refused.value.code is ErrorCode.GGUF_SHA256_MISMATCH
+    assert verify_gguf(model, digest.upper()).sha256 == digest, "the same digits, any case"
 
 
 class _Terminal(io.StringIO):

@@ -69,6 +69,23 @@ def test_the_event_log_is_bounded_paged_and_tells_a_lagging_client() -> None:
 
 
 @pytest.mark.req("RT-06")
+def test_a_client_at_the_oldest_cursor_missed_nothing_one_before_it_did() -> None:
+    """The boundary of "fell behind": at the oldest cursor every retained event is still
+    ahead of the client; one before it, the evicted event is lost."""
+    log = EventLog(capacity=3)
+    for index in range(5):
+        log.append("turn_a", "turn.state", {"i": index})
+    oldest = log.page(0)["oldest_cursor"]
+    assert oldest == 2
+    at = log.page(oldest)
+    assert (at["missed"], [e["seq"] for e in at["events"]]) == (False, [3, 4, 5])
+    before = log.page(oldest - 1)
+    assert (before["missed"], [e["seq"] for e in before["events"]]) == (True, [3, 4, 5])
+    fresh = EventLog(capacity=3)
+    assert fresh.page(0)["missed"] is False, "an empty log has lost nothing"
+
+
+@pytest.mark.req("RT-06")
 def test_events_are_served_by_cursor(specimen: Path, server_factory: ServerFactory) -> None:
     server = server_factory(specimen)
     client = server.client()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from fake_provider import Scenario
 from labfy_ref.netutil import free_port
 from labfy_ref.runtime import RuntimeLimits
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent, scenario
@@ -98,6 +99,31 @@ def test_a_full_queue_refuses_with_429(
     assert again.status_code == 202, "a cancelled turn frees its place at once"
 
 
+@pytest.mark.req("RT-04", "RT-03")
+def test_a_retried_start_while_the_queue_is_full_is_the_same_turn(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    """A client retrying the start of a turn that is already queued gets that turn (200),
+    full queue or not: the key is looked up before the capacity is; a new key is 429."""
+    provider = provider_factory(scenario("slow-final"))
+    server = server_factory(specimen, limits=RuntimeLimits(max_queued_turns=1, max_live_turns=2),
+                            **local_agent(provider.base_url))
+    client = server.client()
+    first = client.start_turn("one")
+    client.wait_state(first["id"], {"RUNNING"})
+    queued = client.post("/api/v1/agent-runtime/turns",
+                         {"message": "two", "client_request_id": "retry-2"})
+    assert queued.status_code == 202, queued.text
+    again = client.post("/api/v1/agent-runtime/turns",
+                        {"message": "two", "client_request_id": "retry-2"})
+    assert again.status_code == 200, again.text
+    assert again.json()["turn"]["id"] == queued.json()["turn"]["id"]
+    fresh = client.post("/api/v1/agent-runtime/turns",
+                        {"message": "two", "client_request_id": "retry-3"})
+    assert (fresh.status_code, fresh.json()["error"]["code"]) == (429, "QUEUE_FULL")
+    for turn_id in (first["id"], queued.json()["turn"]["id"]):
+        client.post(f"/api/v1/agent-runtime/turns/{turn_id}/cancel")
+
+
 @pytest.mark.req("RT-04")
 def test_turn_start_is_idempotent_by_client_request_id(
         specimen: Path, server_factory: ServerFactory) -> None:
@@ -148,3 +174,25 @@ def test_shutdown_cancels_running_turns_and_stops_the_worker(
     assert not runtime.running
     assert runtime.get(running["id"]).state.value == "CANCELLED"
     assert runtime.get(queued["id"]).state.value == "CANCELLED"
+
+
+def _read(object_id: str) -> str:
+    return ('{"type":"tool_call","tool_id":"workspace.read_object","arguments":{"object_id":"'
+            + object_id + '"}}')
+
+
+@pytest.mark.req("RT-03")
+def test_refused_calls_spend_the_tool_call_budget(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    """Every call the model makes counts against ``max_tool_calls``, refused ones too: three
+    different invented ids under a budget of two end the turn BUDGET_EXHAUSTED."""
+    invented = [f"obj_01KZZZZZZZZZZZZZZZZZZZZZZ{digit}" for digit in "ABC"]
+    provider = provider_factory(Scenario.replies(
+        *(_read(object_id) for object_id in invented), '{"type":"final","text":"read all"}'))
+    server = server_factory(specimen, limits=RuntimeLimits(max_tool_calls=2),
+                            **local_agent(provider.base_url))
+    client = server.client()
+    turn = client.start_turn("Read the three objects.")
+    done = client.wait_state(turn["id"], TERMINAL)
+    assert (done["state"], done["error"]["code"]) == ("BUDGET_EXHAUSTED", "BUDGET_EXHAUSTED"), done
+    assert [c["status"] for c in done["tool_calls"]] == ["refused", "refused"]

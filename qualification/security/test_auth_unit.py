@@ -287,3 +287,17 @@ def test_an_account_cannot_be_altered_once_loaded() -> None:
     account = Account("ada", token_hash("t"))
     with pytest.raises(dataclasses.FrozenInstanceError):
         account.token_sha256 = token_hash("other")  # type: ignore[misc]
+
+
+@pytest.mark.req("AV-03", "SV-03")
+def test_logging_in_many_times_never_ends_another_accounts_session() -> None:
+    """The per-account cap evicts the logging-in account's own oldest sessions only: another
+    user's session, and the administrator's, outlive any number of logins."""
+    auth, _ = _auth("ada", "bob")
+    bob = auth.login("token-bob")
+    administrator = auth.login(LAUNCH)
+    ada = [auth.login("token-ada") for _ in range(MAX_SESSIONS_PER_ACCOUNT + 3)]
+    assert bob is not None and auth.session(bob.session_id) == bob
+    assert administrator is not None and auth.session(administrator.session_id) == administrator
+    alive = [s for s in ada if s is not None and auth.session(s.session_id) == s]
+    assert alive == ada[3:], "ada keeps her 16 newest"

@@ -182,7 +182,7 @@ def the_child(fake: FakeLlama) -> dict[str, Any]:
 # -- 1. loading, then ready; a turn and the bridge on the same server ---------------------
 
 
-@pytest.mark.req("SM-07", "SM-02", "SM-05", "SM-09")
+@pytest.mark.req("SM-02", "SM-05", "SM-09")
 def test_status_says_loading_until_our_server_is_proven_then_a_turn_and_the_bridge_use_it(
         serve: Serve, tmp_path: Path) -> None:
     model, digest = gguf(tmp_path)

@@ -9,7 +9,7 @@ import datetime
 import re
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,15 @@ import pytest
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.ids import id_pattern
 from labfy_ref.modes import Approval
-from labfy_ref.work import ApprovalRequest, EffectStatus, State, WorkStore, sqlite_url
+from labfy_ref.work import (
+    ApprovalRequest,
+    DatabaseUrl,
+    EffectStatus,
+    State,
+    Task,
+    WorkStore,
+    sqlite_url,
+)
 from qualification.work.conftest import Clock
 from qualification.work.wire import STORE_WORKSPACE
 
@@ -401,7 +409,7 @@ def test_an_approval_answered_at_once_by_several_people_takes_one_answer(
     assert store.get_task(submitted.task.id).state is State.QUEUED
 
 
-@pytest.mark.req("WK-02")
+@pytest.mark.req("WK-02", "WS-06")
 def test_the_sqlite_database_is_created_owner_only(tmp_path: Path) -> None:
     store = WorkStore.open(sqlite_url(tmp_path / "work.sqlite"), workspace_id=STORE_WORKSPACE)
     try:
@@ -416,3 +424,64 @@ def test_the_sqlite_database_is_created_owner_only(tmp_path: Path) -> None:
     assert refused.value.code is ErrorCode.WORK_DB_UNAVAILABLE
     assert refused.value.message.endswith(": the database file is a symbolic link")
     assert not (tmp_path / "elsewhere.sqlite").exists()
+
+
+@pytest.mark.req("WK-11")
+def test_another_workspaces_task_is_task_not_found(store: WorkStore,
+                                                   work_url: DatabaseUrl) -> None:
+    """Two workspaces on one database: each sees, shows, lists and cancels only its own
+    tasks; the other's id is TASK_NOT_FOUND and the task is left as it was."""
+    other = WorkStore.open(work_url, workspace_id="ws_" + "1" * 26)
+    try:
+        theirs = other.submit("their task").task
+        mine = store.submit("my task").task
+        for refused in (lambda: store.get_task(theirs.id), lambda: store.show(theirs.id),
+                        lambda: store.cancel(theirs.id)):
+            with pytest.raises(LabfyError) as caught:
+                refused()
+            assert code_of(caught) is ErrorCode.TASK_NOT_FOUND
+        assert [t.id for t in store.list_tasks()] == [mine.id]
+        assert [t.id for t in other.list_tasks()] == [theirs.id]
+        assert other.get_task(theirs.id).state is State.QUEUED
+    finally:
+        other.close()
+
+
+@pytest.fixture
+def two(store: WorkStore, work_url: DatabaseUrl) -> Iterator[tuple[WorkStore, Task, Task]]:
+    """This workspace's store, and one task of each workspace on the same database (theirs
+    submitted first, so it is the older)."""
+    other = WorkStore.open(work_url, workspace_id="ws_" + "2" * 26)
+    try:
+        theirs = other.submit("their task").task
+        mine = store.submit("my task").task
+        yield store, mine, theirs
+    finally:
+        other.close()
+
+
+@pytest.mark.req("WK-11")
+def test_a_list_shows_only_this_workspaces_tasks_even_by_state(
+        two: tuple[WorkStore, Task, Task]) -> None:
+    store, mine, _ = two
+    for state in (None, "QUEUED"):
+        assert [t.id for t in store.list_tasks(state=state)] == [mine.id], state
+    assert store.list_tasks(state="CANCELLED") == []
+
+
+@pytest.mark.req("WK-11")
+def test_another_workspaces_runs_are_not_listed(two: tuple[WorkStore, Task, Task]) -> None:
+    store, mine, theirs = two
+    assert len(store.list_runs(mine.id)) == 1
+    assert store.list_runs(theirs.id) == []
+
+
+@pytest.mark.req("WK-11")
+def test_another_workspaces_task_is_an_unknown_cursor(two: tuple[WorkStore, Task, Task]) -> None:
+    """A page cursor is a task of this workspace: another's id is refused as any unknown
+    one, and tells nothing of where that task sits."""
+    store, mine, theirs = two
+    with pytest.raises(LabfyError) as caught:
+        store.list_tasks(before=theirs.id)
+    assert code_of(caught) is ErrorCode.VALIDATION_FAILED
+    assert store.list_tasks(before=mine.id) == []

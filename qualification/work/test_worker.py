@@ -155,8 +155,8 @@ def options(workspace: Path, **values: Any) -> argparse.Namespace:
 @pytest.mark.parametrize(("values", "environ", "code", "says"), [
     ({"heartbeat_seconds": "5", "lease_seconds": "5"}, {}, ErrorCode.CONFIG_INVALID,
      "--heartbeat-seconds must be shorter than --lease-seconds"),
-    ({"lease_seconds": "0"}, {}, ErrorCode.CONFIG_INVALID, "--lease-seconds must be more"),
-    ({"lease_seconds": "nan"}, {}, ErrorCode.CONFIG_INVALID, "--lease-seconds must be more"),
+    ({"lease_seconds": "0"}, {}, ErrorCode.CONFIG_INVALID, "--lease-seconds must be > 0"),
+    ({"lease_seconds": "nan"}, {}, ErrorCode.CONFIG_INVALID, "--lease-seconds must be > 0"),
     ({"heartbeat_seconds": "soon"}, {}, ErrorCode.CONFIG_INVALID,
      "--heartbeat-seconds must be a number"),
     ({"max_runs": "0"}, {}, ErrorCode.CONFIG_INVALID, "--max-runs must be at least 1"),

@@ -81,7 +81,7 @@ def test_a_store_of_the_previous_release_is_refused_with_the_way_out(v1: Path) -
     assert _backups(v1) == []
 
 
-@pytest.mark.req("WS-01", "WS-02", "RT-08", "WS-05")
+@pytest.mark.req("WS-02", "RT-08", "WS-05")
 def test_upgrade_keeps_every_object_campaign_and_grant_and_adds_the_indexes(v1: Path) -> None:
     before = rows(v1 / "labfy.sqlite")
     assert (len(before["objects"]), len(before["campaigns"]), len(before["grants"])) == (12, 3, 5)

@@ -202,3 +202,23 @@ def test_a_store_an_older_release_made_world_readable_is_narrowed_when_opened(
     with pytest.raises(WorkspaceError) as caught:
         workspace.open_store()
     assert caught.value.code is ErrorCode.WORKSPACE_INVALID
+
+
+@pytest.mark.req("WS-06")
+@pytest.mark.parametrize("sidecar", ["", "-wal", "-journal"])
+def test_a_link_in_a_databases_place_is_refused_and_its_target_untouched(
+        tmp_path: Path, sidecar: str) -> None:
+    """A symbolic link where the store or one of its sidecars belongs is refused; the file
+    it points at keeps its mode and its bytes (nothing is narrowed through the link)."""
+    workspace = init_workspace(tmp_path / "ws", specimen=True)
+    workspace.open_store().close()
+    planted = tmp_path / "elsewhere"
+    planted.write_bytes(b"not yours")
+    planted.chmod(0o644)
+    place = Path(f"{workspace.store_path}{sidecar}")
+    place.unlink(missing_ok=True)
+    place.symlink_to(planted)
+    with pytest.raises(WorkspaceError) as caught:
+        workspace.open_store().close()
+    assert caught.value.code is ErrorCode.WORKSPACE_INVALID
+    assert (_mode(planted), planted.read_bytes()) == (0o644, b"not yours")
