@@ -94,7 +94,7 @@ def collect(results_dir: Path, requirements_path: Path,
                           conformance=read_conformance(results_dir),
                           eval_record=read_eval(results_dir),
                           eval_matrix=read_eval_matrix(), agent_sha256=agent_sha256(),
-                          teeth=read_teeth(results_dir))
+                          teeth=read_teeth(results_dir, requirements.titles))
     if old is None:
         return report
     return dataclasses.replace(report, changes=compare(old, report.requirements, report.stages))

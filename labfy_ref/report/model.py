@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from labfy_ref.errors import ReportInvalid
+from labfy_ref.report.attribution import CodeMap
 from labfy_ref.report.evidence import (
     BenchRecord,
     BuildInfo,
@@ -78,6 +79,8 @@ class Requirements:
 
     titles: Mapping[str, str]
     stages: tuple[Stage, ...]
+    #: QR-06: the code each ID declares it is implemented by.
+    code: CodeMap = dataclasses.field(default_factory=CodeMap)
 
     @classmethod
     def load(cls, path: Path) -> Requirements:
@@ -105,7 +108,8 @@ class Requirements:
             )
             for name, spec in document.get("stages", {}).items()
         )
-        return cls(titles=dict(titles), stages=stages)
+        code = CodeMap.from_toml(document.get("code"), document.get("code_none"), titles)
+        return cls(titles=dict(titles), stages=stages, code=code)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -211,7 +215,8 @@ class Line:
     reason: str | None = None
     ran_on: tuple[str, ...] = ()  # a stage with variants: those that ran (firefox, chromium)
     failures: tuple[Failure, ...] = ()  # the first failed tests, with their short messages
-    #: CURRENT, but its own tests kill under 80 % of the faults naming it (QR-06).
+    #: CURRENT, but its own tests kill under 80 % of the faults and mutants
+    #: attributed to it (QR-06).
     weak: bool = False
 
     def as_json(self) -> dict[str, Any]:
@@ -482,8 +487,9 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: Mapping[str
         if weak:
             assert teeth is not None
             row = next(row for row in teeth.rows if row.req == req)
-            reason = (f"weak: its own tests kill {row.killed} of the {row.attributed} faults "
-                      f"naming it (not: {', '.join(row.survivors)})")[:300]
+            reason = (f"weak: its own tests kill {row.killed + row.mutants_killed} of the "
+                      f"{row.attributed + row.mutants} faults and mutants attributed to it "
+                      f"(not: {'; '.join([*row.survivors, *row.mutant_survivors])})")[:300]
         req_lines.append(Line(req, title, status, tuple(sorted(t.nodeid for t in named)), reason,
                               failures=_failures(named), weak=weak))
     stage_lines = []

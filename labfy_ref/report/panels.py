@@ -319,21 +319,28 @@ def evaluation(record: Mapping[str, Any] | None, *, matrix: bool = False,
 
 
 def teeth(record: TeethRecord | None) -> str:
-    """Per ID: the faults naming it, those its own tests killed, and which were not (QR-06)."""
+    """Per ID: faults and mutants attributed to it, those its own tests killed, the others."""
     if record is None:
         return ""
     rows = "".join(
-        f'<tr><th scope="row">{esc(row.req)}</th><td class="num">{row.attributed}</td>'
-        f'<td class="num">{row.killed}</td><td>'
+        f'<tr><th scope="row">{esc(row.req)}</th>'
+        f'<td class="num">{row.killed}/{row.attributed}</td>'
+        f'<td class="num">{row.mutants_killed}/{row.mutants}</td><td>'
         + (badge("FAIL", "weak") if row.weak else badge("CURRENT", "ok"))
-        + f"</td><td>{esc(', '.join(row.survivors)) or '—'}</td></tr>"
+        + f"</td><td>{esc('; '.join([*row.survivors, *row.mutant_survivors])) or '—'}</td></tr>"
         for row in record.rows)
+    faults = (f"{esc(record.at)}: {record.killed} of {record.faults} faults killed in "
+              f"{record.wall_seconds:g} s" if record.at is not None else "No fault run")
+    stale = "".join(f"<li>{esc(module)} ({esc(', '.join(ids))})</li>"
+                    for module, ids in record.stale)
     return _panel("teeth", "Teeth per requirement",
-                  f"<p>{esc(record.at)}: {record.killed} of {record.faults} faults killed in "
-                  f"{record.wall_seconds:g} s. A kill counts for an ID only when the test that "
-                  "killed the fault names that ID; under "
+                  f"<p>{faults}; mutation records of {len(record.modules)} modules. A kill "
+                  "counts for an ID only when a test naming that ID killed the fault or the "
+                  "mutant of its declared code; equivalent mutants are not counted; under "
                   f"{WEAK_BELOW:.0%} an ID is weak.</p>"
-                  + table("Teeth per requirement", ("ID", "Faults", "Killed by its own tests",
+                  + ("<p>Stale records (their module changed since; not counted):</p>"
+                     f"<ul>{stale}</ul>" if stale else "")
+                  + table("Teeth per requirement", ("ID", "Faults killed", "Mutants killed",
                                                     "Teeth", "Not killed by its own tests"),
                           rows))
 

@@ -159,8 +159,12 @@ def _md_evidence(report: StatusReport) -> list[str]:
                       "their IDs wait for a rerun)" if mutation.changed else "") + ".")
     if report.teeth is not None:
         teeth = report.teeth
-        out.append(f"- Faults ({_md_cell(teeth.at)}, {teeth.wall_seconds:g} s): {teeth.killed} "
-                   f"of {teeth.faults} killed; {len(teeth.rows)} IDs have faults, "
+        faults = (f"faults ({_md_cell(teeth.at)}, {teeth.wall_seconds:g} s): {teeth.killed} "
+                  f"of {teeth.faults} killed" if teeth.at is not None else "no fault run")
+        modules = f"mutation records of {len(teeth.modules)} modules" + (
+            f" ({len(teeth.stale)} stale, not counted: "
+            f"{_md_cell(', '.join(module for module, _ in teeth.stale))})" if teeth.stale else "")
+        out.append(f"- Teeth: {faults}; {modules}; {len(teeth.rows)} IDs attributed, "
                    + (f"weak (own tests kill under {WEAK_BELOW:.0%}): "
                       f"{_md_cell(', '.join(teeth.weak))}" if teeth.weak else "none weak")
                    + " (table below).")
@@ -175,18 +179,32 @@ def _md_evidence(report: StatusReport) -> list[str]:
     return ["## Evidence", "", *out, "", *_teeth_table(report)] if out else []
 
 
+#: Survivors listed per ID in STATUS.md (status.json has them all).
+SHOWN_SURVIVORS = 8
+
+
 def _teeth_table(report: StatusReport) -> list[str]:
-    """Per ID: the faults that name it and how many its own tests killed (QR-06)."""
+    """Per ID: faults and mutants attributed to it, and how many its own tests killed."""
     if report.teeth is None or not report.teeth.rows:
         return []
-    rows = [f"| {_md_cell(row.req)} | {row.attributed} | {row.killed} | "
-            f"{'weak' if row.weak else 'ok'} | {_md_cell(', '.join(row.survivors)) or '—'} |"
-            for row in report.teeth.rows]
+
+    def survivors(row: Any) -> str:
+        every = [*row.survivors, *row.mutant_survivors]
+        more = f" … and {len(every) - SHOWN_SURVIVORS} more" \
+            if len(every) > SHOWN_SURVIVORS else ""
+        return _md_cell("; ".join(every[:SHOWN_SURVIVORS]) + more) or "—"
+
+    rows = [f"| {_md_cell(row.req)} | {row.killed}/{row.attributed} | "
+            f"{row.mutants_killed}/{row.mutants} | {'weak' if row.weak else 'ok'} | "
+            f"{survivors(row)} |" for row in report.teeth.rows]
+    stale = [f"- stale (its module changed since; not counted): {_md_cell(module)} "
+             f"({_md_cell(', '.join(ids))})" for module, ids in report.teeth.stale]
     return ["## Teeth per requirement", "",
-            "Deliberate faults of `qualification/mutants` naming each ID; a kill counts for an "
-            "ID only when the test that killed the fault names that ID.", "",
-            "| ID | Faults | Killed by its own tests | Teeth | Not killed by its own tests |",
-            "|---|---|---|---|---|", *rows, ""]
+            "Deliberate faults of `qualification/mutants` and operator mutants of the code each "
+            "ID declares (`[code]` of requirements.toml) attributed to it; a kill counts for an "
+            "ID only when a test naming that ID killed it; equivalent mutants are not counted.",
+            "", "| ID | Faults killed | Mutants killed | Teeth | Not killed by its own tests |",
+            "|---|---|---|---|---|", *rows, "", *stale, *([""] if stale else [])]
 
 
 def to_markdown(report: StatusReport) -> str:

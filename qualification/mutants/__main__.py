@@ -28,7 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from labfy_ref.report import now_iso
+from labfy_ref.report import DEFAULT_REQUIREMENTS, now_iso
+from labfy_ref.report.attribution import module_path
+from labfy_ref.report.model import Requirements
 from labfy_ref.report.teeth import FAULTS_RECORD
 from labfy_ref.report.validate import check
 from qualification.conformance.__main__ import launch_own, run_against
@@ -45,6 +47,15 @@ PYTEST = (sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", 
 SUITE = (sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p",
          "no:randomly", "-p", "qualification.mutants.inject", "-rN", "--no-header",
          "--ignore=qualification/smoke", "--ignore=qualification/browser")
+
+
+def attributed(mutant: Fault) -> tuple[str, ...]:
+    """QR-06: the IDs the fault names and every ID whose declared code (requirements.toml
+    ``[code]``) holds the function it replaces -- each must kill it with its own tests."""
+    module, _, qualname = mutant.replaces.partition(":")
+    code = Requirements.load(REPO / DEFAULT_REQUIREMENTS).code
+    return tuple(sorted(set(mutant.ids) | set(code.ids_for(module_path(module, REPO),
+                                                           qualname or None))))
 
 
 def kit_files() -> list[str]:
@@ -90,7 +101,7 @@ def try_mutant(mutant: Fault, provider_url: str, work: Path, files: list[str],
     started = time.monotonic()
     report = folder / mutant.name
     shutil.rmtree(report, ignore_errors=True)
-    outcome: dict[str, Any] = {"mutant": mutant.name, "ids": list(mutant.ids),
+    outcome: dict[str, Any] = {"mutant": mutant.name, "ids": list(attributed(mutant)),
                                "served": mutant.served, "replaces": mutant.replaces,
                                "breaks": mutant.breaks, "expected": mutant.killer}
     if not mutant.served:
@@ -120,8 +131,9 @@ def _per_id(mutant: Fault, report: Path, run: Callable[[Path, str], int]) -> dic
     whose tests killed it, so a fault of two IDs has teeth for each only through its own
     tests. One ID reports into ``report``; several into ``report/<ID>``."""
     kills: list[tuple[str, int, str | None]] = []
-    for req in mutant.ids:
-        sub = report / req if len(mutant.ids) > 1 else report
+    ids = attributed(mutant)
+    for req in ids:
+        sub = report / req if len(ids) > 1 else report
         sub.mkdir(parents=True, exist_ok=True)
         returncode = run(sub, req)
         kills.append((req, returncode, failed_test(sub)[0]))

@@ -1,4 +1,5 @@
-"""``python -m qualification.mutation [--module PATH ...] [--jobs N] [--fresh|--survivors]``.
+"""``python -m qualification.mutation [--module PATH ...] [--jobs N] [--fresh|--survivors]``,
+or ``python -m qualification.mutation widened ...``: the attributed run of QR-06 (widened.py).
 
 Runs the listed modules (default: every module of the scope) two at a time,
 then writes the record from every complete session on disk and, for a module with
@@ -13,10 +14,11 @@ import argparse
 import concurrent.futures
 import datetime
 import json
+import sys
 import time
 from typing import Any
 
-from qualification.mutation import record
+from qualification.mutation import record, widened
 from qualification.mutation.run import run_module, session_path
 from qualification.mutation.scope import MODULES, ModuleScope, by_path
 from qualification.mutation.sessions import Mutant, mutants
@@ -43,6 +45,9 @@ def _previous() -> dict[str, Any] | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run, then write qualification/mutation/record.json; print the scores and wall time."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["widened"]:
+        return widened.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m qualification.mutation")
     parser.add_argument("--module", action="append", default=[],
                         help="a module path of the scope (repeatable; default: all)")

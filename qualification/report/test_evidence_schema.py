@@ -326,7 +326,7 @@ def test_every_schema_is_package_data_and_a_valid_schema() -> None:
     folder = resources.files("labfy_ref.report").joinpath("schemas")
     names = sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".json"))
     assert names == ["bench.schema.json", "conformance.schema.json", "eval-record.schema.json",
-                     "faults.schema.json", "mutation.schema.json",
+                     "faults.schema.json", "mutation-module.schema.json", "mutation.schema.json",
                      "results.schema.json", "smoke-record.schema.json", "status.schema.json",
                      "status.v0.schema.json"]
     for name in names:

@@ -3,14 +3,16 @@ when the test that killed the fault names that ID, and an ID under 80 % marked w
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from labfy_ref.errors import ReportInvalid
 from labfy_ref.report import regenerate
-from labfy_ref.report.teeth import FAULTS_RECORD, WEAK_BELOW
+from labfy_ref.report.teeth import FAULTS_RECORD, WEAK_BELOW, read_teeth, teeth
 from qualification.mutants.__main__ import write_faults
 from qualification.report.projects import REQUIREMENTS, cli, valid_status
 
@@ -55,8 +57,8 @@ def test_a_kill_counts_for_an_id_only_through_a_test_that_names_it(tmp_path: Pat
     assert teeth["weak"] == ["AA-01", "AA-03"]
     markdown = (report / "STATUS.md").read_text("utf-8")
     assert "## Teeth per requirement" in markdown
-    assert "| AA-01 | 4 | 3 | weak | d |" in markdown
-    assert "| AA-02 | 1 | 1 | ok | — |" in markdown
+    assert "| AA-01 | 3/4 | 0/0 | weak | d |" in markdown
+    assert "| AA-02 | 1/1 | 0/0 | ok | — |" in markdown
     html = (report / "status.html").read_text("utf-8")
     assert 'id="teeth-h"' in html and "Teeth per requirement" in html
 
@@ -113,7 +115,8 @@ def test_a_weak_current_id_reads_current_weak_changes_and_trips_fail_on_weak(
     status = valid_status(report / "status.json")
     line = next(line for line in status["requirements"] if line["id"] == "AA-01")
     assert (line["status"], line["weak"]) == ("CURRENT", True)
-    assert line["reason"] == "weak: its own tests kill 1 of the 2 faults naming it (not: b)"
+    assert line["reason"] == ("weak: its own tests kill 1 of the 2 faults and mutants "
+                              "attributed to it (not: b)")
     assert status["summary"]["CURRENT"] == 1, "weak is still CURRENT"
     assert "| AA-01 | CURRENT (weak) |" in (report / "STATUS.md").read_text("utf-8")
     assert status["changes"]["items"] == [{"kind": "requirement", "id": "AA-01",
@@ -126,3 +129,80 @@ def test_a_weak_current_id_reads_current_weak_changes_and_trips_fail_on_weak(
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert "weak" not in next(line for line in valid_status(report / "status.json")[
         "requirements"] if line["id"] == "AA-01")
+
+
+def _module(root: Path, name: str, body: str, mutants: list[dict[str, Any]]) -> Path:
+    """A module under ``root`` and its attributed mutation record beside it."""
+    module = root / "pkg" / f"{name}.py"
+    module.parent.mkdir(parents=True, exist_ok=True)
+    module.write_text(body, "utf-8")
+    record = {"schema": "labfy.mutation-module.v1", "module": f"pkg/{name}.py",
+              "sha256": hashlib.sha256(body.encode()).hexdigest(), "at": "2026-12-05T00:00:00Z",
+              "wall_seconds": 9.5, "scope": "all 3 mutants in the declared code",
+              "in_scope": len(mutants), "baseline": {}, "mutants": mutants}
+    folder = root / "records"
+    folder.mkdir(exist_ok=True)
+    (folder / f"pkg.{name}.json").write_text(json.dumps(record), "utf-8")
+    return module
+
+
+def _mutant(line: int, ids: list[str], killed_for: list[str],
+            justification: str | None = None) -> dict[str, Any]:
+    return {"line": line, "operator": "core/ReplaceComparisonOperator_Eq_NotEq",
+            "occurrence": 0, "mutation": "`a == b` -> `a != b`", "ids": ids,
+            "killed_for": killed_for,
+            "verdicts": {req: ("killed" if req in killed_for else "survived") for req in ids},
+            "justification": justification}
+
+
+@pytest.mark.req("QR-06")
+def test_operator_mutants_count_per_id_only_fresh_and_never_equivalent(tmp_path: Path) -> None:
+    """AA-01's declared code has three mutants: one killed by its own tests, one killed only
+    by AA-02's, one equivalent (not counted): 1 of 2 is weak. A record whose module changed
+    since it was measured is stale: listed with its IDs, never counted."""
+    _module(tmp_path, "fresh", "x = 1\n", [
+        _mutant(1, ["AA-01"], ["AA-01"]), _mutant(1, ["AA-01", "AA-02"], ["AA-02"]),
+        _mutant(1, ["AA-01"], [], "equivalent: the value is never read")])
+    changed = _module(tmp_path, "changed", "y = 2\n", [_mutant(1, ["AA-03"], [])])
+    changed.write_text("y = 3\n", "utf-8")
+    record = read_teeth(tmp_path / "no-faults-here", {"AA-01", "AA-02", "AA-03"},
+                        tmp_path / "records", tmp_path)
+    assert record is not None and record.at is None and record.faults == 0
+    rows = {row.req: row for row in record.rows}
+    assert set(rows) == {"AA-01", "AA-02"}, "the stale AA-03 record is not counted"
+    assert (rows["AA-01"].mutants, rows["AA-01"].mutants_killed, rows["AA-01"].weak) == \
+        (2, 1, True)
+    assert rows["AA-01"].mutant_survivors == (
+        "pkg/fresh.py:1 `a == b` -> `a != b` (survived)",)
+    assert (rows["AA-02"].mutants, rows["AA-02"].mutants_killed, rows["AA-02"].weak) == \
+        (1, 1, False)
+    assert record.modules == ("pkg/fresh.py",)
+    assert record.stale == (("pkg/changed.py", ("AA-03",)),)
+    assert read_teeth(tmp_path / "x", {"ZZ-01"}, tmp_path / "records", tmp_path) is None, \
+        "records of no ID of the requirements in use are left out"
+
+
+@pytest.mark.req("QR-06")
+def test_faults_and_mutants_add_up_to_one_share_per_id(tmp_path: Path) -> None:
+    """Four faults all killed and one mutant survived: 4 of 5 (80 %) is not weak; a second
+    surviving mutant makes it 4 of 6, weak."""
+    faults = {"schema": "labfy.faults.v1", "at": "t", "wall_seconds": 1.0, "faults": [
+        {"name": f"f{n}", "ids": ["AA-01"], "served": False, "status": "killed",
+         "killed_by": "t.py::test", "killer_reqs": ["AA-01"]} for n in range(4)]}
+    one = teeth(faults, [{"module": "m.py", "mutants": [_mutant(1, ["AA-01"], [])]}])
+    assert (one.rows[0].attributed, one.rows[0].mutants, one.rows[0].weak) == (4, 1, False)
+    two = teeth(faults, [{"module": "m.py", "mutants": [_mutant(1, ["AA-01"], []),
+                                                         _mutant(2, ["AA-01"], [])]}])
+    assert two.weak == ("AA-01",)
+
+
+@pytest.mark.req("QR-06", "QR-05")
+def test_a_malformed_module_record_is_refused(tmp_path: Path) -> None:
+    module = _module(tmp_path, "m", "z = 0\n", [_mutant(1, ["AA-01"], ["AA-01"])])
+    record = tmp_path / "records" / "pkg.m.json"
+    document = json.loads(record.read_text("utf-8"))
+    document["mutants"][0]["ids"] = []
+    record.write_text(json.dumps(document), "utf-8")
+    with pytest.raises(ReportInvalid, match="malformed module mutation record"):
+        read_teeth(tmp_path / "x", None, tmp_path / "records", tmp_path)
+    assert module.is_file()

@@ -1,0 +1,102 @@
+"""QR-06: the attributed mutation run -- which mutants of a module it runs, how it records
+them, and that every committed record is well-formed and checked against its module."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from labfy_ref.report.attribution import CodeMap
+from labfy_ref.report.model import Requirements, Stage
+from labfy_ref.report.teeth import read_module_records
+from labfy_ref.report.validate import check
+from qualification.mutation.widened import (
+    RECORDS,
+    REPO,
+    Spec,
+    build_record,
+    module_sha256,
+    scope_of,
+    slug,
+    stale_modules,
+)
+
+SOURCE = ("from __future__ import annotations\n\n\ndef a(x: int) -> int:\n    return x + 1\n"
+          "\n\ndef b(y):\n    return y * 2\n")
+
+
+def _requirements(code: dict[str, list[str]]) -> Requirements:
+    titles = dict.fromkeys(code, "t")
+    return Requirements(titles, (Stage("S", "s"),), CodeMap.from_toml(code, {}, titles))
+
+
+def _spec(n: int, line: int, column: int = 11, end: tuple[int, int] | None = None) -> Spec:
+    return Spec(f"job{n}", "core/NumberReplacer", n, line, column,
+                (line, column + 1) if end is None else end)
+
+
+@pytest.mark.req("QR-06")
+def test_only_mutants_of_declared_code_run_each_with_the_ids_it_is_attributed_to(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(SOURCE, "utf-8")
+    monkeypatch.setattr("qualification.mutation.widened.REPO", tmp_path)
+    requirements = _requirements({"AA-01": ["m.py:a"], "AA-02": ["m.py"]})
+    specs = [_spec(0, 5), _spec(1, 9), _spec(2, 4, 9, (4, 12))]  # the last: `int` of `x: int`
+    chosen, in_scope = scope_of("m.py", SOURCE, specs, 10, requirements)
+    assert in_scope == 2, "the mutant inside an annotation is never run"
+    assert sorted((spec.line, ids) for spec, ids in chosen) == [
+        (5, ("AA-01", "AA-02")), (9, ("AA-02",))]
+    only = _requirements({"AA-01": ["m.py:a"]})
+    assert [spec.line for spec, _ in scope_of("m.py", SOURCE, specs, 10, only)[0]] == [5]
+
+
+@pytest.mark.req("QR-06")
+def test_the_sample_is_fixed_by_the_source_not_by_chance(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "m.py").write_text(SOURCE, "utf-8")
+    monkeypatch.setattr("qualification.mutation.widened.REPO", tmp_path)
+    requirements = _requirements({"AA-01": ["m.py"]})
+    specs = [_spec(n, 5 if n % 2 else 9, n) for n in range(12)]
+    first, total = scope_of("m.py", SOURCE, specs, 5, requirements)
+    again, _ = scope_of("m.py", SOURCE, list(reversed(specs)), 5, requirements)
+    assert total == 12 and len(first) == 5
+    assert [s.job_id for s, _ in first] == [s.job_id for s, _ in again]
+
+
+@pytest.mark.req("QR-06")
+def test_a_record_counts_a_kill_for_an_id_only_through_its_own_tests() -> None:
+    progress = {"key": ["k", 24], "seconds": 12.0,
+                "baseline": {"AA-01": {"verdict": "survived", "seconds": 1.5}},
+                "mutants": {
+                    "j1": {"line": 2, "operator": "core/NumberReplacer", "occurrence": 0,
+                           "ids": ["AA-01", "AA-02"], "mutation": "`x + 1` -> `x + 2`",
+                           "verdicts": {"AA-01": "survived", "AA-02": "killed"}},
+                    "j2": {"line": 6, "operator": "core/NumberReplacer", "occurrence": 1,
+                           "ids": ["AA-01"], "mutation": "`y * 2` -> `y * 3`",
+                           "verdicts": {"AA-01": "timeout"}},
+                    "j3": {"line": 6, "operator": "core/X", "occurrence": 0, "ids": ["AA-01"],
+                           "verdicts": {"AA-01": "not applied"}}}}
+    record = build_record("labfy_ref/m.py", "0" * 64, progress, 30, 24)
+    check(record, "mutation-module", "test")
+    assert [(m["line"], m["killed_for"]) for m in record["mutants"]] == [
+        (2, ["AA-02"]), (6, ["AA-01"])], "a hang counts as a kill; an unapplied one is dropped"
+    assert record["scope"].startswith("a fixed sample of 24 of the 30 mutants")
+    assert json.loads(json.dumps(record)) == record
+
+
+@pytest.mark.req("QR-06", "QR-05")
+def test_every_committed_record_is_well_formed_and_names_a_module_with_declared_code() -> None:
+    """What CI checks of the widened run (it is never rerun in CI): every record validates,
+    names a module some ID declares code in, and is either current or reported stale."""
+    fresh, stale = read_module_records(RECORDS, REPO)
+    declared = set(Requirements.load(REPO / "qualification" / "requirements.toml")
+                   .code.modules())
+    for record in [*fresh, *stale]:
+        assert record["module"] in declared, record["module"]
+        assert (RECORDS / f"{slug(record['module'])}.json").is_file()
+    assert sorted(r["module"] for r in stale) == stale_modules(RECORDS, REPO)
+    for record in fresh:
+        assert module_sha256(record["module"]) == record["sha256"]
