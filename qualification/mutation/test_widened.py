@@ -12,9 +12,9 @@ from labfy_ref.report.attribution import CodeMap
 from labfy_ref.report.model import Requirements, Stage
 from labfy_ref.report.teeth import read_module_records
 from labfy_ref.report.validate import check
+from qualification.mutation.scope import REPO
 from qualification.mutation.widened import (
     RECORDS,
-    REPO,
     Spec,
     build_record,
     module_sha256,

@@ -50,7 +50,7 @@ from qualification.mutation.sessions import Mutant
 WORK = REPO / ".mutation" / "widened"
 RECORDS = REPO / "qualification" / "mutation" / "modules"
 #: Mutants run per module at most (a fixed sample beyond it; the record says so).
-DEFAULT_CAP = 24
+DEFAULT_CAP = 12
 TIMEOUT_FACTOR = 4.0
 MIN_TIMEOUT_S = 60.0
 PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
