@@ -13,7 +13,8 @@ from qualification.conformance.plugin import (
     pytest_report_header,
     target,
     user_token,
+    work_target,
 )
 
 __all__ = ["model_target", "pytest_addoption", "pytest_collection_modifyitems",
-           "pytest_configure", "pytest_report_header", "target", "user_token"]
+           "pytest_configure", "pytest_report_header", "target", "user_token", "work_target"]

@@ -44,6 +44,9 @@ def _provider(host: str, port: int) -> int:
               f"[--target-user-token USER_CODE] --target-provider {provider.base_url}",
               flush=True)
         print(f"launch profile (QR-07): {json.dumps(profile)}", flush=True)
+        print(f"and beside the target, on its workspace and Work database, a worker:\n"
+              f"  labfy-ref work worker --workspace WORKSPACE {' '.join(profile['worker'])}",
+              flush=True)
         stop.wait()
     return 0
 
@@ -81,11 +84,15 @@ def launch_own(root: Path, provider_url: str, *, command: tuple[str, ...] = SERV
     accounts = root / "accounts.toml"
     accounts.write_text(f'[[account]]\nname = "kit-user"\n'
                         f'token_sha256 = "{token_hash(user_token)}"\n', "utf-8")
+    profile = launch_profile(provider_url)
     server = ServeLaunch(["--workspace", str(workspace), "--accounts", str(accounts),
-                          *(launch_profile(provider_url)["flags"] if flags is None else flags)],
+                          *(profile["flags"] if flags is None else flags)],
                          log=root / "serve.log",
                          command=command, env=env)
     url, code = server.start()
+    if flags is None:  # the profile's worker, on the workspace's own Work database
+        server.start_beside(["work", "worker", "--workspace", str(workspace),
+                             *profile["worker"]], log=root / "worker.log")
     return server, url, code, user_token
 
 

@@ -36,17 +36,26 @@ def agent_flags(provider_url: str) -> list[str]:
             "--agent-model", KIT_MODEL]
 
 
+#: QR-07: how soon the profile's worker must have run a probe task to its end.
+KIT_WORKER_SECONDS = 30.0
+
+
 def launch_profile(provider_url: str) -> dict[str, Any]:
     """QR-07: what a target is launched with for the kit, and what its status must then say.
 
     ``flags`` are ``labfy-ref serve`` flags (another implementation maps them to its own);
     ``status`` maps dotted paths of ``GET /api/v1/agent-runtime/status`` to the values the
-    target must report, checked before any test runs.
+    target must report, checked before any test runs. ``worker`` are the ``labfy-ref work
+    worker`` flags of the worker started beside the target, on the same workspace and Work
+    database (the Work routes' tests need one: a probe task must end within
+    ``worker_seconds``, else those tests fail, naming the profile).
     """
     return {"flags": [*agent_flags(provider_url), "--bridge",
                       "--approval-timeout", f"{KIT_APPROVAL_SECONDS:g}"],
             "status": {"mode": "local-model", "model": KIT_MODEL, "bridge.enabled": True,
-                       "bridge.approval_timeout_seconds": KIT_APPROVAL_SECONDS}}
+                       "bridge.approval_timeout_seconds": KIT_APPROVAL_SECONDS},
+            "worker": [*agent_flags(provider_url), "--heartbeat-seconds", "1"],
+            "worker_seconds": KIT_WORKER_SECONDS}
 
 
 def profile_mismatches(status: Any, profile: dict[str, Any]) -> list[str]:

@@ -36,6 +36,18 @@ class ServeLaunch:
         self.process: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader: threading.Thread | None = None
+        #: Processes started beside it (the launch profile's Work worker), stopped with it.
+        self.beside: list[subprocess.Popen[bytes]] = []
+
+    def start_beside(self, args: list[str], *, log: Path) -> subprocess.Popen[bytes]:
+        """Start ``COMMAND ARGS`` beside the server (its command's ``serve`` replaced by
+        ``args``: a mutant's worker runs the mutant too), its output to ``log``."""
+        with log.open("wb") as out:
+            process = subprocess.Popen([*self.command[:-1], *args], stdout=out,
+                                       stderr=subprocess.STDOUT, env=self.env,
+                                       start_new_session=True)
+        self.beside.append(process)
+        return process
 
     def start(self, timeout: float = 60.0) -> tuple[str, str]:
         """Start it and read its URL and code from its output (bounded wait)."""
@@ -77,7 +89,9 @@ class ServeLaunch:
             return ""
 
     def stop(self) -> int | None:
-        """SIGTERM, then SIGKILL after 10 s; its exit code."""
+        """SIGTERM, then SIGKILL after 10 s (what runs beside it first); its exit code."""
+        for process in self.beside:
+            _terminate(process)
         if self.process is None:
             return None
         if self.process.poll() is None:
@@ -92,3 +106,13 @@ class ServeLaunch:
         if self.process.stdout is not None:
             self.process.stdout.close()
         return self.process.returncode
+
+
+def _terminate(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)

@@ -14,6 +14,10 @@ local build.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -28,6 +32,7 @@ from qualification.conformance.kit import (
     KIT_MODEL,
     kit_provider,
     launch_profile,
+    marker,
     profile_mismatches,
 )
 from qualification.harness import LiveServer
@@ -140,9 +145,24 @@ def target(request: pytest.FixtureRequest,
                         approval_timeout=f"{KIT_APPROVAL_SECONDS:g}").start()
     server.user_token = LOCAL_USER_TOKEN
     server.provider_url = provider.base_url
-    yield server
-    server.stop()
-    provider.stop()
+    # the profile's worker beside it, on the workspace's own Work database (as the self-test)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LABFY_")}
+    with (root / "worker.log").open("wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "labfy_ref.cli.main", "work", "worker", "--workspace",
+             str(root / "ws"), *launch_profile(provider.base_url)["worker"]],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        yield server
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(timeout=5)
+        server.stop()
+        provider.stop()
 
 
 def remote_target(config: pytest.Config) -> RemoteTarget | None:
@@ -156,6 +176,34 @@ def model_target(target: Served) -> Served:
     if target.provider_url is None:
         pytest.skip(NO_PROVIDER)
     return target
+
+
+@pytest.fixture(scope="session")
+def work_target(target: Served) -> Served:
+    """:func:`target` with the launch profile's Work worker beside it (QR-07): a probe task
+    must end ``COMPLETED`` within the profile's ``worker_seconds``, else the Work tests fail
+    loudly (never pass or skip); NOT_RUN without the kit's provider."""
+    if target.provider_url is None:
+        pytest.skip(NO_PROVIDER)
+    profile = launch_profile(target.provider_url)
+    client = target.client()
+    try:
+        made = client.post("/api/v1/work/tasks", {"message": marker("final")})
+        if made.status_code != 201:
+            pytest.fail(f"the target refused a Work task ({made.status_code}): {made.text[:300]}")
+        task_id = made.json()["task"]["id"]
+        deadline = time.monotonic() + profile["worker_seconds"]
+        state = None
+        while time.monotonic() < deadline:
+            state = client.get(f"/api/v1/work/tasks/{task_id}").json()["task"]["state"]
+            if state == "COMPLETED":
+                return target
+            time.sleep(0.1)
+    finally:
+        client.close()
+    pytest.fail(f"no worker ran the kit's probe task within {profile['worker_seconds']:g} s "
+                f"(it is {state}): start the launch profile's worker beside the target "
+                "(QR-07; print it with `tox -e conformance -- provider`)")
 
 
 @pytest.fixture

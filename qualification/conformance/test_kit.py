@@ -163,7 +163,7 @@ def test_the_provider_command_prints_the_flags_a_target_is_launched_with(tmp_pat
                                text=True)
     try:
         assert process.stdout is not None
-        lines = [process.stdout.readline() for _ in range(5)]  # bounded: its five lines
+        lines = [process.stdout.readline() for _ in range(7)]  # bounded: its seven lines
         flags = lines[1].split()
         assert flags[:2] == ["--agent-mode", "local-model"] and flags[4:] == [
             "--agent-model", "kit-model", "--bridge", "--approval-timeout", "3"]
@@ -171,6 +171,8 @@ def test_the_provider_command_prints_the_flags_a_target_is_launched_with(tmp_pat
         assert f"--target-provider {endpoint}" in lines[3]
         profile = json.loads(lines[4].removeprefix("launch profile (QR-07): "))
         assert profile == launch_profile(endpoint) and profile["flags"] == flags
+        assert lines[6].split() == ["labfy-ref", "work", "worker", "--workspace", "WORKSPACE",
+                                    *profile["worker"]]
         assert "workspace.list_objects" in _chat(endpoint, marker("list-final"))
     finally:
         process.terminate()
@@ -228,3 +230,24 @@ def test_a_target_that_ignores_its_launch_profile_fails_the_run_loudly(tmp_path:
             "`tox -e conformance -- provider`): bridge.approval_timeout_seconds: reported "
             "300.0, the profile says 3.0") in output, output
     assert " passed" not in output
+
+
+@pytest.mark.req("QR-07", "WK-05")
+def test_a_target_without_the_profiles_worker_fails_the_work_tests_loudly(
+        tmp_path: Path) -> None:
+    """Launched with the profile's serve flags but no worker beside it: every Work test of
+    the kit fails, naming the profile's worker; none passes, none is skipped."""
+    with kit_provider() as provider:
+        server, url, code, user = launch_own(tmp_path / "target", provider.base_url,
+                                             flags=launch_profile(provider.base_url)["flags"])
+        try:
+            log = tmp_path / "kit.log"
+            returncode = run_against(url, code, user, provider.base_url, [
+                f"--report-dir={tmp_path / 'report'}",
+                "qualification/conformance/test_work_flows.py"], command=PYTEST, log=log)
+        finally:
+            server.stop()
+    output = log.read_text("utf-8")
+    assert returncode == pytest.ExitCode.TESTS_FAILED, output
+    assert "no worker ran the kit's probe task within 30 s" in output, output
+    assert "4 errors" in output and " passed" not in output and "skipped" not in output, output
