@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from labfy_ref.bridge.contract import MAX_PAGE_SIZE, PAGE_SIZE, Transcript
@@ -39,6 +40,11 @@ from labfy_ref.modes import Approval, PermissionMode
 
 MAX_MESSAGE_CHARS = 32_000
 _SETTINGS = {"model", "permission_mode"}
+
+
+def _mode(settings: Mapping[str, Any]) -> PermissionMode:
+    """The permission mode a session's stored settings give its next turn (BR-11)."""
+    return PermissionMode(settings["permission_mode"])
 
 
 @dataclasses.dataclass(slots=True)
@@ -219,18 +225,21 @@ class ReferenceEngine:
         # Refused here, before any stream, as a direct append would be; written by the turn.
         line = writer.stage({"kind": "message", "role": "user", "text": text})
         self._store.check_room(session_id, state.summary.end, line)
-        handle = StreamHandle(session_id, AGENT_ID)
-        approvals: dict[str, PendingApproval] = {}
         history = state.history()
         history.add([{"role": "user", "content": text}])
         turn = TurnContext(
-            session_id=session_id, model=route.model,
-            permission_mode=PermissionMode(state.settings["permission_mode"]),
-            history=history, handle=handle,
-            headless=headless, record=writer.stage, flush=writer.flush, approvals=approvals,
+            session_id=session_id, model=route.model, permission_mode=_mode(state.settings),
+            history=history, handle=StreamHandle(session_id, AGENT_ID),
+            headless=headless, record=writer.stage, flush=writer.flush, approvals={},
             max_record_bytes=self._store.max_record_bytes)
+        return self._start(turn, writer)
+
+    def _start(self, turn: TurnContext, writer: SessionWriter) -> StreamHandle:
+        """Run ``turn`` in the engine's scope: cancelling its handle cancels it (BR-05), and
+        once it ended and what it recorded is written, the engine forgets it (AV-07)."""
+        session_id, handle = turn.session_id, turn.handle
         task = self._scope.spawn(self._loop.run(turn), f"turn {session_id}")
-        running = _Running(handle, task, approvals, writer)
+        running = _Running(handle, task, turn.approvals, writer)
 
         def stop() -> None:
             task.cancel()

@@ -399,7 +399,7 @@ def test_an_append_that_did_not_start_where_the_state_ended_is_not_applied(
     other.close()
 
 
-@pytest.mark.req("WS-06", "BR-07")
+@pytest.mark.req("WS-06", "BR-07", "BR-15")
 def test_a_hard_linked_session_index_is_replaced_not_written_through(
         specimen: Path, tmp_path: Path, server_factory: ServerFactory) -> None:
     """The index and its sidecars are the server's own: a name that is a second hard link

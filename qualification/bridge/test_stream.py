@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from labfy_ref.bridge.ndjson import NdjsonDecoder, encode_line
-from labfy_ref.bridge.stream import StreamHandle
+from labfy_ref.bridge.stream import CHUNK_TYPES, StreamHandle
 
 
 def _handle(**limits: int) -> StreamHandle:
@@ -47,6 +47,32 @@ def test_chunks_carry_ids_and_seq_one_error_at_most_and_done_last() -> None:
     assert [c["type"] for c in chunks] == ["text", "error", "done"]
     with pytest.raises(ValueError, match="unknown chunk type"):
         _handle().emit("shout")
+
+
+@pytest.mark.req("BR-03")
+@given(kinds=st.lists(st.sampled_from(sorted(CHUNK_TYPES - {"done"})), max_size=12),
+       late=st.integers(0, 12))
+def test_a_subscriber_gets_each_accepted_chunk_once_in_order_whenever_it_attaches(
+        kinds: list[str], late: int) -> None:
+    """What is replayed and followed is exactly what emit accepted: each chunk once, in order,
+    numbered 1..n, of every type (a turn's one error too), then its one done."""
+    handle = _handle()
+    early: list[dict[str, Any]] = []
+    handle.subscribe(early.append)
+    accepted = []
+    joined: list[dict[str, Any]] = []
+    for index, kind in enumerate(kinds):
+        if index == late:
+            handle.subscribe(joined.append)
+        if handle.emit(kind, note=index):
+            accepted.append((kind, index))
+    if late >= len(kinds):
+        handle.subscribe(joined.append)
+    handle.emit("done", reason="completed", interrupted=False)
+    assert [(c["type"], c.get("note")) for c in early] == [*accepted, ("done", None)]
+    assert [c["seq"] for c in early] == list(range(1, len(accepted) + 2))
+    assert sum(c["type"] == "error" for c in early) == min(1, kinds.count("error"))
+    assert joined == early, "one attaching later gets the same: a replay, then the rest live"
 
 
 @pytest.mark.req("BR-03")

@@ -139,7 +139,7 @@ def _session(client: ApiClient) -> str:
     return str(response.json()["session"]["id"])
 
 
-@pytest.mark.req("BR-02", "PR-03")
+@pytest.mark.req("BR-02", "PR-03", "BR-03")
 def test_a_failed_bridge_turn_streams_one_error_then_done(client: ApiClient) -> None:
     sid = _session(client)
     turn = RawTurn(client, sid, f"answer badly twice {marker('repair-fails')}")

@@ -240,3 +240,28 @@ def test_the_completion_limit_is_the_largest_admitted_action_at_its_longest() ->
     assert decoding.max_tokens >= 6 * FINAL.max_chars
     with pytest.raises(ValueError, match="unbounded"):
         max_json_bytes({"type": "string"})
+
+
+@pytest.mark.req("PR-06")
+@given(outcomes=st.lists(st.sampled_from(["ok", "refused", "failed", "not a mapping"]),
+                         min_size=1, max_size=8),
+       conclude_after=st.integers(1, 8))
+def test_every_answered_call_counts_toward_the_budget_rule_whatever_its_outcome(
+        outcomes: list[str], conclude_after: int) -> None:
+    """The budget rule counts calls made, not calls that succeeded: a turn whose calls are
+    refused or fail concludes after ``conclude_after`` of them like any other."""
+    results = {"ok": {"trust": "UNTRUSTED_DATA", "tool_id": "files.list", "ok": True,
+                      "data": {"entries": []}},
+               "refused": {"trust": "UNTRUSTED_DATA", "tool_id": "files.list", "ok": False,
+                           "error": {"code": "POLICY_DENIED", "message": "no"}},
+               "failed": {"trust": "UNTRUSTED_DATA", "tool_id": "files.list", "ok": False,
+                          "error": {"code": "FILE_NOT_FOUND", "message": "gone"}},
+               "not a mapping": {"trust": "UNTRUSTED_DATA", "tool_id": "files.list",
+                                 "ok": True, "data": ["a", "list"]}}
+    seen = Observations(progress=1, query="What do the notes say?")
+    for number, outcome in enumerate(outcomes):
+        seen = seen.observe("files.list", {"path": f"notes/{number}"}, results[outcome])
+    assert seen.tool_calls == len(outcomes)
+    decoding = narrow(CATALOG, CATALOG, seen, Budget(round=2, max_rounds=16, max_tool_calls=64,
+                                                      conclude_after=conclude_after))
+    assert decoding.concluding == (len(outcomes) >= conclude_after)

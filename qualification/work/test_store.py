@@ -447,6 +447,27 @@ def test_another_workspaces_task_is_task_not_found(store: WorkStore,
         other.close()
 
 
+@pytest.mark.req("WK-09", "WK-11")
+def test_a_cancel_from_another_workspace_never_fences_the_running_claim(
+        store: WorkStore, work_url: DatabaseUrl) -> None:
+    """A cancel ends a run's lease (WK-09) only for the task's own workspace: another
+    workspace's cancel of a running task is TASK_NOT_FOUND, and the holder's heartbeat,
+    writes and finish go on under its claim."""
+    other = WorkStore.open(work_url, workspace_id="ws_" + "3" * 26)
+    try:
+        theirs = other.submit("their running task").task
+        claim = other.claim("their-worker", 60)
+        assert claim is not None and claim.task_id == theirs.id
+        with pytest.raises(LabfyError) as caught:
+            store.cancel(theirs.id)
+        assert code_of(caught) is ErrorCode.TASK_NOT_FOUND
+        renewed = other.heartbeat(claim, 60)
+        other.finish(renewed, State.COMPLETED, final_text="done")
+        assert other.get_task(theirs.id).state is State.COMPLETED
+    finally:
+        other.close()
+
+
 @pytest.fixture
 def two(store: WorkStore, work_url: DatabaseUrl) -> Iterator[tuple[WorkStore, Task, Task]]:
     """This workspace's store, and one task of each workspace on the same database (theirs

@@ -333,6 +333,34 @@ def test_a_user_session_cannot_answer_a_work_approval(
     assert answered.status_code == 200, answered.text
 
 
+@pytest.mark.req("WK-05", "WK-11")
+def test_the_list_route_pages_this_workspaces_tasks_only_by_state_and_cursor(
+        server: LiveServer, work_url: DatabaseUrl, tmp_path: Path) -> None:
+    """``GET /api/v1/work/tasks`` on a database another workspace shares: filtered by state
+    it lists this workspace's tasks only, and the other's task id is no cursor (422, as any
+    id this workspace never listed)."""
+    other = tmp_path / "other"
+    init_workspace(other, specimen=False)
+    b_store = open_for(work_url, other)
+    client = server.client()
+    try:
+        theirs = b_store.submit("their queued task").task.id
+        mine = _submit(client, "my queued task")["id"]
+        newest = _submit(client, "my newest queued task")["id"]
+        for query in ({"state": "QUEUED"}, {"state": "QUEUED", "limit": 1}, {}):
+            listed = client.get(TASKS, params=query).json()["tasks"]
+            assert theirs not in [t["id"] for t in listed], query
+        paged = client.get(TASKS, params={"state": "QUEUED", "limit": 1}).json()
+        assert [t["id"] for t in paged["tasks"]] == [newest]
+        rest = client.get(TASKS, params={"state": "QUEUED", "cursor": paged["next_cursor"]})
+        assert [t["id"] for t in rest.json()["tasks"]] == [mine]
+        _error(client.get(TASKS, params={"cursor": theirs}), 422, "VALIDATION_FAILED")
+        _error(client.get(TASKS, params={"state": "QUEUED", "cursor": theirs}), 422,
+               "VALIDATION_FAILED")
+    finally:
+        b_store.close()
+
+
 @pytest.mark.req("WK-11", "WK-05")
 def test_workspaces_sharing_one_database_never_reach_each_others_tasks(
         server_factory: ServerFactory, specimen: Path, tmp_path: Path, work_url: DatabaseUrl,
