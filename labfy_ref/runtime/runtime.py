@@ -120,7 +120,9 @@ class AgentRuntime:
             existing = self._by_request.get(client_request_id)
             if existing is not None and existing in self._turns:
                 return self._turns[existing], False
-        self._check_message(message)
+        if not 0 < len(message) <= self.limits.max_message_chars:
+            raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
+                                 f"message must be 1-{self.limits.max_message_chars} characters")
         if client_request_id is not None and not (
                 0 < len(client_request_id) <= _MAX_CLIENT_REQUEST_ID
                 and client_request_id.isprintable()):
@@ -134,12 +136,6 @@ class AgentRuntime:
         self._enqueue(turn)
         self.events.append(turn.id, "turn.state", {"state": turn.state.value})
         return turn, True
-
-    def _check_message(self, message: str) -> None:
-        """A turn's message is 1 to ``max_message_chars`` characters (RT-03)."""
-        if not 0 < len(message) <= self.limits.max_message_chars:
-            raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
-                                 f"message must be 1-{self.limits.max_message_chars} characters")
 
     def get(self, turn_id: str) -> Turn:
         """A retained turn, or 404 TURN_NOT_FOUND."""
