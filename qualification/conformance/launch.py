@@ -91,7 +91,7 @@ class ServeLaunch:
     def stop(self) -> int | None:
         """SIGTERM, then SIGKILL after 10 s (what runs beside it first); its exit code."""
         for process in self.beside:
-            _terminate(process)
+            terminate(process)
         if self.process is None:
             return None
         if self.process.poll() is None:
@@ -108,7 +108,8 @@ class ServeLaunch:
         return self.process.returncode
 
 
-def _terminate(process: subprocess.Popen[bytes]) -> None:
+def terminate(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 10 s."""
     if process.poll() is None:
         process.terminate()
         try:

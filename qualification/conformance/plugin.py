@@ -35,6 +35,7 @@ from qualification.conformance.kit import (
     marker,
     profile_mismatches,
 )
+from qualification.conformance.launch import terminate
 from qualification.harness import LiveServer
 from qualification.target import RemoteTarget, Served, TargetError, normalise_url
 
@@ -155,12 +156,7 @@ def target(request: pytest.FixtureRequest,
     try:
         yield server
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(timeout=5)
+        terminate(worker)
         server.stop()
         provider.stop()
 

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -212,19 +213,27 @@ def test_merged_or_unended_chunks_fail_the_kits_reading() -> None:
                                                                          False)
 
 
-@pytest.mark.req("QR-07")
-def test_a_target_that_ignores_its_launch_profile_fails_the_run_loudly(tmp_path: Path) -> None:
+def _kit_at_a_target_launched_with(tmp_path: Path, flags: Callable[[str], list[str]],
+                                   tests: str) -> tuple[int, str]:
+    """The kit's ``tests`` against our own serve launched with ``flags(provider_url)`` only:
+    its exit code and output."""
     with kit_provider() as provider:
         server, url, code, user = launch_own(tmp_path / "target", provider.base_url,
-                                             flags=[*agent_flags(provider.base_url), "--bridge"])
+                                             flags=flags(provider.base_url))
         try:
             log = tmp_path / "kit.log"
             returncode = run_against(url, code, user, provider.base_url, [
-                f"--report-dir={tmp_path / 'report'}",
-                "qualification/conformance/test_wire_contracts.py"], command=PYTEST, log=log)
+                f"--report-dir={tmp_path / 'report'}", tests], command=PYTEST, log=log)
         finally:
             server.stop()
-    output = log.read_text("utf-8")
+    return returncode, log.read_text("utf-8")
+
+
+@pytest.mark.req("QR-07")
+def test_a_target_that_ignores_its_launch_profile_fails_the_run_loudly(tmp_path: Path) -> None:
+    returncode, output = _kit_at_a_target_launched_with(
+        tmp_path, lambda url: [*agent_flags(url), "--bridge"],
+        "qualification/conformance/test_wire_contracts.py")
     assert returncode == pytest.ExitCode.USAGE_ERROR, output
     assert ("the target does not run with the kit's launch profile (QR-07; print it with "
             "`tox -e conformance -- provider`): bridge.approval_timeout_seconds: reported "
@@ -237,17 +246,9 @@ def test_a_target_without_the_profiles_worker_fails_the_work_tests_loudly(
         tmp_path: Path) -> None:
     """Launched with the profile's serve flags but no worker beside it: every Work test of
     the kit fails, naming the profile's worker; none passes, none is skipped."""
-    with kit_provider() as provider:
-        server, url, code, user = launch_own(tmp_path / "target", provider.base_url,
-                                             flags=launch_profile(provider.base_url)["flags"])
-        try:
-            log = tmp_path / "kit.log"
-            returncode = run_against(url, code, user, provider.base_url, [
-                f"--report-dir={tmp_path / 'report'}",
-                "qualification/conformance/test_work_flows.py"], command=PYTEST, log=log)
-        finally:
-            server.stop()
-    output = log.read_text("utf-8")
+    returncode, output = _kit_at_a_target_launched_with(
+        tmp_path, lambda url: list(launch_profile(url)["flags"]),
+        "qualification/conformance/test_work_flows.py")
     assert returncode == pytest.ExitCode.TESTS_FAILED, output
     assert "no worker ran the kit's probe task within 30 s" in output, output
     assert "4 errors" in output and " passed" not in output and "skipped" not in output, output
