@@ -76,12 +76,13 @@ def test_runs_standalone_with_a_ready_file(tmp_path: Path) -> None:
     ready = tmp_path / "ready.json"
     process = subprocess.Popen(
         [sys.executable, "-m", "fake_provider", "--scenario",
-         str(SCENARIOS / "read-then-final.json"), "--port", "0", "--ready-file", str(ready)],
+         str(SCENARIOS / "read-then-final.json"), "--ready-file", str(ready)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_until(lambda: ready.exists() or process.poll() is not None, timeout=10)
         info = json.loads(ready.read_text())
         assert info["pid"] == process.pid and info["url"].startswith("http://127.0.0.1:")
+        assert int(info["port"]) >= 1024, "no --port: a free port the system picks"
         with httpx.Client(trust_env=False) as http:
             answer = http.post(info["url"] + "/v1/chat/completions",
                                json={"model": "fake-model", "messages": []})
@@ -100,13 +101,16 @@ def test_standalone_refuses_the_reserved_port_and_bad_scenarios(tmp_path: Path) 
     bad = tmp_path / "bad.json"
     bad.write_text('{"answers": [{"contnet": "typo"}]}')
     reserved = str(min(RESERVED_PORTS))
-    for args in (["--scenario", str(SCENARIOS / "slow.json"), "--port", reserved],
-                 ["--scenario", str(bad)]):
+    slow = str(SCENARIOS / "slow.json")
+    for args in (["--scenario", slow, "--port", reserved], ["--scenario", slow, "--port", "-1"],
+                 ["--scenario", slow, "--port", "65536"], ["--scenario", str(bad)], []):
         done = subprocess.run([sys.executable, "-m", "fake_provider", *args],
                               capture_output=True, text=True, timeout=30, check=False,
                               env={**os.environ})
         assert done.returncode == 2, done.stderr
-        assert done.stderr.startswith("fake_provider: ")
+        assert done.stderr.startswith("fake_provider: ") or (
+            not args and "--scenario" in done.stderr), done.stderr
+        assert "Traceback" not in done.stderr
 
 
 @pytest.mark.req("FP-02", "AV-04")

@@ -39,8 +39,11 @@ from qualification.mutation.sessions import (
 
 WORK = REPO / ".mutation"
 #: What the tests need from the tree (the product, the suite, its fixtures, the pytest config).
+#: What a mutant's private copy of the tree holds: the code, the suite and every file the
+#: suite reads of the checkout (the docs it executes, tox.ini and .ci/run it checks).
 COPIED = ("labfy_ref", "qualification", "fake_provider", "fixtures", "pyproject.toml",
-          "conftest.py")
+          "conftest.py", "README.md", "CHANGELOG.md", "LICENSE", "docs", "tox.ini", ".ci",
+          ".gitignore")
 #: Per mutant: a hung test is a killed mutant after this many times the unmutated run...
 TIMEOUT_FACTOR = 4.0
 #: ...but never sooner than this (a loaded machine must not turn a slow pass into a kill).
@@ -75,6 +78,10 @@ def _fresh_tree(tree: Path) -> None:
             shutil.copytree(source, tree / name, ignore=ignore)
         elif source.is_file():
             shutil.copy2(source, tree / name)
+    shared = REPO.parent / "shared"  # ../shared beside the checkout (SPEC.md), beside the copy
+    beside = tree.parent / "shared"
+    if shared.is_dir() and not beside.exists():
+        beside.symlink_to(shared, target_is_directory=True)
 
 
 def _session_key(scope: ModuleScope) -> str:

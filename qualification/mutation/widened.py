@@ -31,7 +31,6 @@ import datetime
 import difflib
 import hashlib
 import json
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from labfy_ref.report import DEFAULT_REQUIREMENTS
 from labfy_ref.report.model import Requirements
 from labfy_ref.report.validate import check
 from qualification.mutation.record import EQUIVALENT, describe, load_triage
-from qualification.mutation.run import COPIED, _cosmic_ray, _environment
+from qualification.mutation.run import _cosmic_ray, _environment, _fresh_tree
 from qualification.mutation.scope import REPO, annotation_spans
 from qualification.mutation.sessions import Mutant
 
@@ -136,18 +135,6 @@ def _run_tests(tree: Path, req: str, files: list[str], timeout: float) -> tuple[
     seconds = time.monotonic() - started
     verdict = {0: "survived", 5: "no test"}.get(done.returncode, "killed")
     return verdict, seconds
-
-
-def _fresh_tree(tree: Path) -> None:
-    shutil.rmtree(tree, ignore_errors=True)
-    tree.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "qualification-report")
-    for name in COPIED:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, tree / name, ignore=ignore)
-        elif source.is_file():
-            shutil.copy2(source, tree / name)
 
 
 def run_module(path: str, *, cap: int = DEFAULT_CAP, fresh: bool = False) -> dict[str, Any]:
