@@ -179,6 +179,31 @@ def test_settings_are_durable_and_refused_while_a_turn_runs(
     assert unknown.status_code == 422
 
 
+@pytest.mark.req("BR-09", "BR-11")
+def test_a_settings_change_names_what_changes_and_keeps_the_rest(
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
+    """PATCH settings changes only the settings it names; a model of this engine's own
+    provider is accepted, another provider's is MODEL_NOT_FOUND and changes nothing."""
+    _, client, _ = _bridge(specimen, provider_factory, server_factory, Answer(content=_final("ok")))
+    sid = _session(client, permission_mode="workspace-write")
+    settings = f"/api/cordis/sessions/{sid}/settings"
+    default = client.get(f"/api/cordis/sessions/{sid}").json()["session"]["settings"]
+    assert default["permission_mode"] == "workspace-write"
+    own = default["model"]  # the engine's default route, engine:<provider>:<model>
+    provider = own.split(":")[1]
+    moved = client.patch(settings, {"model": f"engine:{provider}:another-model"})
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["session"]["settings"] == {
+        "model": f"engine:{provider}:another-model", "permission_mode": "workspace-write"}
+    kept = client.patch(settings, {"permission_mode": "read-only"})
+    assert kept.json()["session"]["settings"] == {
+        "model": f"engine:{provider}:another-model", "permission_mode": "read-only"}
+    foreign = client.patch(settings, {"model": f"engine:not-{provider}:m"})
+    assert (foreign.status_code, foreign.json()["error"]["code"]) == (422, "MODEL_NOT_FOUND")
+    after = client.get(f"/api/cordis/sessions/{sid}").json()["session"]["settings"]
+    assert after == kept.json()["session"]["settings"]
+
+
 @pytest.mark.req("BR-05", "BR-03")
 def test_a_client_disconnect_cancels_the_turn(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:

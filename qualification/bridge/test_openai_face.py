@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fake_provider import Answer, FakeProvider, Scenario
+from labfy_ref.bridge.engine import MAX_MESSAGE_CHARS
 from labfy_ref.protocol import canonical
 from labfy_ref.server.auth import token_hash
 from labfy_ref.workspace import init_workspace
@@ -428,6 +429,22 @@ def echo_face(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveSe
     yield server, provider
     server.stop()
     provider.stop()
+
+
+@pytest.mark.req("BR-13")
+def test_the_last_user_message_is_bounded_at_the_engines_message_length(
+        echo_face: tuple[LiveServer, FakeProvider]) -> None:
+    """The transient turn's message holds the engine's bound: on it the model is asked, one
+    character past it is 422 VALIDATION_FAILED and the model is not."""
+    server, provider = echo_face
+    with bearer_client(server) as http:
+        for length, status in ((MAX_MESSAGE_CHARS, 200), (MAX_MESSAGE_CHARS + 1, 422)):
+            before = len(provider.chat_requests())
+            answer = http.post("/api/cordis/v1/chat/completions", json={
+                "model": MODEL, "messages": [{"role": "user", "content": "x" * length}]})
+            assert answer.status_code == status, answer.text[:300]
+            assert len(provider.chat_requests()) == before + (status == 200)
+    assert answer.json()["error"]["code"] == "VALIDATION_FAILED"
 
 
 texts = st.text(st.characters(codec=None), max_size=40) | st.text(
