@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from qualification.mutation.widened import (
     scope_of,
     slug,
     stale_modules,
+    without_survivors,
 )
 
 SOURCE = ("from __future__ import annotations\n\n\ndef a(x: int) -> int:\n    return x + 1\n"
@@ -100,3 +102,16 @@ def test_every_committed_record_is_well_formed_and_names_a_module_with_declared_
     assert sorted(r["module"] for r in stale) == stale_modules(RECORDS, REPO)
     for record in fresh:
         assert module_sha256(record["module"]) == record["sha256"]
+
+
+@pytest.mark.req("QR-06")
+def test_survivors_run_again_and_everything_else_is_kept() -> None:
+    progress: dict[str, Any] = {"key": ["k", 12], "baseline": {}, "mutants": {
+        "a": {"verdicts": {"AA-01": "killed", "AA-02": "survived"}, "mutation": "m"},
+        "b": {"verdicts": {"AA-01": "killed"}, "mutation": "m"},
+        "c": {"verdicts": {"AA-01": "timeout"}, "mutation": "m"},
+        "d": {"verdicts": {"AA-01": "not applied"}},
+        "e": {"verdicts": {"AA-01": "survived"}, "mutation": "m"}}}
+    left = without_survivors(progress)
+    assert sorted(left["mutants"]) == ["b", "c", "d"]
+    assert left["key"] == ["k", 12] and sorted(progress["mutants"]) == ["a", "b", "c", "d", "e"]

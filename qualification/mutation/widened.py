@@ -137,8 +137,18 @@ def _run_tests(tree: Path, req: str, files: list[str], timeout: float) -> tuple[
     return verdict, seconds
 
 
-def run_module(path: str, *, cap: int = DEFAULT_CAP, fresh: bool = False) -> dict[str, Any]:
-    """Run ``path``'s sample to the end (resuming) and write its record; return the record."""
+def without_survivors(progress: dict[str, Any]) -> dict[str, Any]:
+    """``progress`` less each mutant some attributed ID's tests let survive, so that it runs
+    again at the tests as they are now; kills, and mutants that apply to nothing, stay."""
+    kept = {job: entry for job, entry in progress["mutants"].items()
+            if "survived" not in entry["verdicts"].values()}
+    return {**progress, "mutants": kept}
+
+
+def run_module(path: str, *, cap: int = DEFAULT_CAP, fresh: bool = False,
+               survivors: bool = False) -> dict[str, Any]:
+    """Run ``path``'s sample to the end (resuming; with ``survivors``, its survivors again)
+    and write its record; return the record."""
     # only tox -e mutation installs cosmic-ray: the record and its tests do without it
     from cosmic_ray.mutating import mutate_code  # noqa: PLC0415
     from cosmic_ray.plugins import get_operator  # noqa: PLC0415
@@ -157,6 +167,8 @@ def run_module(path: str, *, cap: int = DEFAULT_CAP, fresh: bool = False) -> dic
     if progress.get("key") != [key, cap]:
         progress = {"key": [key, cap], "baseline": {}, "mutants": {}}
         session.unlink(missing_ok=True)
+    elif survivors:
+        progress = without_survivors(progress)
     started = time.monotonic()
     _fresh_tree(tree)
     if not session.is_file():
@@ -279,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="mutants run per module at most (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=2, help="modules mutated at once")
     parser.add_argument("--fresh", action="store_true", help="discard progress and start over")
+    parser.add_argument("--survivors", action="store_true",
+                        help="run each survivor again at the tests as they are now (after "
+                             "adding tests); default modules: every recorded one")
     parser.add_argument("--stale", action="store_true",
                         help="only list the modules whose record is missing or stale")
     args = parser.parse_args(argv)
@@ -291,14 +306,16 @@ def main(argv: list[str] | None = None) -> int:
     recorded = {json.loads(f.read_text("utf-8"))["module"] for f in RECORDS.glob("*.json")} \
         if RECORDS.is_dir() else set()
     todo = args.module or [m for m in modules
-                           if args.all or m in stale or m not in recorded]
+                           if args.all or m in stale or m not in recorded
+                           or (args.survivors and m in recorded)]
     if args.stale:
         print("\n".join(todo))
         return 0
     started = time.monotonic()
     cap = args.cap
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_module, m, cap=cap, fresh=args.fresh): m for m in todo}
+        futures = {pool.submit(run_module, m, cap=cap, fresh=args.fresh,
+                               survivors=args.survivors): m for m in todo}
         for future in concurrent.futures.as_completed(futures):
             record = future.result()
             killed = sum(bool(m["killed_for"]) for m in record["mutants"])
