@@ -106,6 +106,96 @@ def test_the_report_is_the_same_under_xdist(project: pytest.Pytester) -> None:
     _check(project.path)
 
 
+OUTCOMES_REQUIREMENTS = """
+[requirements]
+"BB-01" = "passes"
+"BB-02" = "fails in its call"
+"BB-03" = "its fixture fails in setup"
+"BB-04" = "passes, its fixture fails in teardown"
+"BB-05" = "skips in its call"
+"BB-06" = "its fixture skips in setup"
+"BB-07" = "fails as its xfail mark expects"
+"BB-08" = "passes despite a plain xfail mark"
+"BB-09" = "passes despite a strict xfail mark"
+"BB-10" = "errors in setup, and its teardown fails too"
+"""
+
+OUTCOMES = """
+import pytest
+
+@pytest.fixture
+def broken_setup():
+    raise RuntimeError("setup broke")
+
+@pytest.fixture
+def broken_teardown():
+    yield
+    raise RuntimeError("teardown broke")
+
+@pytest.fixture
+def skipping():
+    pytest.skip("the fixture says not here")
+
+@pytest.fixture
+def both():
+    raise RuntimeError("setup broke")
+
+@pytest.mark.req("BB-01")
+def test_pass(): pass
+
+@pytest.mark.req("BB-02")
+def test_fail(): assert False
+
+@pytest.mark.req("BB-03")
+def test_setup_error(broken_setup): pass
+
+@pytest.mark.req("BB-04")
+def test_teardown_error(broken_teardown): pass
+
+@pytest.mark.req("BB-05")
+def test_skip(): pytest.skip("no browser")
+
+@pytest.mark.req("BB-06")
+def test_fixture_skip(skipping): pass
+
+@pytest.mark.req("BB-07")
+@pytest.mark.xfail(reason="known")
+def test_xfail(): assert False
+
+@pytest.mark.req("BB-08")
+@pytest.mark.xfail(reason="known")
+def test_xpass(): pass
+
+@pytest.mark.req("BB-09")
+@pytest.mark.xfail(reason="known", strict=True)
+def test_strict_xpass(): pass
+
+@pytest.mark.req("BB-10")
+def test_setup_and_teardown(broken_teardown, both): pass
+"""
+
+
+@pytest.mark.req("QR-01")
+@pytest.mark.parametrize("extra", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_every_pytest_outcome_has_its_status(pytester: pytest.Pytester,
+                                             extra: tuple[str, ...]) -> None:
+    """Only a test that passed in setup, call and teardown proves its ID: a failure in any
+    phase is FAIL, a skip in any phase NOT_RUN, and a test marked xfail proves nothing
+    whether it fails as expected or passes (FAIL), serially and under xdist alike."""
+    pytester.makefile(".toml", requirements=OUTCOMES_REQUIREMENTS)
+    pytester.makepyfile(test_outcomes=OUTCOMES)
+    result = pytester.runpytest_subprocess(*_args(extra))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert _status(pytester.path) == {
+        "BB-01": "CURRENT", "BB-02": "FAIL", "BB-03": "FAIL", "BB-04": "FAIL",
+        "BB-05": "NOT_RUN", "BB-06": "NOT_RUN", "BB-07": "FAIL", "BB-08": "FAIL",
+        "BB-09": "FAIL", "BB-10": "FAIL"}
+    markdown = (pytester.path / "qualification-report" / "STATUS.md").read_text()
+    assert ("| BB-06 | NOT_RUN | its fixture skips in setup | "
+            "`test_outcomes.py::test_fixture_skip` | the fixture says not here |") in markdown
+    assert "failed: test_outcomes.py::test_teardown_error" in markdown
+
+
 @pytest.mark.req("RPT-01")
 def test_an_unknown_or_missing_id_fails_the_test(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", requirements=REQUIREMENTS)
