@@ -14,6 +14,7 @@ import os
 import random
 import sqlite3
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +290,23 @@ def test_logs_changed_behind_a_running_server_are_listed_as_they_now_are(
     assert by_id[ids[3]]["error"]["code"] == "SESSION_INVALID"
     assert client.get(f"/api/cordis/sessions/{ids[3]}").status_code == 409
     assert server.state.bridge.engine().status()["sessions"] == len(listed)
+
+
+@pytest.mark.req("BR-15")
+def test_a_directory_stamp_too_fresh_to_trust_is_looked_at_again(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    """A log created in the same clock tick as the listing before it leaves the directory's
+    stamp where it was. While that stamp is too fresh to trust (here: set ahead of the
+    clock, as a tick not yet over), every listing looks at the directory again."""
+    sessions = specimen / "sessions"
+    client = server_factory(specimen, bridge=True).client()
+    first = client.post("/api/cordis/sessions", {}).json()["session"]["id"]
+    ahead = time.time_ns() + 60 * 10**9
+    os.utime(sessions, ns=(ahead, ahead))
+    assert {s["id"] for s in _listed(client)} == {first}
+    added = _plant(sessions, 1, seed=5)
+    os.utime(sessions, ns=(ahead, ahead))  # the same tick: the directory's stamp is as it was
+    assert {s["id"] for s in _listed(client)} == {first, *added}
 
 
 @pytest.mark.req("BR-07", "AV-01", "BR-15")
