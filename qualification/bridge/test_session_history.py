@@ -85,6 +85,43 @@ def test_turns_never_read_their_log_again(specimen: Path) -> None:
     sessions.close()
 
 
+@pytest.mark.req("BR-05", "AV-07")
+def test_a_turn_cancelled_before_its_first_step_ends_its_stream_and_is_forgotten(
+        specimen: Path) -> None:
+    """A client gone before the turn's task ever ran: its stream still ends with one
+    ``done`` (cancelled, interrupted), and the engine forgets the turn."""
+    workspace = open_workspace(specimen)
+    store = workspace.open_store()
+    sessions = JsonlSessionStore(workspace.sessions_dir)
+    engine = ReferenceEngine(sessions, AgentLoop(
+        DemoProvider(), bridge_surface(AgentGateway(workspace, store)), "p"), Scope("test"))
+
+    async def run() -> tuple[str, list[dict[str, Any]]]:
+        session_id: str = engine.create_session({})["id"]
+        handle = engine.send_message(session_id, "never started")
+        handle.cancel()  # before the event loop ran the turn's task at all
+
+        async def read() -> list[dict[str, Any]]:
+            return [chunk async for chunk in handle.iterate()]
+
+        chunks = await asyncio.wait_for(read(), timeout=10)
+        for _ in range(500):  # bounded: the engine forgets it once its records are written
+            if not engine.get_session(session_id)["active_turn"]:
+                break
+            await asyncio.sleep(0.01)
+        return session_id, chunks
+
+    try:
+        session_id, chunks = asyncio.run(run())
+        assert [(c["type"], c.get("reason"), c.get("interrupted")) for c in chunks] == [
+            ("done", "cancelled", True)]
+        assert not engine.get_session(session_id)["active_turn"]
+        assert engine.status()["active_turns"] == 0
+    finally:
+        store.close()
+        sessions.close()
+
+
 @pytest.mark.req("BR-06", "BR-15")
 def test_each_turn_sends_the_model_the_history_its_log_holds(
         specimen: Path, provider_factory: ProviderFactory,
