@@ -439,3 +439,22 @@ def test_a_hard_linked_session_index_is_replaced_not_written_through(
     assert precious.read_bytes() == kept, "nothing was written through the second name"
     assert precious.stat().st_nlink == 1, "the index is no longer a second name for it"
     assert _index(sessions).stat().st_nlink == 1
+
+
+@pytest.mark.req("HO-01", "BR-15")
+def test_the_default_composition_keeps_the_index_beside_the_logs(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    """The engine row of the default composition opens its session index beside the logs
+    (sessions/.index.sqlite), so a restart finds it; it is never an in-memory one there."""
+    sessions = specimen / "sessions"
+    server = server_factory(specimen, bridge=True)
+    made = server.client().post("/api/cordis/sessions", {}).json()["session"]["id"]
+    index = _index(sessions)
+    assert index.is_file()
+    with sqlite3.connect(f"file:{index}?mode=ro", uri=True) as connection:
+        tables = {row[0] for row in connection.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables, "the file is the index itself"
+    server.stop()
+    again = server_factory(specimen, bridge=True).client()
+    assert made in {s["id"] for s in _listed(again)}
