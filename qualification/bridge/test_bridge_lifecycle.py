@@ -59,6 +59,22 @@ def test_removing_system_prompt_shows_the_silent_engine_diagnosis(
     assert "system_prompt" in error["message"] and "tools [PENDING" in error["message"]
 
 
+@pytest.mark.req("HO-04", "HO-06")
+def test_with_every_mandatory_service_the_bridge_is_ready_and_its_engine_serves(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    """The other side of the missing-service diagnosis: the default composition provides
+    every mandatory service, so the bridge is ready, names nothing missing, and its engine
+    (one satisfying the engine contract) lists the sessions it holds."""
+    client = server_factory(specimen, bridge=True).client()
+    health = client.http.get("/api/cordis/health").json()
+    assert health["state"] == "ready", health
+    assert health["host"]["missing_mandatory"] == []
+    made = client.post("/api/cordis/sessions", {})
+    assert made.status_code == 201, made.text
+    listed = client.get("/api/cordis/sessions").json()["sessions"]
+    assert [s["id"] for s in listed] == [made.json()["session"]["id"]]
+
+
 @pytest.mark.req("HO-05", "HO-06")
 def test_server_shutdown_stops_the_host_and_releases_everything(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
