@@ -183,8 +183,11 @@ def test_settings_are_durable_and_refused_while_a_turn_runs(
 def test_a_settings_change_names_what_changes_and_keeps_the_rest(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
     """PATCH settings changes only the settings it names; a model of this engine's own
-    provider is accepted, another provider's is MODEL_NOT_FOUND and changes nothing."""
-    _, client, _ = _bridge(specimen, provider_factory, server_factory, Answer(content=_final("ok")))
+    provider is accepted, another provider's or an unknown mode is refused and changes
+    nothing; what was changed is read back the same after a restart."""
+    server, client, fake = _bridge(specimen, provider_factory, server_factory,
+                                   Answer(content=_final("ok")))
+    provider_url = fake.base_url
     sid = _session(client, permission_mode="workspace-write")
     settings = f"/api/cordis/sessions/{sid}/settings"
     default = client.get(f"/api/cordis/sessions/{sid}").json()["session"]["settings"]
@@ -200,8 +203,13 @@ def test_a_settings_change_names_what_changes_and_keeps_the_rest(
         "model": f"engine:{provider}:another-model", "permission_mode": "read-only"}
     foreign = client.patch(settings, {"model": f"engine:not-{provider}:m"})
     assert (foreign.status_code, foreign.json()["error"]["code"]) == (422, "MODEL_NOT_FOUND")
+    bogus = client.patch(settings, {"permission_mode": "everything"})
+    assert (bogus.status_code, bogus.json()["error"]["code"]) == (422, "VALIDATION_FAILED")
     after = client.get(f"/api/cordis/sessions/{sid}").json()["session"]["settings"]
     assert after == kept.json()["session"]["settings"]
+    server.stop()  # durable events: a restarted server reads the same settings from the log
+    again = server_factory(specimen, bridge=True, **local_agent(provider_url)).client()
+    assert again.get(f"/api/cordis/sessions/{sid}").json()["session"]["settings"] == after
 
 
 @pytest.mark.req("BR-05", "BR-03")
