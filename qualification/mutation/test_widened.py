@@ -115,3 +115,32 @@ def test_survivors_run_again_and_everything_else_is_kept() -> None:
     left = without_survivors(progress)
     assert sorted(left["mutants"]) == ["b", "c", "d"]
     assert left["key"] == ["k", 12] and sorted(progress["mutants"]) == ["a", "b", "c", "d", "e"]
+
+
+@pytest.mark.req("QR-06")
+def test_an_ids_unmutated_run_is_measured_once_per_tree_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qualification.mutation import widened  # noqa: PLC0415
+
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "m.py").write_text("x = 1\n", "utf-8")
+    runs: list[str] = []
+
+    def run_tests(_tree: Path, req: str, _files: list[str], _timeout: float) -> tuple[str, float]:
+        runs.append(req)
+        return "survived", 2.0
+
+    monkeypatch.setattr(widened, "_run_tests", run_tests)
+    cache = tmp_path / "baselines.json"
+    state = widened.tree_digest(tree)
+    first = widened.shared_baseline(cache, state, "AA-01", tree, [])
+    assert widened.shared_baseline(cache, state, "AA-01", tree, []) == first
+    assert runs == ["AA-01"], "the second module of the same tree state reuses the run"
+    (tree / "pkg" / "m.py").write_text("x = 2\n", "utf-8")
+    changed = widened.tree_digest(tree)
+    assert changed != state, "any edit to the copied tree is a new state"
+    widened.shared_baseline(cache, changed, "AA-01", tree, [])
+    assert runs == ["AA-01", "AA-01"], "a new state measures again"
+    (tree / "pkg" / "n.py").write_text("x = 2\n", "utf-8")
+    assert widened.tree_digest(tree) != changed, "a new file is a new state"

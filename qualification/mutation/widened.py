@@ -12,7 +12,9 @@ source gives the same sample). Each mutant is applied to the copy with
 cosmic-ray's own ``mutate_code`` and, for each ID whose declared code holds its
 line, only that ID's tests run (``--req ID``, ``-x``; the browser and smoke
 stages excepted), under a timeout of four times that ID's unmutated run. The
-mutant counts as killed *for an ID* only when that ID's own tests fail.
+mutant counts as killed *for an ID* only when that ID's own tests fail. An ID's
+unmutated run is measured once per tree state (``baselines.json``, keyed by the
+digest of the copied tree) and shared by every module of the run.
 
 Progress is kept per mutant (``progress.json`` beside the copy) so an
 interrupted run resumes; a module's record is written once every mutant of its
@@ -34,6 +36,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -137,6 +140,39 @@ def _run_tests(tree: Path, req: str, files: list[str], timeout: float) -> tuple[
     return verdict, seconds
 
 
+_BASELINES_LOCK = threading.Lock()
+
+
+def tree_digest(tree: Path) -> str:
+    """The SHA-256 of every file of a copied tree (names and bytes): the unmutated baselines
+    of one tree state hold for every module mutated in a copy of that state."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in tree.rglob("*") if p.is_file() and not p.is_symlink()
+                       and "__pycache__" not in p.parts):
+        digest.update(path.relative_to(tree).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def shared_baseline(cache: Path, state: str, req: str, tree: Path,
+                    files: list[str]) -> dict[str, Any]:
+    """``req``'s unmutated run on the tree state ``state``: measured once per state, shared by
+    every module of the run (an ID's slow tests are not re-run for each module)."""
+    with _BASELINES_LOCK:
+        known = json.loads(cache.read_text("utf-8")) if cache.is_file() else {}
+        if known.get("state") == state and req in known["ids"]:
+            return dict(known["ids"][req])
+    verdict, seconds = _run_tests(tree, req, files, 3600)
+    result = {"verdict": verdict, "seconds": round(seconds, 1)}
+    with _BASELINES_LOCK:
+        known = json.loads(cache.read_text("utf-8")) if cache.is_file() else {}
+        if known.get("state") != state:
+            known = {"state": state, "ids": {}}
+        known["ids"][req] = result
+        _save(cache, known)
+    return result
+
+
 def without_survivors(progress: dict[str, Any]) -> dict[str, Any]:
     """``progress`` less each mutant some attributed ID's tests let survive, so that it runs
     again at the tests as they are now; kills, and mutants that apply to nothing, stay."""
@@ -182,10 +218,11 @@ def run_module(path: str, *, cap: int = DEFAULT_CAP, fresh: bool = False,
     chosen, in_scope = scope_of(path, source, _specs(session), cap, requirements)
     reqs = sorted({req for _, ids in chosen for req in ids})
     files = {req: test_files(req, tree) for req in reqs}
+    state = tree_digest(tree)
     for req in reqs:  # each ID's own tests, unmutated: they must pass, and they set the clock
         if req not in progress["baseline"]:
-            verdict, seconds = _run_tests(tree, req, files[req], 3600)
-            progress["baseline"][req] = {"verdict": verdict, "seconds": round(seconds, 1)}
+            progress["baseline"][req] = shared_baseline(WORK / "baselines.json", state, req,
+                                                        tree, files[req])
             _save(progress_file, progress)
     target = tree / path
     for spec, ids in chosen:
