@@ -173,11 +173,14 @@ class Scenario:
             raise ScenarioError("keyed maps names of [a-z0-9-] to lists of answers")
         if when not in ("error", "repeat_last"):
             raise ScenarioError("when_exhausted must be 'error' or 'repeat_last'")
+        loading = data.get("loading_health_checks", 0)
+        if isinstance(loading, bool) or not isinstance(loading, int) or loading < 0:
+            raise ScenarioError("loading_health_checks is a count of 0 or more")
         return cls(
             name=str(data.get("name", "unnamed")),
             answers=tuple(Answer.from_json(a) for a in data.get("answers", [])),
             models=tuple(data.get("models", ["fake-model"])),
-            loading_health_checks=int(data.get("loading_health_checks", 0)),
+            loading_health_checks=loading,
             when_exhausted=when,
             keyed={k: tuple(Answer.from_json(a) for a in v) for k, v in keyed.items()},
         )

@@ -8,6 +8,7 @@ the log changed behind its back, and keeps a bounded number of sessions.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from labfy_ref.bridge.loop import AgentLoop
 from labfy_ref.bridge.plugins import bridge_surface
 from labfy_ref.bridge.store.history import HistoryCache, SessionState
 from labfy_ref.bridge.store.projection import chat_history, check_log, project_messages
+from labfy_ref.errors import SessionInvalid
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import Scope
 from labfy_ref.protocol import ChatMessage
@@ -215,3 +217,76 @@ def test_a_cache_of_states_evicts_the_least_recently_used(tmp_path: Path) -> Non
     cache.put(SessionState.load(states[0].session_id, store.read_log(states[0].session_id)))
     assert [s.session_id in cache for s in states] == [True, False, True, False, True]
     store.close()
+
+
+def _state_with_weight(template: SessionState, number: int, weight: int) -> SessionState:
+    """A state like ``template`` whose log weighs ``weight`` bytes (its summary's end)."""
+    session_id = f"ses_{number:026d}"
+    summary = dataclasses.replace(template.summary, session_id=session_id, end=weight)
+    return SessionState(session_id, template.header, summary, [], template.lines)
+
+
+@pytest.mark.req("BR-15", "AV-07")
+def test_the_history_cache_keeps_the_documented_64_sessions_and_64_mib(tmp_path: Path) -> None:
+    # docs/bridge.md: "the 64 most recently used sessions (at most 64 MiB of logs)".
+    store = JsonlSessionStore(tmp_path)
+    template = SessionState.load("ses_" + "0" * 26, store.create("ses_" + "0" * 26, {
+        "created_at": "2026-01-01T00:00:00Z",
+        "settings": {"model": "engine:demo:d", "permission_mode": "read-only"}}))
+    store.close()
+    by_count = HistoryCache()
+    small = [_state_with_weight(template, n, 1000) for n in range(1, 66)]
+    for state in small[:64]:
+        by_count.put(state)
+    assert len(by_count) == 64, "64 sessions of a kilobyte all stay"
+    by_count.put(small[64])
+    assert len(by_count) == 64 and small[0].session_id not in by_count
+    by_bytes = HistoryCache()
+    quarter = 16 * 1024 * 1024
+    full = [_state_with_weight(template, n, quarter) for n in range(100, 104)]
+    for state in full:
+        by_bytes.put(state)
+    assert len(by_bytes) == 4, "64 MiB of logs exactly: every one stays"
+    by_bytes.put(_state_with_weight(template, 104, 1))
+    assert len(by_bytes) == 4 and full[0].session_id not in by_bytes, "one byte over: evicted"
+
+
+@pytest.mark.req("BR-15", "BR-07")
+def test_a_record_appended_to_a_cached_history_is_checked_at_its_line(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    session_id = "ses_" + "1" * 26
+    store.create(session_id, {"created_at": "2026-01-01T00:00:00Z",
+                              "settings": {"model": "engine:demo:d",
+                                           "permission_mode": "read-only"}})
+    for text in ("one", "two", "three"):
+        store.append(session_id, {"kind": "message", "role": "user", "text": text})
+    state = SessionState.load(session_id, store.read_log(session_id))
+    good = {"kind": "message", "role": "assistant", "text": "four"}
+    assert state.extend(good, store.append(session_id, good))
+    assert [m["text"] for m in state.messages] == ["one", "two", "three", "four"]
+    bad = {"kind": "message", "role": "nobody", "text": "six"}
+    with pytest.raises(SessionInvalid, match="line 6 is not a valid"):
+        state.extend(bad, store.append(session_id, bad))
+    store.close()
+
+
+@pytest.mark.req("BR-15")
+def test_a_log_removed_by_hand_drops_only_its_own_cached_history(specimen: Path) -> None:
+    workspace = open_workspace(specimen)
+    store = workspace.open_store()
+    sessions = JsonlSessionStore(workspace.sessions_dir)
+    engine = ReferenceEngine(sessions, AgentLoop(
+        DemoProvider(), bridge_surface(AgentGateway(workspace, store)), "p"), Scope("test"))
+    made = [engine.create_session({})["id"] for _ in range(3)]
+    for session_id in made:
+        engine.get_session(session_id)
+    cache: HistoryCache = engine.catalog.cache
+    kept = {sid: cache.get(sid) for sid in made[:2]}
+    (workspace.sessions_dir / f"{made[2]}.jsonl").unlink()
+    listed = [s["id"] for s in engine.list_sessions()["sessions"]]
+    assert sorted(listed) == sorted(made[:2])
+    assert made[2] not in cache
+    assert all(cache.get(sid) is state for sid, state in kept.items()), \
+        "the histories of the logs still there are kept, not read again"
+    store.close()
+    sessions.close()

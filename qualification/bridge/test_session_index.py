@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labfy_ref.bridge.store.history import SessionState
-from labfy_ref.bridge.store.index import INDEX_NAME, SessionIndex
+from labfy_ref.bridge.store.index import INDEX_NAME, SessionIndex, sort_at
 from labfy_ref.bridge.store.logs import JsonlSessionStore
 from labfy_ref.bridge.store.projection import check_log, project_messages, project_settings
 from labfy_ref.clock import iso, parse_iso, utcnow
@@ -458,3 +458,23 @@ def test_the_default_composition_keeps_the_index_beside_the_logs(
     server.stop()
     again = server_factory(specimen, bridge=True).client()
     assert made in {s["id"] for s in _listed(again)}
+
+
+@pytest.mark.req("BR-15")
+@pytest.mark.parametrize("created_at", ["0001-01-01T00:00:00+01:00",
+                                        "9999-12-31T23:30:00-01:00"])
+def test_a_created_at_beyond_the_calendar_in_utc_sorts_as_written(
+        tmp_path: Path, created_at: str) -> None:
+    # Moved to UTC these leave the years 1-9999 (OverflowError): sorted by the text instead,
+    # and listed like any other session, never a failure of the whole listing.
+    assert sort_at(created_at) == created_at
+    assert sort_at("2026-01-01T00:00:00Z") == "2026-01-01T00:00:00.000000"
+    store = JsonlSessionStore(tmp_path)
+    odd, plain = "ses_" + "2" * 26, "ses_" + "3" * 26
+    store.create(odd, {"created_at": created_at, "settings": GOOD_SETTINGS})
+    store.create(plain, {"created_at": "2026-01-01T00:00:00Z", "settings": GOOD_SETTINGS})
+    index = SessionIndex.in_memory()
+    index.put_many(SessionState.load(sid, store.read_log(sid)).summary for sid in (odd, plain))
+    assert sorted(row.session_id for row in index.page(None, 10)) == [odd, plain]
+    index.close()
+    store.close()

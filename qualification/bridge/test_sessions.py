@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from labfy_ref.bridge.store.logs import JsonlSessionStore
+from labfy_ref.bridge.store.logs import _SCAN_CHUNK, JsonlSessionStore, _complete_end
+from labfy_ref.bridge.store.projection import check_log
 from labfy_ref.errors import RecordTooLarge, RuntimeRefused, SessionFull, SessionInvalid
 from labfy_ref.ids import new_id
 from qualification.bridge.append_child import event_of
@@ -331,3 +332,59 @@ def test_a_hard_linked_session_log_is_session_invalid(root: Path, tmp_path: Path
     assert outside.read_bytes() == before, "nothing was written through the second name"
     outside.unlink()  # one name again: the log is the session's own
     assert store.read(sid)
+
+
+@pytest.mark.req("AV-06", "BR-07")
+@pytest.mark.parametrize(("content", "end"), [
+    (b"", 0), (b"\n", 1), (b"torn", 0), (b"a\nb", 2), (b"\n" + b"x" * _SCAN_CHUNK, 1),
+    (b"ab\n" + b"x" * (2 * _SCAN_CHUNK + 5), 3), (b"a\n" * 3, 6)],
+    ids=["empty", "newline", "torn", "short-tail", "tail-of-a-chunk", "tail-of-chunks",
+         "complete"])
+def test_the_end_of_the_last_complete_line_is_found_however_long_the_tail(
+        tmp_path: Path, content: bytes, end: int) -> None:
+    path = tmp_path / "log"
+    path.write_bytes(content)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert _complete_end(fd, len(content)) == end
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.req("AV-06", "BR-07")
+def test_a_read_log_ends_just_past_its_last_complete_line(root: Path) -> None:
+    store = JsonlSessionStore(root)
+    sid = new_id("ses")
+    store.create(sid, {"created_at": "t0"})
+    store.append(sid, {"kind": "message", "n": 1})
+    size = _log(root, sid).stat().st_size
+    log = store.read_log(sid)
+    assert log.end == size and type(log.end) is int
+    assert log.stamp.size == size
+    with _log(root, sid).open("ab") as handle:
+        handle.write(b'{"kind":"message","n":2')
+    torn = store.read_log(sid)
+    assert (torn.end, torn.stamp.size, len(torn.events)) == (size, size + 23, 1)
+    store.close()
+
+
+@pytest.mark.req("BR-07")
+def test_a_header_needs_every_setting_while_a_settings_record_may_change_one() -> None:
+    header = {"created_at": "2026-01-01T00:00:00Z",
+              "settings": {"model": "engine:demo:d", "permission_mode": "read-only"}}
+    change = {"kind": "settings", "settings": {"permission_mode": "workspace-write"}}
+    check_log("ses_x", header, [change])
+    for partial in ({"permission_mode": "read-only"}, {"model": "engine:demo:d"}, {}):
+        with pytest.raises(SessionInvalid, match="header"):
+            check_log("ses_x", {**header, "settings": partial}, [])
+
+
+@pytest.mark.req("BR-07")
+def test_an_invalid_record_is_named_by_its_line_in_the_log() -> None:
+    header = {"created_at": "2026-01-01T00:00:00Z",
+              "settings": {"model": "engine:demo:d", "permission_mode": "read-only"}}
+    good = {"kind": "message", "role": "user", "text": "hi"}
+    bad = {"kind": "message", "role": "nobody", "text": "hi"}
+    for events, line in (([bad], 2), ([good, bad], 3), ([good, good, good, bad], 5)):
+        with pytest.raises(SessionInvalid, match=rf"line {line} is not a valid 'message'"):
+            check_log("ses_x", header, events)

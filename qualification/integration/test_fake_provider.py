@@ -226,3 +226,100 @@ def test_the_connection_that_served_a_request_has_tcp_nodelay(
         log = http.get("/_fake/requests").json()["requests"]
     assert [r.nodelay for r in provider.requests] == [True, True]
     assert [r["nodelay"] for r in log] == [True, True]
+
+
+def _chat(http: httpx.Client, content: str) -> httpx.Response:
+    return http.post("/v1/chat/completions",
+                     json={"model": "fake-model",
+                           "messages": [{"role": "user", "content": content}]})
+
+
+@pytest.mark.req("FP-02")
+def test_prompt_tokens_are_four_character_pieces_and_only_the_shared_prefix_is_cached(
+        provider_factory: ProviderFactory) -> None:
+    # "<|user|>" + 39 characters + "\n" is 48 characters: 12 tokens of 4.
+    provider = provider_factory(Scenario.replies("one two", "three", "four", "five"))
+    same = "a" * 39
+    differs = same[:4] + "b" + same[5:]  # the 13th character: the 4th token
+    with httpx.Client(trust_env=False, base_url=provider.base_url) as http:
+        usages = [_chat(http, content).json()["usage"] for content in (same, same, differs)]
+    assert [u["prompt_tokens"] for u in usages] == [12, 12, 12]
+    assert [u["prompt_tokens_details"]["cached_tokens"] for u in usages] == [0, 11, 3], \
+        "nothing cached at first; never the last token; only the tokens before a difference"
+    assert usages[0]["completion_tokens"] == 2 and usages[0]["total_tokens"] == 14
+
+
+@pytest.mark.req("FP-02")
+def test_a_keyed_script_is_chosen_by_the_last_known_marker_of_the_conversation() -> None:
+    keyed = Scenario.from_json({"answers": [{"content": "plain"}],
+                                "keyed": {"alpha": [{"content": "A {nonce}"}],
+                                          "beta": [{"content": "B {nonce}"}]}})
+    messages = [{"role": "user", "content": "[[kit:alpha:N1]]"},
+                {"role": "assistant", "content": None},
+                {"role": "user", "content": "[[kit:beta:N2]] then [[kit:nobody:N3]]"}]
+    assert keyed.conversation(messages) == ("beta", "N2"), "an unknown key never wins"
+    assert keyed.conversation(messages[:1]) == ("alpha", "N1")
+    assert keyed.conversation([{"role": "user", "content": "no marker"}]) is None
+    assert keyed.conversation("not a list") is None
+    answer = keyed.keyed_answer("beta", "N2", 0)
+    assert answer is not None and answer.content == "B N2"
+    assert keyed.keyed_answer("beta", "N2", 1) is None
+
+
+@pytest.mark.req("FP-01")
+def test_an_exhausted_scenario_answers_500_with_an_openai_error(
+        provider_factory: ProviderFactory) -> None:
+    provider = provider_factory(Scenario.replies("only"))
+    with httpx.Client(trust_env=False, base_url=provider.base_url) as http:
+        assert _chat(http, "hi").status_code == 200
+        exhausted = _chat(http, "hi")
+    assert exhausted.status_code == 500
+    assert exhausted.json() == {"error": {"code": 500, "message": "scenario exhausted"}}
+
+
+@pytest.mark.req("FP-02")
+def test_setting_a_scenario_rewinds_it_to_its_first_answer_and_health_check(
+        provider_factory: ProviderFactory) -> None:
+    provider = provider_factory(Scenario.replies("first", "second"))
+    loading = Scenario.from_json({"answers": [{"content": "third"}, {"content": "fourth"}],
+                                  "loading_health_checks": 1})
+    with httpx.Client(trust_env=False, base_url=provider.base_url) as http:
+        assert _chat(http, "hi").json()["choices"][0]["message"]["content"] == "first"
+        provider.set_scenario(loading)
+        assert http.get("/health").status_code == 503
+        assert http.get("/health").status_code == 200
+        assert _chat(http, "hi").json()["choices"][0]["message"]["content"] == "third"
+        provider.set_scenario(loading)
+        assert http.get("/health").status_code == 503, "the health checks count again"
+
+
+@pytest.mark.req("FP-02")
+@pytest.mark.parametrize("value", [-1, "2", True, 1.5, None])
+def test_a_loading_count_that_is_not_a_count_is_a_bad_scenario(value: object) -> None:
+    with pytest.raises(ScenarioError, match="loading_health_checks"):
+        Scenario.from_json({"answers": [], "loading_health_checks": value})
+    assert Scenario.from_json({"answers": []}).loading_health_checks == 0
+
+
+@pytest.mark.req("FP-02")
+def test_standalone_accepts_the_highest_port(tmp_path: Path) -> None:
+    # 65535 is a port: it is served, or (taken by someone else) refused by the system,
+    # never refused as out of range.
+    ready = tmp_path / "ready.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fake_provider", "--scenario", str(SCENARIOS / "slow.json"),
+         "--port", "65535", "--ready-file", str(ready)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: ready.exists() or process.poll() is not None, timeout=10)
+        if ready.exists():
+            assert json.loads(ready.read_text())["port"] == 65535
+        else:
+            assert "not allowed" not in (process.stderr.read() if process.stderr else "")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)
+        if process.stdout:
+            process.stdout.close()
+        if process.stderr:
+            process.stderr.close()
