@@ -218,3 +218,27 @@ def test_an_existing_file_with_such_a_name_can_still_be_read(
     assert outcome.error_code is None, outcome.result
     assert gateway.call("files.write", {"path": "plain-ünïcödé 𝄞.txt", "content": "ok"},
                         WRITE).error_code is None
+
+
+#: Compatibility forms of path syntax (NFKC folds them to "." and "/"): names, never syntax.
+LOOKALIKES = ["\uff0e\uff0e/\uff0e\uff0e/x.txt", "\uff0e\uff0e\uff0fx.txt", "\u2024\u2024/x.txt",
+              "a\u2215..\u2215x.txt", "\ufe52\ufe52/x.txt"]
+
+
+@pytest.mark.req("GW-06")
+@pytest.mark.parametrize("path", LOOKALIKES)
+def test_compatibility_forms_of_dots_and_slashes_stay_names_inside_files(
+        setup: tuple[AgentGateway, Path, Path], path: str) -> None:
+    """A check made on one form and an open made on another (NFKC folds ``．．／`` to
+    ``../``) would leave files/: each is written, read and listed under its own name."""
+    gateway, files, outside = setup
+    written = gateway.call("files.write", {"path": path, "content": "kept"}, WRITE)
+    assert written.error_code is None, written.result
+    assert (files / path).read_text() == "kept"
+    read = gateway.call("files.read", {"path": path}, WRITE)
+    assert read.error_code is None and "kept" in str(read.result["data"]), read.result
+    top = path.split("/")[0]
+    listed = gateway.call("files.list", {"path": ""}, WRITE)
+    assert top in str(listed.result["data"]), listed.result
+    _outside_untouched(outside)
+    assert not (files.parent / "x.txt").exists() and not (files.parent.parent / "x.txt").exists()
