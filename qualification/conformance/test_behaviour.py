@@ -12,6 +12,7 @@ target whose agent answers with the kit's provider (the scripts of
 from __future__ import annotations
 
 import datetime
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,6 +82,70 @@ def test_a_decision_through_another_sessions_url_is_refused(client: ApiClient) -
     decisions = [c["decision"] for c in turn.chunks if c["type"] == "approval-decision"]
     assert decisions == ["rejected", "rejected"], "the foreign decision allowed nothing"
     assert all(c["status"] == "refused" for c in turn.chunks if c["type"] == "tool-result")
+
+
+@pytest.mark.req("BR-12", "BR-05")
+def test_two_sessions_asking_at_once_each_refuse_the_others_decision_and_cancel(
+        model_target: Served, client: ApiClient) -> None:
+    """Both sessions wait on an approval of their own: each approval id sent through the
+    other live session's URL is 409 and leaves both pending; a cancel through a third,
+    idle session cancels nothing; each is then decided through its own URL."""
+    mine, theirs, idle = _session(client), _session(client), _session(client)
+    other = model_target.client()
+    theirs_first: list[str] = []
+    asked = threading.Event()
+
+    def on_theirs(chunk: dict[str, Any]) -> None:
+        if chunk["type"] != "approval-request":
+            return
+        if not theirs_first:  # left pending until the other session has tried it
+            theirs_first.append(chunk["approval_id"])
+            asked.set()
+            return
+        own = other.post(f"/api/cordis/sessions/{theirs}/approvals/{chunk['approval_id']}",
+                         {"decision": "rejected"})
+        assert own.status_code == 200, own.text
+
+    turns: dict[str, RawTurn] = {}
+    reader = threading.Thread(target=lambda: turns.setdefault("theirs", RawTurn(
+        other, theirs, f"write two {marker('write-two')}", on_chunk=on_theirs)), daemon=True)
+    reader.start()
+    assert asked.wait(20), "their turn asked for approval"
+    crossed: list[tuple[int, str]] = []
+    cancelled: list[Any] = []
+
+    def on_mine(chunk: dict[str, Any]) -> None:
+        if chunk["type"] != "approval-request":
+            return
+        approval = chunk["approval_id"]
+        if not crossed:
+            crossed.append(_refused(client.post(
+                f"/api/cordis/sessions/{theirs}/approvals/{approval}",
+                {"decision": "allowed-once"})))
+            crossed.append(_refused(client.post(
+                f"/api/cordis/sessions/{mine}/approvals/{theirs_first[0]}",
+                {"decision": "allowed-once"})))
+            answer = client.post(f"/api/cordis/sessions/{idle}/cancel", {})
+            cancelled.append((answer.status_code, answer.json()))
+            theirs_own = client.post(
+                f"/api/cordis/sessions/{theirs}/approvals/{theirs_first[0]}",
+                {"decision": "rejected"})
+            assert theirs_own.status_code == 200, "still pending for its own session"
+        own = client.post(f"/api/cordis/sessions/{mine}/approvals/{approval}",
+                          {"decision": "rejected"})
+        assert own.status_code == 200, own.text
+
+    turn = RawTurn(client, mine, f"write two {marker('write-two')}", on_chunk=on_mine)
+    reader.join(30)
+    other.close()
+    assert crossed == [(409, "APPROVAL_NOT_PENDING")] * 2
+    assert cancelled == [(200, {"cancelled": False})]
+    for ended in (turn, turns["theirs"]):
+        decisions = [c["decision"] for c in ended.chunks if c["type"] == "approval-decision"]
+        assert decisions == ["rejected", "rejected"], "a crossed decision allowed nothing"
+        assert all(c["status"] == "refused"
+                   for c in ended.chunks if c["type"] == "tool-result")
+        assert ended.chunks[-1]["type"] == "done" and ended.chunks[-1]["reason"] == "completed"
 
 
 # -- time and ordering while a turn runs -----------------------------------------------------

@@ -214,3 +214,45 @@ def test_the_official_openai_client_streams_what_the_kit_reads(model_target: Ser
         parts = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
     assert "".join(parts) == f"KIT final « ünïcödé » 𝄞 {tag}"
     assert len(parts) >= 2, "a role chunk, then the content: each its own event"
+
+
+@pytest.mark.req("BR-13", "BR-04")
+def test_a_completions_transient_session_is_no_session_of_the_session_routes(
+        model_target: Served) -> None:
+    """While a streamed completion runs, its transient session (the id in ``chatcmpl-ID``) is
+    reached through none of the session routes: each is 404 SESSION_NOT_FOUND, and the
+    completion ends as if nobody had tried."""
+    admin = model_target.client()
+    with httpx.Client(base_url=f"{model_target.url}/api/cordis/v1", trust_env=False, timeout=30,
+                      headers={"Authorization": f"Bearer {model_target.admin_token}"}) as http:
+        model = next(m["id"] for m in http.get("/models").json()["data"]
+                     if m["id"].endswith(f":{KIT_MODEL}"))
+        body = {"model": model, "stream": True, "messages": [
+            {"role": "user", "content": f"think {marker('slow-answer')}"}]}
+        tried: dict[str, tuple[int, str]] = {}
+        text = ""
+        with http.stream("POST", "/chat/completions", json=body) as reply:
+            assert reply.status_code == 200
+            for data in reply.iter_text():
+                text += data
+                if tried or "\n\n" not in text:
+                    continue
+                first = json.loads(text.split("\n\n")[0].removeprefix("data: "))
+                transient = str(first["id"]).removeprefix("chatcmpl-")
+                path = f"/api/cordis/sessions/{transient}"
+                for name, answer in (
+                        ("get", admin.get(path)), ("delete", admin.delete(path)),
+                        ("settings", admin.patch(f"{path}/settings",
+                                                 {"permission_mode": "workspace-write"})),
+                        ("messages", admin.post(f"{path}/messages", {"text": "hi"})),
+                        ("cancel", admin.post(f"{path}/cancel", {})),
+                        ("approval", admin.post(f"{path}/approvals/appr_x",
+                                                {"decision": "allowed-once"}))):
+                    tried[name] = (answer.status_code, answer.json()["error"]["code"])
+                assert "[DONE]" not in text, "tried while the completion still ran"
+    admin.close()
+    assert set(tried.values()) == {(404, "SESSION_NOT_FOUND")}, tried
+    assert len(tried) == 6
+    chunks, done = completion_chunks(text)
+    assert done and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert delta_text(chunks) == "KIT should never be asked."

@@ -190,3 +190,49 @@ def test_each_round_is_narrowed_prefix_stable_and_reports_its_tokens(
         # prompt's length and the results added: a figure for the bench, not a bound here)
         assert before["prompt_tokens"] - 1 <= later["cached_tokens"] < later["prompt_tokens"], \
             "the whole last prompt"
+
+
+@pytest.mark.req("RT-08", "GW-07")
+def test_a_campaign_and_grants_of_another_workspace_in_this_store_are_refused_over_http(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    """Rows of another workspace in this very store (as after a copy): its campaign is not
+    shown nor granted, its grant not revoked, and a grant it holds for *our* campaign's id
+    neither shows on our campaign nor resumes our paused turn."""
+    server = server_factory(specimen)
+    client = server.client()
+    paused, ours = _paused(server)
+    workspace = open_workspace(specimen)
+    other_ws = "ws_" + "0" * 26
+    store = workspace.open_store()
+    try:
+        theirs = store.add_campaign(other_ws, "Their topic", ["Theirs?"], [])
+        their_grant = store.add_grant(theirs.campaign_id, other_ws, None)
+        planted = store.add_grant(ours, other_ws, None)
+    finally:
+        store.close()
+
+    def refused(answer: Any) -> tuple[int, str]:
+        return answer.status_code, answer.json()["error"]["code"]
+
+    assert refused(client.get(f"/api/v1/research/campaigns/{theirs.campaign_id}")) == \
+        (404, "CAMPAIGN_NOT_FOUND")
+    assert refused(client.grant(theirs.campaign_id)) == (404, "CAMPAIGN_NOT_FOUND")
+    assert refused(client.delete(f"/api/v1/grants/{their_grant.grant_id}")) == \
+        (404, "GRANT_NOT_FOUND")
+    assert refused(client.delete(f"/api/v1/grants/{planted.grant_id}")) == \
+        (404, "GRANT_NOT_FOUND")
+    shown = client.get(f"/api/v1/research/campaigns/{ours}").json()["campaign"]
+    assert shown["grants"] == [], "their grant for our campaign's id is not ours"
+    assert refused(client.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume")) == \
+        (409, "GRANT_REQUIRED")
+    assert client.wait_state(str(paused["id"]), {"AUTHORIZATION_REQUIRED"} | TERMINAL)[
+        "state"] == "AUTHORIZATION_REQUIRED"
+    store = workspace.open_store()
+    try:
+        for grant in (their_grant, planted):
+            kept = store.get_grant(grant.grant_id)
+            assert kept is not None and kept.revoked_at is None, "theirs stay untouched"
+    finally:
+        store.close()
+    assert client.grant(ours).status_code == 201
+    assert client.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume").status_code == 202

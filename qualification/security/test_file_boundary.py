@@ -229,15 +229,16 @@ LOOKALIKES = ["\uff0e\uff0e/\uff0e\uff0e/x.txt", "\uff0e\uff0e\uff0fx.txt", "\u2
 @pytest.mark.parametrize("path", LOOKALIKES)
 def test_compatibility_forms_of_dots_and_slashes_stay_names_inside_files(
         setup: tuple[AgentGateway, Path, Path], path: str) -> None:
-    """A check made on one form and an open made on another (NFKC folds ``．．／`` to
-    ``../``) would leave files/: each is written, read and listed under its own name."""
+    """A check made on one form and an open made on another (NFKC folds fullwidth
+    ``\\uff0e\\uff0e\\uff0f`` to ``../``) would leave files/: each is written, read and
+    listed under its own name."""
     gateway, files, outside = setup
     written = gateway.call("files.write", {"path": path, "content": "kept"}, WRITE)
     assert written.error_code is None, written.result
     assert (files / path).read_text() == "kept"
     read = gateway.call("files.read", {"path": path}, WRITE)
     assert read.error_code is None and "kept" in str(read.result["data"]), read.result
-    top = path.split("/")[0]
+    top = path.split("/", maxsplit=1)[0]
     listed = gateway.call("files.list", {"path": ""}, WRITE)
     assert top in str(listed.result["data"]), listed.result
     _outside_untouched(outside)

@@ -393,3 +393,27 @@ def test_a_write_confinement_refuses_anyway_is_never_put_to_a_human(
     assert answered == [{"step": 1, "tool_id": "files.write", "status": "refused",
                          "error_code": "PATH_OUTSIDE_WORKSPACE"}]
     assert not (specimen.parent / "outside.txt").exists()
+
+
+@pytest.mark.req("WK-05", "GW-07")
+def test_an_approval_allows_only_its_own_run_never_another_task_at_the_same_step(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore, provider: FakeProvider,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Two tasks park on a write at the same step; one approval is allowed, the other
+    rejected: each run reads its own answer only, so one file is written, never both."""
+    allowed = store.submit(message("write1", "a1")).task
+    rejected = store.submit(message("write1", "b1")).task
+    parked = [worker_once(specimen, work_url, provider, capsys, permission_mode="read-only")
+              for _ in range(2)]
+    assert [line["outcome"] for (line,) in parked] == ["WAITING_APPROVAL"] * 2
+    (yes,), (no,) = store.list_approvals(allowed.id), store.list_approvals(rejected.id)
+    assert (yes.step, no.step) == (1, 1)
+    store.answer_approval(yes.id, "allowed-once")
+    store.answer_approval(no.id, "rejected")
+    ended = [worker_once(specimen, work_url, provider, capsys, permission_mode="read-only")
+             for _ in range(2)]
+    assert sorted(line["outcome"] for (line,) in ended) == ["COMPLETED", "COMPLETED"]
+    assert (specimen / "files/notes/a1-1.md").is_file()
+    assert not (specimen / "files/notes/b1-1.md").exists(), "another task's answer is not its"
+    (rejected_run,) = store.list_runs(rejected.id)[-1:]
+    assert store.list_effects(rejected_run.id) == []

@@ -156,6 +156,8 @@ def test_an_approval_is_answered_once_and_a_second_answer_is_409(
         "id": first.approval_id, "run_id": first.run_id, "tool_id": "files.write",
         "summary": "write notes.md (11 characters)", "decision": "allowed-once"}}
     assert store.get_task(first.task_id).state is State.QUEUED, "queued again for a worker"
+    assert store.get_task(second.task_id).state is State.WAITING_APPROVAL, \
+        "an answer wakes its own run only"
     _error(client.post(url, {"decision": "rejected"}), 409, "APPROVAL_NOT_PENDING")
     assert store.get_approval(first.approval_id).decision == "allowed-once"
     other = f"/api/v1/work/approvals/{second.approval_id}"
