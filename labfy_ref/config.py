@@ -62,6 +62,10 @@ class SupervisedModel:
     cpu_variant: str | None = None
 
 
+#: BR-20: a chat client's SSE stream is never silent longer (proxies close idle ones).
+DEFAULT_KEEPALIVE_SECONDS = 15.0
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class AgentConfig:
     """The resolved agent: the demo agent, or a local model at one endpoint."""
@@ -97,6 +101,8 @@ class ServeConfig:
     work_db: DatabaseUrl | None = None
     #: BR-12: how long a bridge approval waits for its human before it expires (rejected).
     approval_seconds: float = DEFAULT_APPROVAL_SECONDS
+    #: BR-20: the longest silence of a completion's SSE stream (a comment line keeps it open).
+    keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
 
     def as_json(self) -> dict[str, Any]:
         """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
@@ -114,6 +120,7 @@ class ServeConfig:
                 "accounts": _path(self.accounts),
                 "work_db": None if self.work_db is None else self.work_db.redacted(),
                 "approval_timeout_seconds": self.approval_seconds,
+                "sse_keepalive_seconds": self.keepalive_seconds,
             },
             "agent": {
                 "mode": agent.mode.value,
@@ -165,6 +172,7 @@ class RawOptions:
     debug: bool = False
     work_db: str | None = None
     approval_timeout: str | None = None
+    sse_keepalive: str | None = None
 
 
 def _pick(flag: str | None, env_name: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
@@ -191,6 +199,13 @@ def _seconds(text: str, flag: str, most: float) -> float:
 
 def _timeout(text: str) -> float:
     return _seconds(text, "--agent-timeout", MAX_TIMEOUT_SECONDS)
+
+
+def keepalive_option(text: str | None) -> float:
+    """``--sse-keepalive SECONDS`` (BR-20): (0, 15], default 15."""
+    if text is None:
+        return DEFAULT_KEEPALIVE_SECONDS
+    return _seconds(text, "--sse-keepalive", DEFAULT_KEEPALIVE_SECONDS)
 
 
 def approval_timeout_option(text: str | None) -> float:
@@ -375,6 +390,7 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         conclude_after=conclude_after_option(raw.conclude_after),
         work_db=given_work_database(raw.work_db, environ),
         approval_seconds=approval_timeout_option(raw.approval_timeout),
+        keepalive_seconds=keepalive_option(raw.sse_keepalive),
     )
 
 

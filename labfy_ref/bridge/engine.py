@@ -276,6 +276,7 @@ class ReferenceEngine:
         log = TransientLog(self._store.encode, session_id, self._store.max_log_bytes)
         history = seed(log, transcript)
         handle = StreamHandle(session_id, AGENT_ID)
+        handle.counts_tokens = self._loop.provider.counts_tokens
         turn = TurnContext(
             session_id=session_id, model=route.model, permission_mode=PermissionMode.READ_ONLY,
             history=history, handle=handle, headless=True, record=log.stage, approvals={},

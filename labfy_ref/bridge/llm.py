@@ -33,6 +33,8 @@ class ModelProvider(Protocol):
     """Streams chat completions for the engine."""
 
     name: str
+    #: Does a call of this provider's models count tokens? (The demo policy is no model.)
+    counts_tokens: bool
 
     async def models(self) -> list[str]:
         """The provider's real model ids."""
@@ -57,6 +59,7 @@ class LocalProvider:
     """
 
     name = "local"
+    counts_tokens = True
 
     def __init__(self, config: AgentConfig, client: ModelClient | None = None) -> None:
         assert config.model_id is not None
@@ -84,6 +87,7 @@ class DemoProvider:
     """The deterministic demo policy, delivered as one delta per reply."""
 
     name = "demo"
+    counts_tokens = False
     default_model = DemoAgent.model
 
     def __init__(self) -> None:

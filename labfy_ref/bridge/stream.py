@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from labfy_ref.bridge.ndjson import encode_line
@@ -58,6 +58,10 @@ class StreamHandle:
         self.dropped_subscribers = 0
         #: The tokens the provider reported for this turn's model calls (None: none said).
         self.usage: Usage | None = None
+        #: How many model calls the turn made, reported or not.
+        self.model_calls = 0
+        #: Does the turn's provider count tokens? (False: the demo policy, no model.)
+        self.counts_tokens = True
 
     @property
     def finished(self) -> bool:
@@ -75,7 +79,9 @@ class StreamHandle:
         return [json.loads(line) for _, line in self._entries]
 
     def add_usage(self, usage: Usage) -> None:
-        """Count one model call's reported tokens (a call that reported none adds nothing)."""
+        """Count one model call and its reported tokens (a call that reported none adds no
+        tokens)."""
+        self.model_calls += 1
         if usage != Usage():
             self.usage = usage if self.usage is None else self.usage + usage
 
@@ -178,7 +184,7 @@ class StreamHandle:
         finally:
             unsubscribe()
 
-    async def iterate(self) -> AsyncIterator[Chunk]:
+    async def iterate(self) -> AsyncGenerator[Chunk, None]:
         """Every chunk, replayed then live, until ``done``."""
         async for _type, chunk, line in self._follow():
             yield json.loads(line) if chunk is None else chunk

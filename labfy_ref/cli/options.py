@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from labfy_ref.config import (
+    DEFAULT_KEEPALIVE_SECONDS,
     DEFAULT_TIMEOUT_SECONDS,
     ENV_AGENT_ENDPOINT,
     ENV_AGENT_MODE,
@@ -65,6 +66,10 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     server.add_argument("--approval-timeout", metavar="SECONDS",
                         help="how long a bridge approval waits for its human before it "
                              f"expires, rejected (BR-12); default: {DEFAULT_APPROVAL_SECONDS:g}")
+    server.add_argument("--sse-keepalive", metavar="SECONDS",
+                        help="the longest a chat client's completion stream stays silent "
+                             "while the engine works: an SSE comment is sent then (BR-20); "
+                             f"at most and default: {DEFAULT_KEEPALIVE_SECONDS:g}")
     add_work_db_option(server)
     add_agent_options(parser)
     log = parser.add_argument_group("server log (--debug also applies)")
@@ -150,5 +155,5 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         model_sha256=args.model_sha256, cpu_variant=args.cpu_variant,
         conclude_after=args.conclude_after, log_level=args.log_level, log_file=args.log_file,
         debug=getattr(args, "debug", False), work_db=args.work_db,
-        approval_timeout=args.approval_timeout,
+        approval_timeout=args.approval_timeout, sse_keepalive=args.sse_keepalive,
     )

@@ -37,37 +37,63 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, Literal
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
-from pydantic import Field
+from pydantic import AfterValidator, Field
 from starlette.types import Receive, Scope, Send
 
 from labfy_ref.bridge.contract import PriorMessage, Transcript
 from labfy_ref.bridge.ndjson import encode_line
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused
+from labfy_ref.protocol import Usage
 from labfy_ref.server.bridge_routes import EngineDep
 from labfy_ref.server.errors import openai_error, status_of
-from labfy_ref.server.routes import Strict
+from labfy_ref.server.routes import State, Strict
 
 #: Most messages one transcript may hold (the body's byte bound applies as well).
 MAX_MESSAGES = 1000
 SSE = "text/event-stream"
+T = TypeVar("T")
 _STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
 # -- errors ------------------------------------------------------------------------------
 
 
-def error_answer(code: ErrorCode | str, message: str) -> JSONResponse:
-    """A refused request, OpenAI-shaped, with the status its code maps to."""
+def error_answer(code: ErrorCode | str, message: str,
+                 param: str | None = None) -> JSONResponse:
+    """A refused request, OpenAI-shaped, with the status its code maps to (``param``: the
+    field at fault, when one is)."""
     error = openai_error(code, message)
+    error["param"] = param
     return JSONResponse({"error": error}, status_code=status_of(error["code"]))
+
+
+def param_of(location: Sequence[Any]) -> str:
+    """A validation error's place, as every refusal of the server names it:
+    ``messages.0.content`` (the body itself is not named)."""
+    return ".".join(str(part) for part in location if part != "body")
+
+
+def validation_refusal(errors: Sequence[Any]) -> tuple[str, str | None]:
+    """The message (in words, naming the field) and ``param`` of a refused body."""
+    first = errors[0] if errors else {}
+    param = param_of(first.get("loc", ())) or None
+    where = param or "body"
+    kind = first.get("type", "invalid")
+    if kind == "extra_forbidden":
+        return (f"{where}: this engine does not accept this field (docs/api.md lists the "
+                "fields it accepts and ignores)"), param
+    if kind == "missing":
+        return f"{where}: this field is required", param
+    said = str(first.get("msg", kind)).removeprefix("Value error, ")
+    return f"{where}: {said}", param
 
 
 class OpenAIRoute(APIRoute):
@@ -80,13 +106,13 @@ class OpenAIRoute(APIRoute):
         async def answer(request: Request) -> Response:
             try:
                 return await handler(request)
+            except FieldRefused as exc:
+                return error_answer(exc.code, exc.message, exc.param)
             except LabfyError as exc:
                 return error_answer(exc.code, exc.message)
             except RequestValidationError as exc:
-                first = exc.errors()[0] if exc.errors() else {}
-                where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-                return error_answer(ErrorCode.VALIDATION_FAILED,
-                                    f"{where or 'body'}: {first.get('type', 'invalid')}")
+                message, param = validation_refusal(exc.errors())
+                return error_answer(ErrorCode.VALIDATION_FAILED, message, param)
 
         return answer
 
@@ -97,26 +123,88 @@ router = APIRouter(prefix="/api/cordis/v1", route_class=OpenAIRoute)
 # -- the request -------------------------------------------------------------------------
 
 
-class TextPart(Strict):
-    """A text part of a message's content (images and audio are not accepted)."""
+#: Fields a mainstream chat client sends that do not change the engine's contract: accepted
+#: and not applied (docs/api.md lists them). The engine's decoding is the action contract's
+#: (PR-06), whatever a client asks; the engine runs its own tools, so a client's ``tools``
+#: are never offered to the model (a ``tool_choice`` that *forces* one is refused).
+IGNORED_FIELDS = ("temperature", "top_p", "top_k", "min_p", "typical_p", "repeat_penalty",
+                  "max_tokens", "max_completion_tokens", "presence_penalty",
+                  "frequency_penalty", "seed", "stop", "logit_bias", "user", "reasoning_effort",
+                  "store", "metadata", "service_tier", "parallel_tool_calls", "tools",
+                  "tool_choice", "logprobs", "top_logprobs", "modalities")
+#: Most client tools one request may declare (Open WebUI sends 36 built-in ones).
+MAX_CLIENT_TOOLS = 128
+#: ``tool_choice`` values that let the engine answer without calling a client function.
+_UNFORCED = ("auto", "none")
+_TEXT_ONLY = ("this engine reads text only: {kind} parts cannot be sent to it; "
+              "send the text alone")
 
-    type: Literal["text"]
-    text: str
+
+class FieldRefused(RuntimeRefused):
+    """A request refused because of one field: ``param`` names it (OpenAI's error ``param``)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(ErrorCode.VALIDATION_FAILED, f"{param}: {message}")
+        self.param = param
+
+
+def _content(value: Any) -> Any:
+    """A message's content: a string, null, or a list of typed parts (checked later, each
+    at its place, so that a refusal can name it)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(part, dict) and isinstance(
+            part.get("type"), str) for part in value):
+        return value
+    raise ValueError("must be a string or a list of parts, each an object with a type")
+
+
+def _tool_choice(value: Any) -> Any:
+    if value is None or value in (*_UNFORCED, "required"):
+        return value
+    if isinstance(value, dict) and value.get("type") in ("function", "allowed_tools"):
+        return value
+    raise ValueError("must be 'none', 'auto', 'required' or a named function")
+
+
+class FunctionDef(Strict):
+    """A client function (never offered to the engine's model)."""
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ClientTool(Strict):
+    """One entry of ``tools``: OpenAI's function tool."""
+
+    type: Literal["function"]
+    function: FunctionDef
 
 
 class MessageBody(Strict):
     """One message of the transcript (``developer`` is OpenAI's newer name for ``system``)."""
 
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart] | None = None
+    content: Annotated[Any, AfterValidator(_content)] = None
     name: str | None = Field(default=None, max_length=256)
 
-    @property
-    def text(self) -> str:
-        """The content as one text (parts joined, as OpenAI reads them)."""
-        if isinstance(self.content, list):
-            return "".join(part.text for part in self.content)
-        return self.content or ""
+    def text(self, index: int) -> str:
+        """The content as one text (text parts joined, as OpenAI reads them); a part of any
+        other kind is refused, naming it (``messages.INDEX.content.J``)."""
+        if not isinstance(self.content, list):
+            return self.content or ""
+        texts = []
+        for number, part in enumerate(self.content):
+            where = f"messages.{index}.content.{number}"
+            if part["type"] != "text":
+                raise FieldRefused(where, _TEXT_ONLY.format(kind=repr(part["type"][:40])))
+            if set(part) != {"type", "text"} or not isinstance(part["text"], str):
+                raise FieldRefused(where, "a text part is {\"type\": \"text\", \"text\": "
+                                          "a string}")
+            texts.append(part["text"])
+        return "".join(texts)
 
 
 class StreamOptions(Strict):
@@ -126,23 +214,51 @@ class StreamOptions(Strict):
 
 
 class ChatBody(Strict):
-    """``POST /api/cordis/v1/chat/completions``: OpenAI's request, minus client-side tools."""
+    """``POST /api/cordis/v1/chat/completions``: OpenAI's request as chat clients send it."""
 
     model: str = Field(min_length=1, max_length=512)
     messages: list[MessageBody] = Field(min_length=1, max_length=MAX_MESSAGES)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, ge=1, le=1)  # an int, not a Literal: True == 1 in Python
-    # Accepted for compatibility, not applied: the action contract sets the decoding.
+    # Accepted for compatibility, not applied (IGNORED_FIELDS).
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    typical_p: float | None = None
+    repeat_penalty: float | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
+    logit_bias: dict[str, float] | None = Field(default=None, max_length=1024)
     user: str | None = Field(default=None, max_length=256)
+    reasoning_effort: str | None = Field(default=None, max_length=32)
+    store: bool | None = None
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    service_tier: str | None = Field(default=None, max_length=32)
+    parallel_tool_calls: bool | None = None
+    tools: list[ClientTool] | None = Field(default=None, max_length=MAX_CLIENT_TOOLS)
+    tool_choice: Annotated[Any, AfterValidator(_tool_choice)] = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    modalities: list[Literal["text"]] | None = None
+
+    def check(self) -> None:
+        """What the schema cannot say: refused in words, naming the field."""
+        if self.tool_choice is not None and self.tool_choice not in _UNFORCED:
+            raise FieldRefused("tool_choice", "this engine runs its own tools; it cannot call "
+                                              "functions of the client (send 'auto' or "
+                                              "'none', or leave it out)")
+        if self.logprobs:
+            raise FieldRefused("logprobs", "this engine does not report token log "
+                                           "probabilities (send false or leave it out)")
+        if self.top_logprobs:
+            raise FieldRefused("top_logprobs", "this engine does not report token log "
+                                               "probabilities (send 0 or leave it out)")
 
 
 def transcript_of(body: ChatBody) -> Transcript:
@@ -150,19 +266,24 @@ def transcript_of(body: ChatBody) -> Transcript:
 
     The last message must be the user's: it is the one this turn answers.
     """
+    body.check()
     *earlier, last = body.messages
     if last.role != "user":
-        raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
-                             "messages: the last message must have role user")
+        raise FieldRefused(f"messages.{len(earlier)}", "the last message must be the user's "
+                           "(this engine answers a user message; it does not continue an "
+                           "assistant's)")
     context: list[str] = []
     history: list[PriorMessage] = []
-    for message in earlier:
+    for index, message in enumerate(earlier):
         if message.role in ("system", "developer"):
-            context.append(message.text)
+            context.append(message.text(index))
         else:
             history.append(PriorMessage("user" if message.role == "user" else "assistant",
-                                        message.text))
-    return Transcript(body.model, tuple(context), tuple(history), last.text)
+                                        message.text(index)))
+    text = last.text(len(earlier))
+    if not text:
+        raise FieldRefused(f"messages.{len(earlier)}.content", "the message to answer is empty")
+    return Transcript(body.model, tuple(context), tuple(history), text)
 
 
 # -- the answer --------------------------------------------------------------------------
@@ -177,11 +298,14 @@ class _Reply:
         self.model = model
         self.handle = handle
 
-    def usage(self) -> dict[str, Any] | None:
-        """The turn's tokens as the provider reported them, OpenAI-shaped; None if unreported."""
+    def usage(self) -> dict[str, Any]:
+        """The turn's tokens as the provider reported them, OpenAI-shaped: zeros where no
+        model ran (the demo policy, or no call made), null counts where one ran and did not
+        say (BR-14: never a 0 nobody reported)."""
         usage = self.handle.usage
         if usage is None:
-            return None
+            ran = self.handle.counts_tokens and self.handle.model_calls > 0
+            usage = Usage() if ran else Usage(0, 0)
         prompt, completion = usage.prompt_tokens, usage.completion_tokens
         shaped: dict[str, Any] = {
             "prompt_tokens": prompt, "completion_tokens": completion,
@@ -196,16 +320,16 @@ class _Reply:
         return event(self._chunk([{"index": 0, "delta": delta, "finish_reason": finish}],
                                  usage=usage))
 
-    def usage_chunk(self) -> bytes | None:
-        """OpenAI's ``include_usage`` chunk: no choices, the turn's usage (None: unreported)."""
-        return None if self.usage() is None else event(self._chunk([], usage=True))
+    def usage_chunk(self) -> bytes:
+        """OpenAI's ``include_usage`` chunk: no choices, the turn's usage."""
+        return event(self._chunk([], usage=True))
 
     def _chunk(self, choices: list[dict[str, Any]], *, usage: bool) -> dict[str, Any]:
         document: dict[str, Any] = {
             "id": self.id, "object": "chat.completion.chunk", "created": self.created,
             "model": self.model, "choices": choices}
-        if usage and (reported := self.usage()) is not None:
-            document["usage"] = reported
+        if usage:
+            document["usage"] = self.usage()
         return document
 
     def completion(self, text: str, reasoning: str) -> dict[str, Any]:
@@ -216,9 +340,8 @@ class _Reply:
         document: dict[str, Any] = {
             "id": self.id, "object": "chat.completion", "created": self.created,
             "model": self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
-        if (usage := self.usage()) is not None:
-            document["usage"] = usage
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": self.usage()}
         return document
 
 
@@ -239,11 +362,44 @@ def _failure(chunk: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-async def _events(reply: _Reply, include_usage: bool) -> AsyncIterator[bytes]:
-    """The turn as SSE: a role chunk, content deltas, then the finish chunk (or an error)."""
+KEEPALIVE = b": keep-alive\n\n"
+
+
+async def ticking(chunks: AsyncGenerator[T, None], seconds: float) -> AsyncIterator[T | None]:
+    """``chunks``, and None whenever ``seconds`` pass without one (a keep-alive is due)."""
+    waiting: asyncio.Future[T] | None = None
+    try:
+        while True:
+            if waiting is None:
+                waiting = asyncio.ensure_future(anext(chunks))
+            done, _ = await asyncio.wait({waiting}, timeout=seconds)
+            if not done:
+                yield None
+                continue
+            finished, waiting = waiting, None
+            try:
+                item = finished.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if waiting is not None:
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await waiting
+        await chunks.aclose()
+
+
+async def _events(reply: _Reply, include_usage: bool,
+                  keepalive: float) -> AsyncIterator[bytes]:
+    """The turn as SSE: a role chunk, content deltas, then the finish chunk (or an error);
+    a comment line whenever the engine works ``keepalive`` seconds without a chunk."""
     yield reply.chunk({"role": "assistant", "content": ""})
     failed = False
-    async for chunk in reply.handle.iterate():
+    async for chunk in ticking(reply.handle.iterate(), keepalive):
+        if chunk is None:
+            yield KEEPALIVE
+            continue
         kind = chunk["type"]
         if kind == "text":
             yield reply.chunk({"content": chunk["text"]})
@@ -254,8 +410,8 @@ async def _events(reply: _Reply, include_usage: bool) -> AsyncIterator[bytes]:
             yield event({"error": openai_error(*failure)})
         elif kind == "done" and not failed:
             yield reply.chunk({}, "stop", usage=not include_usage)
-            if include_usage and (usage := reply.usage_chunk()) is not None:
-                yield usage
+            if include_usage:
+                yield reply.usage_chunk()
     yield DONE
 
 
@@ -282,8 +438,9 @@ async def _disconnected(receive: Receive) -> None:
 class TurnStream(StreamingResponse):
     """The SSE answer; however it ends (done, disconnect, an error), the turn is cancelled."""
 
-    def __init__(self, reply: _Reply, *, include_usage: bool) -> None:
-        super().__init__(_events(reply, include_usage), media_type=SSE, headers=_STREAM_HEADERS)
+    def __init__(self, reply: _Reply, *, include_usage: bool, keepalive: float) -> None:
+        super().__init__(_events(reply, include_usage, keepalive), media_type=SSE,
+                         headers=_STREAM_HEADERS)
         self._handle = reply.handle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -321,20 +478,33 @@ class TurnAnswer(Response):
 
 
 @router.post("/chat/completions")
-async def chat_completions(body: ChatBody, engine: EngineDep) -> Response:
+async def chat_completions(body: ChatBody, engine: EngineDep, state: State) -> Response:
     """One turn of a new transient session: SSE when ``stream``, else one JSON body."""
     handle = await engine.run_transient(transcript_of(body))
     reply = _Reply(handle, body.model)
     if not body.stream:
         return TurnAnswer(reply)
     options = body.stream_options
-    return TurnStream(reply, include_usage=options is not None and options.include_usage)
+    return TurnStream(reply, include_usage=options is not None and options.include_usage,
+                      keepalive=state.config.keepalive_seconds)
+
+
+def _model_object(model: dict[str, Any]) -> dict[str, Any]:
+    return {"id": model["id"], "object": "model", "created": 0, "owned_by": model["provider"]}
 
 
 @router.get("/models")
 async def models(engine: EngineDep) -> dict[str, Any]:
     """The engine's qualified routes as OpenAI model objects (``created`` unknown: 0)."""
     listed = await engine.list_models()
-    return {"object": "list",
-            "data": [{"id": model["id"], "object": "model", "created": 0,
-                      "owned_by": model["provider"]} for model in listed["models"]]}
+    return {"object": "list", "data": [_model_object(m) for m in listed["models"]]}
+
+
+@router.get("/models/{model_id}")
+async def model(model_id: str, engine: EngineDep) -> dict[str, Any]:
+    """One model object of :func:`models` (OpenAI's ``models.retrieve``); 404 UNKNOWN_MODEL."""
+    for listed in (await engine.list_models())["models"]:
+        if listed["id"] == model_id:
+            return _model_object(listed)
+    raise RuntimeRefused(ErrorCode.UNKNOWN_MODEL,
+                         f"no model {model_id[:80]!r}; GET /api/cordis/v1/models lists them")

@@ -26,8 +26,10 @@ from hypothesis import strategies as st
 
 from fake_provider import Answer, FakeProvider, Scenario
 from labfy_ref.bridge.engine import MAX_MESSAGE_CHARS
+from labfy_ref.errors import LabfyError
 from labfy_ref.protocol import canonical
 from labfy_ref.server.auth import token_hash
+from labfy_ref.server.openai_routes import IGNORED_FIELDS
 from labfy_ref.workspace import init_workspace
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
 from qualification.docs.pages import block
@@ -331,26 +333,42 @@ def test_an_unknown_model_is_an_openai_shaped_404(
     _no_trace(server, specimen)
 
 
-@pytest.mark.req("BR-13", "SV-05")
-@pytest.mark.parametrize(("messages", "extra"), [
-    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "prefill"}], {}),
-    ([{"role": "system", "content": "only context"}], {}),
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.req("BR-13", "SV-05", "BR-20")
+@pytest.mark.parametrize(("messages", "extra", "param"), [
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "prefill"}], {},
+     "messages.1"),
+    ([{"role": "system", "content": "only context"}], {}, "messages.0"),
     ([{"role": "tool", "content": "42", "tool_call_id": "call_1"},
-      {"role": "user", "content": "hi"}], {}),
+      {"role": "user", "content": "hi"}], {}, "messages.0.role"),
     ([{"role": "user", "content": [{"type": "image_url",
-                                    "image_url": {"url": "data:image/png;base64,AA=="}}]}], {}),
-    ([{"role": "user", "content": "hi"}],
-     {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}),
-    ([{"role": "user", "content": "hi"}], {"n": 2}),
-    ([{"role": "user", "content": "hi"}], {"n": True}),  # JSON true is not the number 1
-    ([{"role": "user", "content": "hi"}], {"n": 1.0}),
-    ([{"role": "user", "content": "hi"}], {"n": 0}),
-    ([{"role": "user", "content": ""}], {}),
-    ([], {}),
+                                    "image_url": {"url": "data:image/png;base64,AA=="}}]}], {},
+     "messages.0.content.0"),
+    ([{"role": "user", "content": [{"type": "text", "text": "hi", "cache": 1}]}], {},
+     "messages.0.content.0"),
+    ([{"role": "user", "content": [{"text": "hi"}]}], {}, "messages.0.content"),
+    (HI, {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+          "tool_choice": "required"}, "tool_choice"),
+    (HI, {"tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
+    (HI, {"tool_choice": "sometimes"}, "tool_choice"),
+    (HI, {"tools": [{"type": "code_interpreter"}]}, "tools.0.type"),
+    (HI, {"logprobs": True}, "logprobs"),
+    (HI, {"top_logprobs": 2}, "top_logprobs"),
+    (HI, {"modalities": ["text", "audio"]}, "modalities.1"),
+    (HI, {"frobnicate": True}, "frobnicate"),
+    (HI, {"n": 2}, "n"),
+    (HI, {"n": True}, "n"),  # JSON true is not the number 1
+    (HI, {"n": 1.0}, "n"),
+    (HI, {"n": 0}, "n"),
+    ([{"role": "user", "content": ""}], {}, "messages.0.content"),
+    ([], {}, "messages"),
 ])
-def test_a_request_the_engine_cannot_answer_is_refused_whole(
+def test_a_request_the_engine_cannot_answer_is_refused_whole_naming_the_field(
         face: FaceFactory, specimen: Path, messages: list[dict[str, Any]],
-        extra: dict[str, Any]) -> None:
+        extra: dict[str, Any], param: str) -> None:
     server, provider, _ = face(Scenario.always(_final("never")))
     with bearer_client(server) as http:
         response = http.post("/api/cordis/v1/chat/completions",
@@ -358,7 +376,8 @@ def test_a_request_the_engine_cannot_answer_is_refused_whole(
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert (error["type"], error["code"], error["param"]) == (
-        "invalid_request_error", "VALIDATION_FAILED", None)
+        "invalid_request_error", "VALIDATION_FAILED", param)
+    assert error["message"].startswith(f"{param}: "), error["message"]
     assert "\n" not in error["message"] and len(error["message"]) <= 300
     assert provider.chat_requests() == []
     _no_trace(server, specimen)
@@ -573,3 +592,152 @@ def test_a_route_the_face_does_not_have_answers_in_openais_error_shape(
     assert error["type"] == "invalid_request_error" and error["param"] is None
     assert error["code"] == ("NOT_FOUND" if status == 404 else "METHOD_NOT_ALLOWED")
     assert provider.chat_requests() == []
+
+
+# -- BR-20: what mainstream clients send ---------------------------------------------------
+
+CLIENT_TOOLS = [{"type": "function", "function": {
+    "name": name, "description": f"{name} of the client",
+    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+    for name in ("get_current_timestamp", "search_memories", "write_note")]
+#: A value a client would send for each field the face accepts and ignores.
+IGNORED_VALUES: dict[str, Any] = {
+    "temperature": 0.8, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "typical_p": 1.0,
+    "repeat_penalty": 1.1, "max_tokens": 128, "max_completion_tokens": 256,
+    "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": 7, "stop": ["\n\n"],
+    "logit_bias": {"50256": -100}, "user": "me", "reasoning_effort": "medium", "store": False,
+    "metadata": {"app": "chat"}, "service_tier": "auto", "parallel_tool_calls": True,
+    "tools": CLIENT_TOOLS, "tool_choice": "auto", "logprobs": False, "top_logprobs": 0,
+    "modalities": ["text"]}
+
+
+@pytest.mark.req("BR-20", "BR-13")
+@pytest.mark.parametrize("choice", [None, "auto", "none"])
+def test_client_tools_that_are_not_forced_are_answered_without_calling_them(
+        face: FaceFactory, specimen: Path, choice: str | None) -> None:
+    """Open WebUI sends its built-in functions with every chat: the engine answers with its
+    own tools, never offers the client's to its model, and asks the client to run none."""
+    server, provider, client = face(Scenario(name="tools", answers=(
+        Answer(content=_call("files.list", path="notes")), Answer(content=_final(FINAL_TEXT)))))
+    extra: dict[str, Any] = {} if choice is None else {"tool_choice": choice}
+    completion = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "What is in notes?"}],
+        tools=CLIENT_TOOLS, **extra)  # type: ignore[arg-type]
+    choice_ = completion.choices[0]
+    assert (choice_.message.content, choice_.message.tool_calls) == (FINAL_TEXT, None)
+    assert choice_.finish_reason == "stop"
+    for request in provider.chat_requests():
+        body = request.body.decode()
+        assert "tools" not in request.json() and "search_memories" not in body, \
+            "the client's functions never reach the engine's model"
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-20")
+def test_every_ignored_field_is_accepted_and_changes_nothing_the_model_is_sent(
+        face: FaceFactory, specimen: Path) -> None:
+    server, provider, _ = face(Scenario.always(_final("same")))
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    with bearer_client(server) as http:
+        plain = http.post("/api/cordis/v1/chat/completions", json=body)
+        loaded = http.post("/api/cordis/v1/chat/completions", json=body | IGNORED_VALUES)
+    assert (plain.status_code, loaded.status_code) == (200, 200), loaded.text
+    assert loaded.json()["choices"] == plain.json()["choices"]
+    first, second = (request.json() for request in provider.chat_requests())
+    assert first == second, "the decoding is the action contract's, whatever a client asks"
+    assert set(IGNORED_VALUES) == set(IGNORED_FIELDS), "a value for each listed field"
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-20", "DOC-01")
+def test_the_ignored_fields_are_listed_in_the_api_docs() -> None:
+    assert block("ignored-fields").split() == list(IGNORED_FIELDS)
+
+
+@pytest.mark.req("BR-20", "BR-14")
+@pytest.mark.parametrize("stream", [False, True])
+def test_usage_is_on_every_completion_null_where_the_model_said_nothing(
+        face: FaceFactory, stream: bool) -> None:
+    server, provider, _ = face(Scenario.replies(_final("quiet"), _final("quiet"), reports=()))
+    options: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}} \
+        if stream else {}
+    with bearer_client(server) as http:
+        answer = http.post("/api/cordis/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], **options})
+    assert answer.status_code == 200
+    if stream:
+        documents = [json.loads(line.removeprefix("data: ")) for line in answer.text.split("\n\n")
+                     if line.startswith("data: {")]
+        usage = documents[-1]["usage"]
+        assert documents[-1]["choices"] == []
+    else:
+        usage = answer.json()["usage"]
+    assert usage == {"prompt_tokens": None, "completion_tokens": None, "total_tokens": None}, \
+        "a model ran and reported nothing: unknown, never 0"
+    assert len(provider.chat_requests()) == 1
+
+
+@pytest.mark.req("BR-20")
+def test_the_demo_agent_reports_zero_usage_and_the_official_client_reads_it(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    server = server_factory(specimen, bridge=True)
+    with official_client(server) as client:
+        model = client.models.list().data[0].id
+        completion = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "What is in this workspace?"}])
+        streamed = list(client.chat.completions.create(
+            model=model, stream=True, stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": "What is in this workspace?"}]))
+    assert completion.usage is not None
+    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens,
+            completion.usage.total_tokens) == (0, 0, 0), "no model ran"
+    assert streamed[-1].usage is not None and streamed[-1].usage.total_tokens == 0
+
+
+@pytest.mark.req("BR-20", "BR-10")
+def test_the_official_client_retrieves_one_model_and_an_unknown_one_is_openai_shaped(
+        face: FaceFactory) -> None:
+    _, _, client = face(Scenario.always(_final("never")))
+    retrieved = client.models.retrieve(MODEL)
+    assert (retrieved.id, retrieved.object, retrieved.owned_by) == (MODEL, "model", "local")
+    assert retrieved.model_dump() == next(
+        m.model_dump() for m in client.models.list().data if m.id == MODEL)
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("engine:local:nope")
+    error = missing.value.body
+    assert isinstance(error, dict)
+    assert (error["code"], error["type"]) == ("UNKNOWN_MODEL", "invalid_request_error")
+
+
+@pytest.mark.req("BR-20", "BR-13")
+def test_a_stream_sends_comment_keep_alives_while_the_engine_works(
+        face: FaceFactory, specimen: Path) -> None:
+    """The model takes a second; with ``--sse-keepalive 0.2`` the stream carries ``:``
+    comment lines meanwhile, which the official client skips as the SSE rules say."""
+    slow = Scenario.replies(_final("took a while"), _final("took a while"), delay=1.0)
+    server, _, client = face(slow, sse_keepalive="0.2")
+    with bearer_client(server) as http:
+        raw = http.post("/api/cordis/v1/chat/completions", json={
+            "model": MODEL, "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]}).text
+    events = raw.split("\n\n")
+    assert events[0].startswith("data: {"), "the role chunk goes first, at once"
+    assert events[1] == ": keep-alive", events[:4]
+    first_content = next(i for i, e in enumerate(events) if '"content":"took' in e)
+    assert all(e == ": keep-alive" for e in events[1:first_content])
+    assert events.count(": keep-alive") >= 2
+    parts = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model=MODEL, stream=True, messages=[{"role": "user", "content": "again"}])
+        if c.choices]
+    assert "".join(parts) == "took a while"
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-20", "CLI-01")
+@pytest.mark.parametrize("value", ["0", "15.5", "-1", "nan", "soon"])
+def test_a_keep_alive_outside_0_to_15_seconds_is_refused(value: str) -> None:
+    from labfy_ref.config import RawOptions, resolve  # noqa: PLC0415
+
+    with pytest.raises(LabfyError, match="--sse-keepalive"):
+        resolve(RawOptions(sse_keepalive=value), {})
+    assert resolve(RawOptions(), {}).keepalive_seconds == 15.0

@@ -579,8 +579,8 @@ def _no_usage(self: Any) -> dict[str, Any] | None:
        replaces="labfy_ref.server.openai_routes:_events",
        killer=f"{BRIDGE}::test_the_openai_face_answers_a_chat_client_with_a_bearer",
        breaks="the SSE stream ends without data: [DONE]")
-async def _no_done(reply: Any, include_usage: bool) -> Any:
-    async for event in _events(reply, include_usage):
+async def _no_done(reply: Any, include_usage: bool, keepalive: float) -> Any:
+    async for event in _events(reply, include_usage, keepalive):
         if event != openai_routes.DONE:
             yield event
 
