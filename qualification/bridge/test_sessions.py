@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from labfy_ref.bridge.store.logs import _SCAN_CHUNK, JsonlSessionStore, _complete_end
-from labfy_ref.bridge.store.projection import check_log
+from labfy_ref.bridge.store.projection import check_log, project_settings
 from labfy_ref.errors import RecordTooLarge, RuntimeRefused, SessionFull, SessionInvalid
 from labfy_ref.ids import new_id
 from qualification.bridge.append_child import event_of
@@ -388,3 +388,18 @@ def test_an_invalid_record_is_named_by_its_line_in_the_log() -> None:
     for events, line in (([bad], 2), ([good, bad], 3), ([good, good, good, bad], 5)):
         with pytest.raises(SessionInvalid, match=rf"line {line} is not a valid 'message'"):
             check_log("ses_x", header, events)
+
+
+@pytest.mark.req("BR-09")
+def test_the_settings_in_force_are_the_headers_updated_by_settings_records_only() -> None:
+    header = {"created_at": "2026-01-01T00:00:00Z",
+              "settings": {"model": "engine:demo:d", "permission_mode": "read-only"}}
+    events = [{"kind": "message", "role": "user", "text": "hi"},
+              {"kind": "settings", "settings": {"permission_mode": "workspace-write"}},
+              {"kind": "tool", "call_id": "c", "tool_id": "files.list", "status": "ok"},
+              {"kind": "approval", "approval_id": "a", "call_id": "c", "decision": "rejected"},
+              {"kind": "note"}, {"kind": "settings", "settings": {"model": "engine:demo:e"}},
+              {"kind": "message", "role": "assistant", "text": "done"}]
+    assert project_settings(header, events) == {"model": "engine:demo:e",
+                                                "permission_mode": "workspace-write"}
+    assert project_settings(header, []) == header["settings"]

@@ -260,10 +260,12 @@ def test_a_keyed_script_is_chosen_by_the_last_known_marker_of_the_conversation()
     assert keyed.conversation(messages) == ("beta", "N2"), "an unknown key never wins"
     assert keyed.conversation(messages[:1]) == ("alpha", "N1")
     assert keyed.conversation([{"role": "user", "content": "no marker"}]) is None
-    assert keyed.conversation("not a list") is None
+    for not_a_list in ("not a list", 5, None, {"role": "user"}):
+        assert keyed.conversation(not_a_list) is None
     answer = keyed.keyed_answer("beta", "N2", 0)
     assert answer is not None and answer.content == "B N2"
     assert keyed.keyed_answer("beta", "N2", 1) is None
+    assert keyed.keyed_answer("beta", "N2", 5) is None, "past the end, however far"
 
 
 @pytest.mark.req("FP-01")
