@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -394,7 +395,8 @@ def test_an_invalid_record_is_named_by_its_line_in_the_log() -> None:
 def test_the_settings_in_force_are_the_headers_updated_by_settings_records_only() -> None:
     header = {"created_at": "2026-01-01T00:00:00Z",
               "settings": {"model": "engine:demo:d", "permission_mode": "read-only"}}
-    events = [{"kind": "message", "role": "user", "text": "hi"},
+    events: list[dict[str, Any]] = [
+              {"kind": "message", "role": "user", "text": "hi"},
               {"kind": "settings", "settings": {"permission_mode": "workspace-write"}},
               {"kind": "tool", "call_id": "c", "tool_id": "files.list", "status": "ok"},
               {"kind": "approval", "approval_id": "a", "call_id": "c", "decision": "rejected"},
