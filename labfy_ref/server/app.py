@@ -87,5 +87,6 @@ def create_app(state: ServerState,
     for path, name in _ui_files().items():
         app.add_api_route(path, _ui_route(name), methods=["GET"],
                           include_in_schema=False)
-    app.add_middleware(SecurityMiddleware, port=state.port, auth=state.auth)
+    app.add_middleware(SecurityMiddleware, port=state.port, auth=state.auth,
+                       refusals=state.refusals)
     return app

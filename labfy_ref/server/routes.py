@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from labfy_ref.buildinfo import build_info
 from labfy_ref.clock import utcnow
 from labfy_ref.errors import ErrorCode, RuntimeRefused
-from labfy_ref.server.auth import Session
+from labfy_ref.server.auth import Role, Session
 from labfy_ref.server.security import session_of
 from labfy_ref.server.state import ServerState
 
@@ -97,9 +97,9 @@ async def logout(request: Request, state: State, response: Response) -> dict[str
 
 
 @router.get("/v1/agent-runtime/status")
-async def runtime_status(state: State) -> dict[str, Any]:
-    """Mode, availability, counts and limits."""
-    return await state.status()
+async def runtime_status(request: Request, state: State) -> dict[str, Any]:
+    """Mode, availability, counts and limits (the admin also sees refusals per code)."""
+    return await state.status(admin=session_of(request.state).role is Role.ADMIN)
 
 
 @router.post("/v1/agent-runtime/turns")

@@ -17,6 +17,7 @@ from labfy_ref.model.supervised import SupervisedLlama
 from labfy_ref.modes import AgentMode
 from labfy_ref.runtime import AgentRuntime
 from labfy_ref.server.auth import Authenticator
+from labfy_ref.server.security import Refusals
 from labfy_ref.server.work_access import WorkAccess
 from labfy_ref.workspace import Workspace, WorkspaceStore
 
@@ -43,6 +44,8 @@ class ServerState:
     #: Whether this server starts and stops ``supervised`` (False: a caller that
     #: serves many workspaces on one model, the eval, owns it).
     owns_model: bool = True
+    #: Requests refused since start, per code (BR-20): the admin's status shows them.
+    refusals: Refusals = dataclasses.field(default_factory=Refusals)
     _availability: tuple[float, bool, str] = (0.0, True, "ready")
     _model_task: asyncio.Task[None] | None = None
 
@@ -59,8 +62,9 @@ class ServerState:
             self._availability = (time.monotonic(), available, diagnostic)
         return available, diagnostic
 
-    async def status(self) -> dict[str, Any]:
-        """The body of ``GET /api/v1/agent-runtime/status``."""
+    async def status(self, *, admin: bool = False) -> dict[str, Any]:
+        """The body of ``GET /api/v1/agent-runtime/status`` (``admin``: with the refusals per
+        code, which only the admin sees)."""
         available, diagnostic = await self.availability()
         agent = self.config.agent
         return {
@@ -74,6 +78,7 @@ class ServerState:
             # what a launch profile set (QR-07): a conformance kit checks it before it runs
             "bridge": {"enabled": self.config.bridge,
                        "approval_timeout_seconds": self.config.approval_seconds},
+            **({"refusals": self.refusals.counts()} if admin else {}),
         }
 
     async def start(self) -> None:

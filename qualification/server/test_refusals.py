@@ -1,0 +1,96 @@
+"""BR-20, LOG-01: a refused request leaves a trace an operator can read.
+
+A client that fails (Open WebUI's chats did, with ``extra_forbidden``) must be
+explainable from the server: each refusal is one ``info`` line naming its code,
+method, route and what the request came with (a cookie, a bearer or nothing —
+never the token, never the body), and the admin's status counts refusals per
+code; a ``user`` login's status does not show them.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import httpx
+import pytest
+
+from labfy_ref.logs import BURST, FloodGuard
+from labfy_ref.server.auth import token_hash
+from qualification.conftest import ServerFactory
+from qualification.harness import LAUNCH_CODE
+
+SECRET_BEARER = "not-the-code-5d2c1e"
+USER_TOKEN = "dana-token-8891"
+
+
+@pytest.mark.req("BR-20", "LOG-01")
+def test_each_refusal_is_one_info_line_and_a_count_for_the_admin(
+        specimen: Path, server_factory: ServerFactory, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    accounts = tmp_path / "accounts.toml"
+    accounts.write_text(f'[[account]]\nname = "dana"\ntoken_sha256 = "{token_hash(USER_TOKEN)}"\n')
+    server = server_factory(specimen, bridge=True, accounts=str(accounts))
+    chat = "/api/cordis/v1/chat/completions"
+    with caplog.at_level(logging.INFO, logger="labfy_ref.server.refused"), \
+            httpx.Client(base_url=server.url, trust_env=False, timeout=30) as http:
+        bad_body = http.post(chat, json={"model": "m", "messages": [], "secret_field": "zz9"},
+                             headers={"Authorization": f"Bearer {LAUNCH_CODE}"})
+        wrong_key = http.get("/api/cordis/v1/models",
+                             headers={"Authorization": f"Bearer {SECRET_BEARER}"})
+        nothing = http.get("/api/v1/objects")
+        foreign = http.post("/api/v1/agent-runtime/turns", json={"message": "hi"},
+                            headers={"Origin": "http://evil.example"})
+        fine = http.get("/api/health")
+    assert [r.status_code for r in (bad_body, wrong_key, nothing, foreign, fine)] == \
+        [422, 401, 401, 403, 200]
+    lines = [r.getMessage() for r in caplog.records if r.name == "labfy_ref.server.refused"]
+    assert lines == [
+        "refused VALIDATION_FAILED POST /api/cordis/v1/chat/completions credential=bearer",
+        "refused UNAUTHENTICATED GET /api/cordis/v1/models credential=bearer",
+        "refused UNAUTHENTICATED GET /api/v1/objects credential=none",
+        "refused ORIGIN_NOT_ALLOWED POST /api/v1/agent-runtime/turns credential=none",
+    ]
+    assert all(r.levelno == logging.INFO for r in caplog.records
+               if r.name == "labfy_ref.server.refused")
+    logged = "\n".join(lines)
+    assert SECRET_BEARER not in logged and LAUNCH_CODE not in logged and "zz9" not in logged
+    admin = server.client()
+    counts = admin.get("/api/v1/agent-runtime/status").json()["refusals"]
+    assert counts == {"ORIGIN_NOT_ALLOWED": 1, "UNAUTHENTICATED": 2, "VALIDATION_FAILED": 1}
+    user = server.client(token=USER_TOKEN)
+    assert "refusals" not in user.get("/api/v1/agent-runtime/status").json()
+    assert "refusals" not in str(httpx.get(f"{server.url}/api/health", trust_env=False).json())
+
+
+@pytest.mark.req("BR-20", "LOG-01", "SV-09")
+def test_a_flood_of_one_refusal_is_counted_whole_and_logged_bounded(
+        specimen: Path, server_factory: ServerFactory,
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = server_factory(specimen)
+    with caplog.at_level(logging.INFO, logger="labfy_ref.server.refused"), \
+            httpx.Client(base_url=server.url, trust_env=False, timeout=30) as http:
+        for _ in range(60):
+            assert http.get("/api/v1/objects").status_code == 401
+        assert http.post("/api/v1/session", json={}).status_code == 422
+    admin = server.client()
+    assert admin.get("/api/v1/agent-runtime/status").json()["refusals"] == {
+        "UNAUTHENTICATED": 60, "VALIDATION_FAILED": 1}, "every refusal counted"
+    written = _Lines()
+    guard = FloodGuard(written)
+    for record in caplog.records:
+        guard.handle(record)
+    guard.close()
+    flood = [line for line in written.lines if "UNAUTHENTICATED" in line]
+    assert len(flood) == BURST + 1 and flood[-1].startswith(f"{60 - BURST} similar lines")
+    assert any("VALIDATION_FAILED" in line for line in written.lines), \
+        "a flood of one code never hides another's line"
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
