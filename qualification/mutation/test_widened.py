@@ -143,4 +143,9 @@ def test_an_ids_unmutated_run_is_measured_once_per_tree_state(
     widened.shared_baseline(cache, changed, "AA-01", tree, [])
     assert runs == ["AA-01", "AA-01"], "a new state measures again"
     (tree / "pkg" / "n.py").write_text("x = 2\n", "utf-8")
-    assert widened.tree_digest(tree) != changed, "a new file is a new state"
+    grown = widened.tree_digest(tree)
+    assert grown != changed, "a new file is a new state"
+    records = tree / widened.RECORDS.relative_to(widened.REPO)
+    records.mkdir(parents=True)
+    (records / "pkg.m.json").write_text("{}", "utf-8")
+    assert widened.tree_digest(tree) == grown, "a record the run writes is no new state"

@@ -145,10 +145,12 @@ _BASELINES_LOCK = threading.Lock()
 
 def tree_digest(tree: Path) -> str:
     """The SHA-256 of every file of a copied tree (names and bytes): the unmutated baselines
-    of one tree state hold for every module mutated in a copy of that state."""
+    of one tree state hold for every module mutated in a copy of that state. The module
+    records are left out: the run writes them as it goes, and no ID's verdict reads them."""
     digest = hashlib.sha256()
+    records = tree / RECORDS.relative_to(REPO)
     for path in sorted(p for p in tree.rglob("*") if p.is_file() and not p.is_symlink()
-                       and "__pycache__" not in p.parts):
+                       and "__pycache__" not in p.parts and records not in p.parents):
         digest.update(path.relative_to(tree).as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
