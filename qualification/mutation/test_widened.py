@@ -145,7 +145,7 @@ def test_an_ids_unmutated_run_is_measured_once_per_tree_state(
     (tree / "pkg" / "n.py").write_text("x = 2\n", "utf-8")
     grown = widened.tree_digest(tree)
     assert grown != changed, "a new file is a new state"
-    records = tree / widened.RECORDS.relative_to(widened.REPO)
+    records = tree / widened.RECORDS.relative_to(REPO)
     records.mkdir(parents=True)
     (records / "pkg.m.json").write_text("{}", "utf-8")
     assert widened.tree_digest(tree) == grown, "a record the run writes is no new state"
