@@ -249,8 +249,9 @@ def test_prompt_tokens_are_four_character_pieces_and_only_the_shared_prefix_is_c
     assert usages[0]["completion_tokens"] == 2 and usages[0]["total_tokens"] == 14
 
 
-@pytest.mark.req("FP-02")
+@pytest.mark.req("FP-02", "QR-03")
 def test_a_keyed_script_is_chosen_by_the_last_known_marker_of_the_conversation() -> None:
+    # Keyed scripts are how the conformance kit's provider serves every test at once.
     keyed = Scenario.from_json({"answers": [{"content": "plain"}],
                                 "keyed": {"alpha": [{"content": "A {nonce}"}],
                                           "beta": [{"content": "B {nonce}"}]}})
