@@ -4,7 +4,8 @@ A scenario is a JSON document (see ``fixtures/scenarios/``)::
 
     {"name": "...", "models": ["m"], "loading_health_checks": 0,
      "when_exhausted": "error" | "repeat_last",
-     "answers": [ANSWER, ...], "keyed": {"KEY": [ANSWER, ...], ...}}
+     "answers": [ANSWER, ...], "keyed": {"KEY": [ANSWER, ...], ...},
+     "direct": [ANSWER, ...]}
 
 Each chat completion request consumes the next ANSWER, an object with any of:
 ``content`` (the assistant text), ``reasoning`` (exposed as
@@ -40,6 +41,12 @@ conversation's history (what an implementation replays of it) does not
 matter, only how many times it asked — and ``{nonce}`` in the answer's content
 replaced by NONCE (letters and digits: a test names its own files so). A
 request without a marker takes the next of ``answers``.
+
+``direct`` answers requests by their kind (BR-17): when a scenario has any, a
+request that is not an agent round — whose ``response_format`` is not the
+agent's action schema (a ``json_schema`` named ``labfy_agent_…``) — takes the
+next of ``direct`` instead, so a script of agent rounds stays in step however
+many titles, tags or other direct calls a client sends beside it.
 """
 
 from __future__ import annotations
@@ -58,7 +65,9 @@ _ANSWER_FIELDS = {
 }
 _TOOL_CALL_FIELDS = {"name", "arguments", "id"}
 _SCENARIO_FIELDS = {"name", "description", "models", "loading_health_checks", "when_exhausted",
-                    "answers", "keyed"}
+                    "answers", "keyed", "direct"}
+#: The name of every agent action schema starts so (labfy_ref.protocol.narrowing).
+AGENT_SCHEMA_PREFIX = "labfy_agent_"
 #: ``[[kit:KEY:NONCE]]`` in a message selects the keyed script KEY for conversation NONCE.
 KEY_MARKER = re.compile(r"\[\[kit:([a-z0-9-]{1,64}):([A-Za-z0-9]{1,32})\]\]")
 
@@ -158,6 +167,8 @@ class Scenario:
     loading_health_checks: int = 0
     when_exhausted: str = "error"
     keyed: Mapping[str, tuple[Answer, ...]] = dataclasses.field(default_factory=dict)
+    #: Answers to requests that are not agent rounds (empty: those take ``answers`` too).
+    direct: tuple[Answer, ...] = ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Scenario:
@@ -173,6 +184,9 @@ class Scenario:
             raise ScenarioError("keyed maps names of [a-z0-9-] to lists of answers")
         if when not in ("error", "repeat_last"):
             raise ScenarioError("when_exhausted must be 'error' or 'repeat_last'")
+        direct = data.get("direct", [])
+        if not isinstance(direct, list):
+            raise ScenarioError("direct is a list of answers")
         loading = data.get("loading_health_checks", 0)
         if isinstance(loading, bool) or not isinstance(loading, int) or loading < 0:
             raise ScenarioError("loading_health_checks is a count of 0 or more")
@@ -183,7 +197,17 @@ class Scenario:
             loading_health_checks=loading,
             when_exhausted=when,
             keyed={k: tuple(Answer.from_json(a) for a in v) for k, v in keyed.items()},
+            direct=tuple(Answer.from_json(a) for a in direct),
         )
+
+    def is_direct(self, request: Mapping[str, Any]) -> bool:
+        """Does ``request`` take a ``direct`` answer (it has some, and it is no agent round)?"""
+        if not self.direct:
+            return False
+        spec = request.get("response_format")
+        name = spec.get("json_schema", {}).get("name") if isinstance(spec, dict) and isinstance(
+            spec.get("json_schema"), dict) else None
+        return not (isinstance(name, str) and name.startswith(AGENT_SCHEMA_PREFIX))
 
     def conversation(self, messages: Any) -> tuple[str, str] | None:
         """``(KEY, NONCE)`` of the last known marker in a request's ``messages``, or None."""

@@ -83,6 +83,7 @@ class _State:
         self.scenario = scenario
         self.api_key = api_key
         self.cursor = 0
+        self.direct_cursor = 0
         #: Per keyed conversation (KEY, NONCE): how many of its requests were answered.
         self.keyed_cursors: dict[tuple[str, str], int] = {}
         self.health_checks = 0
@@ -121,6 +122,13 @@ class _State:
                 index = self.keyed_cursors.get(conversation, 0)
                 self.keyed_cursors[conversation] = index + 1
             return self.scenario.keyed_answer(*conversation, index)
+        if self.scenario.is_direct(request):
+            with self.lock:
+                direct = self.scenario.direct
+                if self.direct_cursor < len(direct):
+                    self.direct_cursor += 1
+                    return direct[self.direct_cursor - 1]
+                return direct[-1] if self.scenario.when_exhausted == "repeat_last" else None
         with self.lock:
             answers = self.scenario.answers
             if self.cursor < len(answers):
@@ -129,6 +137,12 @@ class _State:
             if self.scenario.when_exhausted == "repeat_last" and answers:
                 return answers[-1]
             return None
+
+    def rewind(self, scenario: Scenario) -> None:
+        """Serve ``scenario`` from its start: every cursor and the health count at 0."""
+        with self.lock:
+            self.scenario, self.cursor, self.direct_cursor = scenario, 0, 0
+            self.health_checks = 0
 
     def health_loading(self) -> bool:
         with self.lock:
@@ -284,8 +298,7 @@ class _Handler(BaseHTTPRequestHandler):
             except (ValueError, TypeError, ScenarioError) as exc:
                 self._send_json(400, {"error": {"message": str(exc)}})
                 return
-            with state.lock:
-                state.scenario, state.cursor, state.health_checks = scenario, 0, 0
+            state.rewind(scenario)
             self._send_json(200, {"ok": True})
             return
         self._record(body)
@@ -487,9 +500,7 @@ class FakeProvider:
 
     def set_scenario(self, scenario: Scenario) -> None:
         """Replace the script and rewind it (the request log is kept)."""
-        with self._state.lock:
-            self._state.scenario, self._state.cursor = scenario, 0
-            self._state.health_checks = 0
+        self._state.rewind(scenario)
 
     def start(self) -> Self:
         """Start serving in a daemon thread."""

@@ -16,6 +16,8 @@ from labfy_ref.modes import Approval
 PAGE_SIZE = 50
 #: The largest page a caller may ask for.
 MAX_PAGE_SIZE = 200
+#: A direct route (BR-17) is written ``direct:<provider>:<model>``.
+DIRECT_PREFIX = "direct"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -39,6 +41,26 @@ class Transcript:
     context: tuple[str, ...]
     history: tuple[PriorMessage, ...]
     text: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DirectMessage:
+    """One message of a direct call, as the client sent it (BR-17)."""
+
+    role: Literal["system", "user", "assistant"]
+    text: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DirectCall:
+    """A chat request asked of a provider's model directly (BR-17): the transcript as sent,
+    no engine prompt, no tools, no session, no workspace data."""
+
+    model: str  # direct:<provider>:<model>
+    messages: tuple[DirectMessage, ...]
+    #: The client's ``response_format`` (checked and bounded), or None for plain text.
+    response_format: dict[str, Any] | None = None
+    max_tokens: int | None = None
 
 
 @runtime_checkable
@@ -104,6 +126,16 @@ class Engine(Protocol):
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel the session's running turn, if any."""
+        ...
+
+    async def list_direct_models(self) -> list[dict[str, Any]]:
+        """The direct routes (BR-17): ``{"id": "direct:<provider>:<model>", "provider",
+        "model"}`` for each model of a provider that is a model (the demo agent has none)."""
+        ...
+
+    async def run_direct(self, call: DirectCall) -> StreamHandle:
+        """Ask ``call.model`` directly; the handle streams its text, then ``done`` (an
+        ``error`` first if it failed). An unlisted route is UNKNOWN_MODEL before anything."""
         ...
 
     async def run_transient(self, transcript: Transcript) -> StreamHandle:

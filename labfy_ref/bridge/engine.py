@@ -22,7 +22,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from labfy_ref.bridge.contract import MAX_PAGE_SIZE, PAGE_SIZE, Transcript
+from labfy_ref.bridge.contract import MAX_PAGE_SIZE, PAGE_SIZE, DirectCall, Transcript
+from labfy_ref.bridge.direct import direct_id, parse_direct, run_direct
 from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop, PendingApproval, TurnContext, decide
 from labfy_ref.bridge.store import SessionStore
@@ -276,7 +277,7 @@ class ReferenceEngine:
         log = TransientLog(self._store.encode, session_id, self._store.max_log_bytes)
         history = seed(log, transcript)
         handle = StreamHandle(session_id, AGENT_ID)
-        handle.counts_tokens = self._loop.provider.counts_tokens
+        handle.is_model = self._loop.provider.is_model
         turn = TurnContext(
             session_id=session_id, model=route.model, permission_mode=PermissionMode.READ_ONLY,
             history=history, handle=handle, headless=True, record=log.stage, approvals={},
@@ -296,6 +297,38 @@ class ReferenceEngine:
         handle.on_cancel(stop)
         task.add_done_callback(delete)
         self._transient[session_id] = task
+        return handle
+
+    async def list_direct_models(self) -> list[dict[str, Any]]:
+        """The direct route of each model of a provider that is a model (BR-17)."""
+        provider = self._loop.provider
+        if not provider.is_model:
+            return []
+        return [{"id": direct_id(ModelRoute(provider.name, m)), "provider": provider.name,
+                 "model": m} for m in await provider.models()]
+
+    async def run_direct(self, call: DirectCall) -> StreamHandle:
+        """One direct call of a provider model (BR-17): no session, no tools, no workspace
+        data; the handle streams its text. An unlisted route is UNKNOWN_MODEL."""
+        route = parse_direct(call.model)
+        listed = {m["id"] for m in await self.list_direct_models()}
+        if route is None or call.model not in listed:
+            raise RuntimeRefused(ErrorCode.UNKNOWN_MODEL, f"no model {call.model[:80]!r}; "
+                                 "GET /api/cordis/v1/models lists them")
+        handle = StreamHandle(new_id("dir"), AGENT_ID)
+        task = self._scope.spawn(
+            run_direct(self._loop.provider, self._loop.gateway.usage, route, call, handle),
+            f"direct call {handle.session_id}")
+
+        def stop() -> None:
+            task.cancel()
+
+        def ended(_: object) -> None:
+            if not handle.finished:  # cancelled: the client went away
+                handle.emit("done", reason="cancelled", interrupted=True)
+
+        handle.on_cancel(stop)
+        task.add_done_callback(ended)
         return handle
 
     async def _served(self, model: str) -> ModelRoute:

@@ -33,8 +33,9 @@ class ModelProvider(Protocol):
     """Streams chat completions for the engine."""
 
     name: str
-    #: Does a call of this provider's models count tokens? (The demo policy is no model.)
-    counts_tokens: bool
+    #: Are its models language models? (The demo policy is not: it counts no tokens and
+    #: has no direct route, BR-17.)
+    is_model: bool
 
     async def models(self) -> list[str]:
         """The provider's real model ids."""
@@ -43,6 +44,12 @@ class ModelProvider(Protocol):
     def stream(self, model: str, messages: Sequence[Mapping[str, Any]],
                decoding: Decoding) -> AsyncIterator[StreamDelta]:
         """Stream one completion under the round's constrained decoding (PR-06)."""
+        ...
+
+    def direct(self, model: str, messages: Sequence[Mapping[str, Any]],
+               response_format: Mapping[str, Any] | None,
+               max_tokens: int | None) -> AsyncIterator[StreamDelta]:
+        """Stream one completion of ``messages`` as sent (BR-17): no action contract."""
         ...
 
     async def aclose(self) -> None:
@@ -59,7 +66,7 @@ class LocalProvider:
     """
 
     name = "local"
-    counts_tokens = True
+    is_model = True
 
     def __init__(self, config: AgentConfig, client: ModelClient | None = None) -> None:
         assert config.model_id is not None
@@ -77,6 +84,13 @@ class LocalProvider:
         return self._client.stream_chat(messages, response_format=decoding.response_format,
                                         max_tokens=decoding.max_tokens, model=model)
 
+    def direct(self, model: str, messages: Sequence[Mapping[str, Any]],
+               response_format: Mapping[str, Any] | None,
+               max_tokens: int | None) -> AsyncIterator[StreamDelta]:
+        """Stream from llama-server, the client's format and limit as they are."""
+        return self._client.stream_chat(messages, response_format=response_format,
+                                        max_tokens=max_tokens, model=model)
+
     async def aclose(self) -> None:
         """Close the client, if it is this provider's own."""
         if self._owned:
@@ -87,7 +101,7 @@ class DemoProvider:
     """The deterministic demo policy, delivered as one delta per reply."""
 
     name = "demo"
-    counts_tokens = False
+    is_model = False
     default_model = DemoAgent.model
 
     def __init__(self) -> None:
@@ -104,6 +118,13 @@ class DemoProvider:
             raise ModelUnavailable(f"the demo provider has no model {model[:60]}")
         reply = await self._agent.chat(messages, response_format=decoding.response_format)
         yield StreamDelta(content=reply.content, finish_reason="stop")
+
+    async def direct(self, model: str, messages: Sequence[Mapping[str, Any]],
+                     response_format: Mapping[str, Any] | None,
+                     max_tokens: int | None) -> AsyncIterator[StreamDelta]:
+        """Never: the demo policy is no model, so it lists no direct route."""
+        raise ModelUnavailable("the demo agent has no direct route")
+        yield StreamDelta()  # pragma: no cover (makes this an async generator)
 
     async def aclose(self) -> None:
         """Nothing to release."""

@@ -60,8 +60,8 @@ class StreamHandle:
         self.usage: Usage | None = None
         #: How many model calls the turn made, reported or not.
         self.model_calls = 0
-        #: Does the turn's provider count tokens? (False: the demo policy, no model.)
-        self.counts_tokens = True
+        #: Is the turn's provider a model? (False: the demo policy, which counts no tokens.)
+        self.is_model = True
 
     @property
     def finished(self) -> bool:

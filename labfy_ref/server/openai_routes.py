@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
 from typing import Annotated, Any, Literal, TypeVar
@@ -47,11 +48,17 @@ from fastapi.routing import APIRoute
 from pydantic import AfterValidator, Field
 from starlette.types import Receive, Scope, Send
 
-from labfy_ref.bridge.contract import PriorMessage, Transcript
+from labfy_ref.bridge.contract import (
+    DIRECT_PREFIX,
+    DirectCall,
+    DirectMessage,
+    PriorMessage,
+    Transcript,
+)
 from labfy_ref.bridge.ndjson import encode_line
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused
-from labfy_ref.protocol import Usage
+from labfy_ref.protocol import Usage, canonical
 from labfy_ref.server.bridge_routes import EngineDep
 from labfy_ref.server.errors import openai_error, status_of
 from labfy_ref.server.routes import State, Strict
@@ -167,6 +174,58 @@ def _tool_choice(value: Any) -> Any:
     raise ValueError("must be 'none', 'auto', 'required' or a named function")
 
 
+#: A client schema's bounds (BR-17, BR-20): what llama-server's grammar compiler is given.
+MAX_SCHEMA_BYTES = 16 * 1024
+MAX_SCHEMA_DEPTH = 24
+#: The most ``max_tokens`` a direct call may ask for.
+MAX_DIRECT_TOKENS = 8192
+#: Regex features llama.cpp's json_schema grammar cannot express (lookaround, named or
+#: flagged groups, back-references): a ``pattern`` with one is refused, not half-applied.
+_UNSUPPORTED_PATTERN = re.compile(r"\(\?|\\[1-9]|\\[bBkp]")
+
+
+def _schema_problem(node: Any, depth: int = 0) -> str | None:
+    """Why a client's JSON schema cannot be used (None: it can)."""
+    if depth > MAX_SCHEMA_DEPTH:
+        return f"nested deeper than {MAX_SCHEMA_DEPTH} levels"
+    if isinstance(node, list):
+        return next((p for item in node if (p := _schema_problem(item, depth + 1))), None)
+    if not isinstance(node, dict):
+        return None
+    ref = node.get("$ref")
+    if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
+        return "only local $ref (#/...) is followed; a remote schema is never fetched"
+    pattern = node.get("pattern")
+    if isinstance(pattern, str) and _UNSUPPORTED_PATTERN.search(pattern):
+        return ("a pattern uses lookaround, a flagged or named group or a back-reference, "
+                "which the model's grammar cannot express")
+    return next((p for value in node.values() if (p := _schema_problem(value, depth + 1))),
+                None)
+
+
+def _response_format(value: Any) -> Any:
+    """OpenAI's ``response_format``: text, json_object or json_schema (checked, bounded)."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text" and set(value) == {"type"}:
+        return value
+    if kind == "json_object" and set(value) <= {"type", "schema"}:
+        return value
+    if kind == "json_schema" and set(value) == {"type", "json_schema"}:
+        spec = value["json_schema"]
+        if isinstance(spec, dict) and isinstance(spec.get("schema"), dict) and set(spec) <= {
+                "name", "schema", "strict", "description"}:
+            if len(canonical(spec["schema"]).encode()) > MAX_SCHEMA_BYTES:
+                raise ValueError(f"the schema is over {MAX_SCHEMA_BYTES} bytes")
+            problem = _schema_problem(spec["schema"])
+            if problem is not None:
+                raise ValueError(f"the schema cannot be used: {problem}")
+            return value
+    raise ValueError("must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                     "{\"type\": \"json_schema\", \"json_schema\": {\"name\", \"schema\"}}")
+
+
 class FunctionDef(Strict):
     """A client function (never offered to the engine's model)."""
 
@@ -246,6 +305,7 @@ class ChatBody(Strict):
     logprobs: bool | None = None
     top_logprobs: int | None = None
     modalities: list[Literal["text"]] | None = None
+    response_format: Annotated[Any, AfterValidator(_response_format)] = None
 
     def check(self) -> None:
         """What the schema cannot say: refused in words, naming the field."""
@@ -286,6 +346,20 @@ def transcript_of(body: ChatBody) -> Transcript:
     return Transcript(body.model, tuple(context), tuple(history), text)
 
 
+def direct_call_of(body: ChatBody) -> DirectCall:
+    """A request to a ``direct:`` route (BR-17): the messages as sent, the client's format
+    and ``max_tokens`` (bounded); its tools are never sent to the model."""
+    body.check()
+    messages = tuple(DirectMessage("system" if m.role == "developer" else m.role, m.text(i))
+                     for i, m in enumerate(body.messages))
+    asked = body.max_completion_tokens or body.max_tokens
+    limit = None if asked is None else max(1, min(asked, MAX_DIRECT_TOKENS))
+    response_format = body.response_format
+    if response_format is not None and response_format["type"] == "text":
+        response_format = None
+    return DirectCall(body.model, messages, response_format, limit)
+
+
 # -- the answer --------------------------------------------------------------------------
 
 
@@ -304,7 +378,7 @@ class _Reply:
         say (BR-14: never a 0 nobody reported)."""
         usage = self.handle.usage
         if usage is None:
-            ran = self.handle.counts_tokens and self.handle.model_calls > 0
+            ran = self.handle.is_model and self.handle.model_calls > 0
             usage = Usage() if ran else Usage(0, 0)
         prompt, completion = usage.prompt_tokens, usage.completion_tokens
         shaped: dict[str, Any] = {
@@ -479,8 +553,12 @@ class TurnAnswer(Response):
 
 @router.post("/chat/completions")
 async def chat_completions(body: ChatBody, engine: EngineDep, state: State) -> Response:
-    """One turn of a new transient session: SSE when ``stream``, else one JSON body."""
-    handle = await engine.run_transient(transcript_of(body))
+    """One turn of a new transient session (or, for a ``direct:`` route, one call of its
+    model): SSE when ``stream``, else one JSON body."""
+    if body.model.startswith(f"{DIRECT_PREFIX}:"):
+        handle = await engine.run_direct(direct_call_of(body))
+    else:
+        handle = await engine.run_transient(transcript_of(body))
     reply = _Reply(handle, body.model)
     if not body.stream:
         return TurnAnswer(reply)
@@ -496,14 +574,14 @@ def _model_object(model: dict[str, Any]) -> dict[str, Any]:
 @router.get("/models")
 async def models(engine: EngineDep) -> dict[str, Any]:
     """The engine's qualified routes as OpenAI model objects (``created`` unknown: 0)."""
-    listed = await engine.list_models()
-    return {"object": "list", "data": [_model_object(m) for m in listed["models"]]}
+    listed = [*(await engine.list_models())["models"], *await engine.list_direct_models()]
+    return {"object": "list", "data": [_model_object(m) for m in listed]}
 
 
 @router.get("/models/{model_id}")
 async def model(model_id: str, engine: EngineDep) -> dict[str, Any]:
     """One model object of :func:`models` (OpenAI's ``models.retrieve``); 404 UNKNOWN_MODEL."""
-    for listed in (await engine.list_models())["models"]:
+    for listed in [*(await engine.list_models())["models"], *await engine.list_direct_models()]:
         if listed["id"] == model_id:
             return _model_object(listed)
     raise RuntimeRefused(ErrorCode.UNKNOWN_MODEL,

@@ -24,7 +24,8 @@ from qualification.harness import TurnReader, wait_until
 CONTRACT = {"status", "model_configuration", "list_sessions", "get_session", "create_session",
             "update_session_settings", "decide_approval", "delete_session", "list_agents",
             "list_tools", "list_models", "send_message", "cancel",
-            "run_transient"}  # BR-13: one turn of a transient session
+            "run_transient",  # BR-13: one turn of a transient session
+            "list_direct_models", "run_direct"}  # BR-17: a provider model asked directly
 
 
 @pytest.mark.req("BR-01")

@@ -130,7 +130,9 @@ def test_the_official_client_lists_the_engine_routes_as_models(
     _, _, client = face(Scenario(name="models", answers=(), models=("fake-model", "a b/c")))
     listed = client.models.list()
     assert [(m.id, m.object, m.owned_by, m.created) for m in listed.data] == [
-        (MODEL, "model", "local", 0), ("engine:local:a%20b%2Fc", "model", "local", 0)]
+        (MODEL, "model", "local", 0), ("engine:local:a%20b%2Fc", "model", "local", 0),
+        ("direct:local:fake-model", "model", "local", 0),
+        ("direct:local:a%20b%2Fc", "model", "local", 0)]
 
 
 @pytest.mark.req("BR-13", "BR-06", "SV-08")

@@ -1,0 +1,183 @@
+"""BR-17: direct provider routes — a chat client's background tasks asked of the model itself.
+
+Open WebUI's titles, tags and follow-up suggestions used to run a whole agent turn
+each (8 of 12 engine turns with a real model were housekeeping). Beside each engine
+route the face lists ``direct:<provider>:<model>``: the transcript goes to that
+model as the client wrote it — no engine prompt, no tools, no session, no
+workspace data — with the client's ``response_format`` and ``max_tokens``. What the
+model was sent is read from what the fake provider received.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from fake_provider import Answer, Scenario
+from qualification.bridge.test_openai_face import (
+    MODEL,
+    FaceFactory,
+    _final,
+    _no_trace,
+    face,
+    official_client,
+)
+from qualification.conformance.sse import completion_chunks, delta_text
+from qualification.conftest import ServerFactory
+from qualification.harness import bearer_client
+
+DIRECT = "direct:local:fake-model"
+TITLE = '{"title": "Bees in the garden"}'
+TASK = ("### Task: Generate a concise, 3-5 word title with an emoji summarizing the chat "
+        "history.\n### Output: JSON format: { \"title\": \"your concise title here\" }\n"
+        "### Chat History:\n<chat_history>\nUSER: Which bees visit lavender?\n</chat_history>")
+__all__ = ["face"]  # the face fixture, shared with the OpenAI face's tests
+SCHEMA = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 60}},
+          "required": ["title"], "additionalProperties": False}
+
+
+def _usage_records(server: Any) -> list[dict[str, Any]]:
+    with bearer_client(server) as http:
+        records: list[dict[str, Any]] = http.get("/api/cordis/usage").json()["usage"]
+    return records
+
+
+@pytest.mark.req("BR-17", "BR-10")
+def test_each_engine_route_has_its_direct_route_and_the_demo_agent_has_none(
+        face: FaceFactory, specimen: Path, server_factory: ServerFactory) -> None:
+    _, _, client = face(Scenario(name="m", answers=(), models=("fake-model",)))
+    assert [m.id for m in client.models.list().data] == [MODEL, DIRECT]
+    assert client.models.retrieve(DIRECT).owned_by == "local"
+    demo = server_factory(specimen, bridge=True)
+    with official_client(demo) as plain:
+        ids = [m.id for m in plain.models.list().data]
+        assert ids == ["engine:demo:deterministic-demo"], "the demo policy is no model"
+        with pytest.raises(openai.NotFoundError):
+            plain.chat.completions.create(model="direct:demo:deterministic-demo",
+                                          messages=[{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.req("BR-17", "BR-14", "BR-13")
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_direct_call_sends_the_transcript_as_written_and_nothing_else(
+        face: FaceFactory, specimen: Path, stream: bool) -> None:
+    server, provider, client = face(Scenario(name="direct", answers=(),
+                                             direct=(Answer(content=TITLE),)))
+    messages: list[Any] = [{"role": "system", "content": "You title chats."},
+                           {"role": "user", "content": "Which bees visit lavender?"},
+                           {"role": "assistant", "content": "Mostly bumblebees."},
+                           {"role": "user", "content": TASK}]
+    fmt: Any = {"type": "json_schema", "json_schema": {"name": "title", "schema": SCHEMA}}
+    tools: Any = [{"type": "function", "function": {"name": "f"}}]
+    if stream:
+        parts = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+            model=DIRECT, messages=messages, stream=True, max_tokens=50,
+            response_format=fmt, tools=tools)
+            if c.choices]
+        text = "".join(parts)
+    else:
+        completion = client.chat.completions.create(
+            model=DIRECT, messages=messages, max_tokens=50, response_format=fmt)
+        text = completion.choices[0].message.content or ""
+        assert completion.usage is not None and completion.usage.total_tokens > 0
+    assert json.loads(text) == {"title": "Bees in the garden"}
+    [sent] = [request.json() for request in provider.chat_requests()]
+    assert sent["messages"] == messages, "the transcript as written: no engine prompt"
+    assert sent["response_format"] == fmt and sent["max_tokens"] == 50
+    assert sent["model"] == "fake-model" and "tools" not in sent
+    [record] = _usage_records(server)
+    assert (record["model"], record["caller"], record["outcome"]) == (DIRECT, "direct", "ok")
+    assert record["prompt_tokens"] is not None
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-17", "BR-13")
+def test_a_title_task_beside_a_chat_is_one_model_call_and_the_chat_stays_in_step(
+        face: FaceFactory, specimen: Path) -> None:
+    """The chat's agent rounds and the task's direct call are answered each by their kind:
+    the task costs one model call, the chat's turn goes on unaffected."""
+    server, provider, client = face(Scenario(
+        name="both", answers=(Answer(content=_final("Lavender: bumblebees.")),),
+        direct=(Answer(content=TITLE),)))
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Which bees visit lavender?"}])
+    title = client.chat.completions.create(
+        model=DIRECT, max_tokens=1000, messages=[{"role": "user", "content": TASK}])
+    assert chat.choices[0].message.content == "Lavender: bumblebees."
+    assert json.loads(title.choices[0].message.content or "") == {"title": "Bees in the garden"}
+    kinds = ["response_format" in r.json() for r in provider.chat_requests()]
+    assert kinds == [True, False], "one agent round, then exactly one direct call"
+    callers = sorted(r["caller"] for r in _usage_records(server))
+    assert callers == ["direct", "transient"]
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-17", "BR-20")
+@pytest.mark.parametrize(("response_format", "why"), [
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "$ref": "https://example.com/schema.json"}}}, "remote schema"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "string", "pattern": "^(?=a).*$"}}}, "lookaround"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "description": "x" * 17_000}}}, "bytes"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "items": json.loads("[" * 25 + "]" * 25)}}}, "deeper"),
+    ({"type": "xml"}, "must be"),
+    ({"type": "json_schema"}, "must be"),
+])
+def test_a_client_schema_the_model_cannot_be_given_is_refused_in_words(
+        face: FaceFactory, response_format: dict[str, Any], why: str) -> None:
+    server, provider, _ = face(Scenario(name="none", answers=(), direct=(Answer(content="x"),)))
+    with bearer_client(server) as http:
+        answer = http.post("/api/cordis/v1/chat/completions", json={
+            "model": DIRECT, "response_format": response_format,
+            "messages": [{"role": "user", "content": "hi"}]})
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "response_format" and why in error["message"], error
+    assert provider.chat_requests() == []
+
+
+@pytest.mark.req("BR-17", "BR-14", "MC-05")
+def test_a_direct_call_that_fails_is_an_openai_error_and_a_ledger_record(
+        face: FaceFactory, specimen: Path) -> None:
+    server, _, _ = face(Scenario(name="fails", answers=(), direct=(
+        Answer(status=500, raw_body='{"error": {"message": "boom"}}'),
+        Answer(status=500, raw_body='{"error": {"message": "boom"}}'))))
+    body = {"model": DIRECT, "messages": [{"role": "user", "content": "hi"}]}
+    with bearer_client(server) as http:
+        whole = http.post("/api/cordis/v1/chat/completions", json=body)
+        streamed = http.post("/api/cordis/v1/chat/completions", json={**body, "stream": True})
+    assert whole.status_code == 503 and whole.json()["error"]["code"] == "MODEL_UNAVAILABLE"
+    chunks, done = completion_chunks(streamed.text.replace('data: {"error"', 'data: {"x":0,'
+                                                           '"error"'))
+    assert done and delta_text([c for c in chunks if "choices" in c]) == ""
+    assert [c["error"]["code"] for c in chunks if "error" in c] == ["MODEL_UNAVAILABLE"]
+    outcomes = [(r["model"], r["caller"], r["outcome"]) for r in _usage_records(server)]
+    assert outcomes == [(DIRECT, "direct", "MODEL_UNAVAILABLE")] * 2
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-17", "BR-05")
+def test_a_client_that_leaves_a_direct_call_cancels_it(face: FaceFactory,
+                                                       specimen: Path) -> None:
+    server, provider, _ = face(Scenario(name="slow", answers=(), direct=(
+        Answer(content="a slow title " * 20, chunk_chars=4, chunk_delay=0.2),)))
+    with httpx.Client(base_url=server.url, trust_env=False, timeout=30,
+                      headers={"Authorization": f"Bearer {server.admin_token}"}) as http, \
+            http.stream("POST", "/api/cordis/v1/chat/completions", json={
+                "model": DIRECT, "stream": True,
+                "messages": [{"role": "user", "content": "hi"}]}) as reply:
+        for data in reply.iter_text():
+            if '"content":"a sl' in data:
+                break  # the client goes away mid-answer
+    from qualification.harness import wait_until  # noqa: PLC0415
+
+    wait_until(lambda: [r["outcome"] for r in _usage_records(server)] == ["CANCELLED"])
+    assert len(provider.chat_requests()) == 1
+    _no_trace(server, specimen)
