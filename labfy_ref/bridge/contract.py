@@ -34,13 +34,15 @@ class Transcript:
 
     ``model`` is a qualified route (BR-10); ``context`` the caller's system
     messages, in order (the session's context, never user messages);
-    ``history`` the conversation before ``text``, the new user message.
+    ``history`` the conversation before ``text``, the new user message;
+    ``response_format`` the JSON shape the client wants the answer in (BR-20), if any.
     """
 
     model: str
     context: tuple[str, ...]
     history: tuple[PriorMessage, ...]
     text: str
+    response_format: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -19,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from labfy_ref.bridge.contract import MAX_PAGE_SIZE, PAGE_SIZE, DirectCall, Transcript
 from labfy_ref.bridge.direct import direct_id, parse_direct, run_direct
 from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop, PendingApproval, TurnContext, decide
+from labfy_ref.bridge.shaped import Shaper, relay_shaped
 from labfy_ref.bridge.store import SessionStore
 from labfy_ref.bridge.store.catalog import SessionCatalog
 from labfy_ref.bridge.store.history import SessionState
@@ -273,24 +274,44 @@ class ReferenceEngine:
         if not 0 < len(transcript.text) <= MAX_MESSAGE_CHARS:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
                                  f"the last user message must be 1-{MAX_MESSAGE_CHARS} characters")
+        provider = self._loop.provider
+        wanted = transcript.response_format
+        if wanted is not None and not provider.is_model:
+            raise RuntimeRefused(ErrorCode.VALIDATION_FAILED, "response_format: the demo agent "
+                                 "answers in words only, never in a JSON format")
         session_id = new_transient_id()
         log = TransientLog(self._store.encode, session_id, self._store.max_log_bytes)
         history = seed(log, transcript)
-        handle = StreamHandle(session_id, AGENT_ID)
-        handle.is_model = self._loop.provider.is_model
+        handle = StreamHandle(session_id, AGENT_ID)  # what the client reads
+        # With a format, the turn runs on a handle of its own; its answer is shaped after.
+        inner = handle if wanted is None else StreamHandle(session_id, AGENT_ID)
+        handle.is_model = inner.is_model = provider.is_model
         turn = TurnContext(
             session_id=session_id, model=route.model, permission_mode=PermissionMode.READ_ONLY,
-            history=history, handle=handle, headless=True, record=log.stage, approvals={},
+            history=history, handle=inner, headless=True, record=log.stage, approvals={},
             max_record_bytes=self._store.max_record_bytes,
             context=transcript.context, transient=True)
         task = self._scope.spawn(self._loop.run(turn), f"transient turn {session_id}")
+        tasks = [task]
+        if wanted is not None:
+            shaper = Shaper(provider, self._loop.gateway.usage, route, wanted, handle,
+                            "transient")
+            question = transcript.text
+
+            def shape(text: str) -> Coroutine[Any, Any, str]:
+                return shaper.shape(question, text)
+
+            relay = self._scope.spawn(relay_shaped(inner, handle, shape),
+                                      f"shaped answer {session_id}")
+            relay.add_done_callback(lambda _: _end_cancelled(handle))
+            tasks.append(relay)
 
         def stop() -> None:
-            task.cancel()
+            for running in tasks:
+                running.cancel()
 
         def delete(_: object) -> None:
-            if not handle.finished:  # cancelled before its first step: it never ran
-                handle.emit("done", reason="cancelled", interrupted=True)
+            _end_cancelled(inner)  # cancelled before its first step: it never ran
             log.delete()
             self._transient.pop(session_id, None)
 
@@ -386,3 +407,9 @@ class ReferenceEngine:
         if running is not None:
             with contextlib.suppress(LabfyError):
                 await running.writer.flush()
+
+
+def _end_cancelled(handle: StreamHandle) -> None:
+    """End ``handle`` as cancelled unless it ended already (its producer was cut off)."""
+    if not handle.finished:
+        handle.emit("done", reason="cancelled", interrupted=True)

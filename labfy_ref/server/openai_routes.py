@@ -307,6 +307,11 @@ class ChatBody(Strict):
     modalities: list[Literal["text"]] | None = None
     response_format: Annotated[Any, AfterValidator(_response_format)] = None
 
+    def json_format(self) -> dict[str, Any] | None:
+        """The client's ``response_format`` when it asks for JSON (None: plain text)."""
+        wanted = self.response_format
+        return None if wanted is None or wanted["type"] == "text" else dict(wanted)
+
     def check(self) -> None:
         """What the schema cannot say: refused in words, naming the field."""
         if self.tool_choice is not None and self.tool_choice not in _UNFORCED:
@@ -343,7 +348,7 @@ def transcript_of(body: ChatBody) -> Transcript:
     text = last.text(len(earlier))
     if not text:
         raise FieldRefused(f"messages.{len(earlier)}.content", "the message to answer is empty")
-    return Transcript(body.model, tuple(context), tuple(history), text)
+    return Transcript(body.model, tuple(context), tuple(history), text, body.json_format())
 
 
 def direct_call_of(body: ChatBody) -> DirectCall:
@@ -354,10 +359,7 @@ def direct_call_of(body: ChatBody) -> DirectCall:
                      for i, m in enumerate(body.messages))
     asked = body.max_completion_tokens or body.max_tokens
     limit = None if asked is None else max(1, min(asked, MAX_DIRECT_TOKENS))
-    response_format = body.response_format
-    if response_format is not None and response_format["type"] == "text":
-        response_format = None
-    return DirectCall(body.model, messages, response_format, limit)
+    return DirectCall(body.model, messages, body.json_format(), limit)
 
 
 # -- the answer --------------------------------------------------------------------------

@@ -181,3 +181,124 @@ def test_a_client_that_leaves_a_direct_call_cancels_it(face: FaceFactory,
     wait_until(lambda: [r["outcome"] for r in _usage_records(server)] == ["CANCELLED"])
     assert len(provider.chat_requests()) == 1
     _no_trace(server, specimen)
+
+
+# -- structured output through an engine route (BR-20) ---------------------------------------
+
+GARDEN = {"type": "object", "properties": {"garden": {"type": "string"},
+                                           "visits": {"type": "integer"}},
+          "required": ["garden", "visits"], "additionalProperties": False}
+ANSWER = "Lavender drew 62 visits, the busiest garden."
+
+
+def _shaped_scenario(*direct: str) -> Scenario:
+    return Scenario(name="shaped", answers=(Answer(content=_final(ANSWER)),),
+                    direct=tuple(Answer(content=text) for text in direct))
+
+
+@pytest.mark.req("BR-20", "BR-17")
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_engine_route_answers_in_the_clients_json_schema(
+        face: FaceFactory, specimen: Path, stream: bool) -> None:
+    """The agent turn runs under its own contract; its answer is then put into the client's
+    schema by one direct call of the same model, and only that JSON reaches the client."""
+    server, provider, _ = face(_shaped_scenario('{"garden": "Lavender", "visits": 62}'))
+    fmt = {"type": "json_schema", "json_schema": {"name": "garden", "schema": GARDEN}}
+    with bearer_client(server) as http:
+        answer = http.post("/api/cordis/v1/chat/completions", json={
+            "model": MODEL, "stream": stream, "response_format": fmt,
+            "messages": [{"role": "user", "content": "Which garden drew most visits?"}]})
+    assert answer.status_code == 200, answer.text
+    if stream:
+        chunks, done = completion_chunks(answer.text)
+        assert done
+        text = delta_text(chunks)
+    else:
+        text = answer.json()["choices"][0]["message"]["content"]
+    assert json.loads(text) == {"garden": "Lavender", "visits": 62}
+    agent_round, shaping = (request.json() for request in provider.chat_requests())
+    assert agent_round["response_format"]["json_schema"]["name"].startswith("labfy_agent_")
+    assert shaping["response_format"] == fmt, "the client's schema constrains the shaping call"
+    assert ANSWER in shaping["messages"][-1]["content"]
+    assert "Which garden drew most visits?" in shaping["messages"][-1]["content"]
+    assert "tools" not in shaping
+    callers = [(r["model"], r["caller"]) for r in _usage_records(server)]
+    assert sorted(callers) == [(DIRECT, "transient"), (MODEL, "transient")]
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-20")
+def test_a_shape_the_model_misses_gets_one_repair_naming_the_defect(
+        face: FaceFactory, specimen: Path) -> None:
+    server, provider, client = face(_shaped_scenario('{"garden": "Lavender"}',
+                                                     '{"garden": "Lavender", "visits": 62}'))
+    completion = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Which garden?"}],
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "garden", "schema": GARDEN}})
+    assert json.loads(completion.choices[0].message.content or "") == {
+        "garden": "Lavender", "visits": 62}
+    repair = provider.chat_requests()[-1].json()["messages"][-1]["content"]
+    assert "'visits' is a required property" in repair
+    assert completion.usage is not None and completion.usage.total_tokens > 0
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-20")
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_shape_missed_twice_is_a_protocol_error_in_words_never_half_an_answer(
+        face: FaceFactory, specimen: Path, stream: bool) -> None:
+    server, _, _ = face(_shaped_scenario("Lavender, 62.", '{"garden": 1, "visits": 62}'))
+    with bearer_client(server) as http:
+        answer = http.post("/api/cordis/v1/chat/completions", json={
+            "model": MODEL, "stream": stream, "response_format": {"type": "json_schema",
+                                                                  "json_schema": {
+                                                                      "name": "g",
+                                                                      "schema": GARDEN}},
+            "messages": [{"role": "user", "content": "Which garden?"}]})
+    if stream:
+        chunks, done = completion_chunks(answer.text)
+        assert done and delta_text([c for c in chunks if "choices" in c]) == ""
+        [error] = [c["error"] for c in chunks if "error" in c]
+    else:
+        error = answer.json()["error"]
+    assert error["code"] == "MODEL_PROTOCOL_ERROR"
+    assert "requested format" in error["message"] and "garden" in error["message"]
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-20")
+def test_json_object_and_the_official_clients_parse_helper(face: FaceFactory,
+                                                           specimen: Path) -> None:
+    from pydantic import BaseModel  # noqa: PLC0415
+
+    class Garden(BaseModel):
+        garden: str
+        visits: int
+
+    server, provider, client = face(_shaped_scenario(
+        "[1, 2]", '{"garden": "Lavender", "visits": 62}',
+        '{"garden": "Lavender", "visits": 62}'))
+    loose = client.chat.completions.create(
+        model=MODEL, response_format={"type": "json_object"},
+        messages=[{"role": "user", "content": "Which garden?"}])
+    assert json.loads(loose.choices[0].message.content or "") == {"garden": "Lavender",
+                                                                  "visits": 62}
+    provider.set_scenario(_shaped_scenario('{"garden": "Lavender", "visits": 62}'))
+    parsed = client.chat.completions.parse(
+        model=MODEL, response_format=Garden,
+        messages=[{"role": "user", "content": "Which garden?"}])
+    assert parsed.choices[0].message.parsed == Garden(garden="Lavender", visits=62)
+    _no_trace(server, specimen)
+
+
+@pytest.mark.req("BR-20")
+def test_the_demo_agent_refuses_a_json_format_in_words(specimen: Path,
+                                                       server_factory: ServerFactory) -> None:
+    server = server_factory(specimen, bridge=True)
+    with bearer_client(server) as http:
+        answer = http.post("/api/cordis/v1/chat/completions", json={
+            "model": "engine:demo:deterministic-demo", "response_format": {"type": "json_object"},
+            "messages": [{"role": "user", "content": "hi"}]})
+    assert answer.status_code == 422
+    assert "demo agent answers in words only" in answer.json()["error"]["message"]
