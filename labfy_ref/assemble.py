@@ -11,6 +11,7 @@ import dataclasses
 
 from labfy_ref.config import AgentConfig
 from labfy_ref.model import ClientLimits, LocalModelClient
+from labfy_ref.model.client import SlotQueue
 from labfy_ref.model.demo import DEMO_LABEL, DemoAgent
 from labfy_ref.model.supervised import SupervisedLlama
 from labfy_ref.modes import AgentMode
@@ -31,7 +32,8 @@ def endpoint_client(agent: AgentConfig) -> LocalModelClient:
     assert agent.endpoint is not None
     assert agent.model_id is not None
     return LocalModelClient(agent.endpoint, agent.model_id,
-                            limits=ClientLimits.with_timeout(agent.timeout_seconds))
+                            limits=ClientLimits.with_timeout(agent.timeout_seconds),
+                            slots=SlotQueue(agent.slots))
 
 
 def open_agent_model(agent: AgentConfig, *,

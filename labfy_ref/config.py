@@ -62,6 +62,8 @@ class SupervisedModel:
     cpu_variant: str | None = None
 
 
+#: BR-20: the most slots a model may be said (or, supervised, started) to have.
+MAX_SLOTS = 16
 #: BR-20: a chat client's SSE stream is never silent longer (proxies close idle ones).
 DEFAULT_KEEPALIVE_SECONDS = 15.0
 
@@ -76,6 +78,8 @@ class AgentConfig:
     timeout_seconds: float
     supervised: SupervisedModel | None
     sources: Mapping[str, str]
+    #: The model's slots (BR-20): calls it serves at once; the rest wait, chat turns first.
+    slots: int = 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -127,6 +131,7 @@ class ServeConfig:
                 "endpoint": str(agent.endpoint) if agent.endpoint else None,
                 "model": agent.model_id,
                 "timeout_seconds": agent.timeout_seconds,
+                "slots": agent.slots,
                 "supervised": None
                 if supervised is None
                 else {
@@ -158,6 +163,7 @@ class RawOptions:
     agent_endpoint: str | None = None
     agent_model: str | None = None
     agent_timeout: str | None = None
+    agent_slots: str | None = None
     permission_mode: str | None = None
     bridge: bool = False
     composition: str | None = None
@@ -283,7 +289,8 @@ def resolve_agent(raw: RawOptions, environ: Mapping[str, str]) -> AgentConfig:
     except ValueError:
         raise _refuse("--agent-mode must be 'demo' or 'local-model'") from None
     timeout = _timeout(timeout_text) if timeout_text is not None else DEFAULT_TIMEOUT_SECONDS
-    model_settings = endpoint_text is not None or model_text is not None or supervised is not None
+    model_settings = (endpoint_text is not None or model_text is not None
+                      or supervised is not None or raw.agent_slots is not None)
     if mode is AgentMode.DEMO:
         if model_settings:
             raise _refuse(
@@ -302,7 +309,17 @@ def resolve_agent(raw: RawOptions, environ: Mapping[str, str]) -> AgentConfig:
             "--model-file/--model-sha256"
         )
     endpoint = parse_endpoint(endpoint_text) if endpoint_text is not None else None
-    return AgentConfig(mode, endpoint, _model_id(model_text), timeout, supervised, sources)
+    return AgentConfig(mode, endpoint, _model_id(model_text), timeout, supervised, sources,
+                       slots=slots_option(raw.agent_slots))
+
+
+def slots_option(text: str | None) -> int:
+    """``--agent-slots N`` (BR-20): 1-16 calls the model serves at once; default 1."""
+    if text is None:
+        return 1
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_SLOTS:
+        raise _refuse(f"--agent-slots must be a whole number from 1 to {MAX_SLOTS}")
+    return int(text)
 
 
 def _host(text: str | None) -> LoopbackHost:

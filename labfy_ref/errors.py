@@ -16,6 +16,7 @@ Hierarchy::
     ├── WorkspaceError           -- WORKSPACE_* (WS-01)
     ├── ToolError                -- a tool's bounded diagnostic (GW-05), given to the model
     ├── RuntimeRefused           -- a refused request (RT-03, RT-08, BR-*), HTTP 4xx/5xx
+    │   └── FieldRefused         -- one field at fault (VALIDATION_FAILED, OpenAI's param)
     ├── SessionInvalid           -- SESSION_INVALID: a corrupt or unsafe session log (BR-07)
     ├── RecordTooLarge           -- RECORD_TOO_LARGE: one log record over its bound
     ├── SessionFull              -- SESSION_FULL: a session log at its size limit
@@ -44,6 +45,7 @@ class ErrorCode(enum.StrEnum):
     HOST_REFUSED = "HOST_REFUSED"
     PORT_REFUSED = "PORT_REFUSED"
     MODEL_UNAVAILABLE = "MODEL_UNAVAILABLE"
+    MODEL_BUSY = "MODEL_BUSY"  # too many calls wait for the model's slots (BR-20)
     MODEL_PROTOCOL_ERROR = "MODEL_PROTOCOL_ERROR"
     REPORT_INVALID = "REPORT_INVALID"
     INTERNAL_ERROR = "INTERNAL_ERROR"
@@ -136,7 +138,8 @@ class ErrorCode(enum.StrEnum):
 HTTP_STATUS: Mapping[ErrorCode, int] = {
     ErrorCode.CONFIG_INVALID: 422, ErrorCode.ENDPOINT_REFUSED: 422,
     ErrorCode.HOST_REFUSED: 422, ErrorCode.PORT_REFUSED: 422,
-    ErrorCode.MODEL_UNAVAILABLE: 503, ErrorCode.MODEL_PROTOCOL_ERROR: 502,
+    ErrorCode.MODEL_UNAVAILABLE: 503, ErrorCode.MODEL_BUSY: 503,
+    ErrorCode.MODEL_PROTOCOL_ERROR: 502,
     ErrorCode.REPORT_INVALID: 422, ErrorCode.INTERNAL_ERROR: 500, ErrorCode.SERVE_FAILED: 500,
     ErrorCode.GGUF_INVALID: 422, ErrorCode.GGUF_SHA256_MISMATCH: 422,
     ErrorCode.GGUF_CHANGED: 409,
@@ -276,6 +279,14 @@ class RuntimeRefused(LabfyError):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message, code=code)
 
+
+class FieldRefused(RuntimeRefused):
+    """A request refused because of one field: ``param`` names it (VALIDATION_FAILED; the
+    OpenAI face sends it as the error's ``param``)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(ErrorCode.VALIDATION_FAILED, f"{param}: {message}")
+        self.param = param
 
 class SessionInvalid(LabfyError):
     """A session log is corrupt, a symlink, or not a regular file (409)."""

@@ -16,6 +16,7 @@ from labfy_ref.assemble import endpoint_client
 from labfy_ref.config import AgentConfig
 from labfy_ref.errors import ModelUnavailable
 from labfy_ref.model import LocalModelClient, StreamDelta
+from labfy_ref.model.client import Priority
 from labfy_ref.model.demo import DemoAgent
 from labfy_ref.model.route import ModelRoute
 from labfy_ref.model.supervised import SupervisedLlama
@@ -47,9 +48,10 @@ class ModelProvider(Protocol):
         ...
 
     def direct(self, model: str, messages: Sequence[Mapping[str, Any]],
-               response_format: Mapping[str, Any] | None,
-               max_tokens: int | None) -> AsyncIterator[StreamDelta]:
-        """Stream one completion of ``messages`` as sent (BR-17): no action contract."""
+               response_format: Mapping[str, Any] | None, max_tokens: int | None, *,
+               background: bool = True) -> AsyncIterator[StreamDelta]:
+        """Stream one completion of ``messages`` as sent (BR-17): no action contract; a
+        ``background`` call waits for the model behind every chat turn's."""
         ...
 
     async def aclose(self) -> None:
@@ -85,11 +87,12 @@ class LocalProvider:
                                         max_tokens=decoding.max_tokens, model=model)
 
     def direct(self, model: str, messages: Sequence[Mapping[str, Any]],
-               response_format: Mapping[str, Any] | None,
-               max_tokens: int | None) -> AsyncIterator[StreamDelta]:
+               response_format: Mapping[str, Any] | None, max_tokens: int | None, *,
+               background: bool = True) -> AsyncIterator[StreamDelta]:
         """Stream from llama-server, the client's format and limit as they are."""
-        return self._client.stream_chat(messages, response_format=response_format,
-                                        max_tokens=max_tokens, model=model)
+        return self._client.stream_chat(
+            messages, response_format=response_format, max_tokens=max_tokens, model=model,
+            priority=Priority.BACKGROUND if background else Priority.CHAT)
 
     async def aclose(self) -> None:
         """Close the client, if it is this provider's own."""
@@ -120,8 +123,8 @@ class DemoProvider:
         yield StreamDelta(content=reply.content, finish_reason="stop")
 
     async def direct(self, model: str, messages: Sequence[Mapping[str, Any]],
-                     response_format: Mapping[str, Any] | None,
-                     max_tokens: int | None) -> AsyncIterator[StreamDelta]:
+                     response_format: Mapping[str, Any] | None, max_tokens: int | None, *,
+                     background: bool = True) -> AsyncIterator[StreamDelta]:
         """Never: the demo policy is no model, so it lists no direct route."""
         raise ModelUnavailable("the demo agent has no direct route")
         yield StreamDelta()  # pragma: no cover (makes this an async generator)

@@ -67,7 +67,8 @@ class Shaper:
         usage, outcome, text = Usage(), ErrorCode.INTERNAL_ERROR.value, []
         try:
             async for delta in self.provider.direct(self.route.model, messages,
-                                                    self.response_format, SHAPE_MAX_TOKENS):
+                                                    self.response_format, SHAPE_MAX_TOKENS,
+                                                    background=False):  # the turn's own
                 text.append(delta.content)
                 if delta.usage is not None:
                     usage = delta.usage

@@ -102,6 +102,10 @@ def add_agent_options(parser: argparse.ArgumentParser) -> None:
     agent.add_argument("--agent-timeout", metavar="SECONDS",
                        help=f"bound on one model call (env {ENV_AGENT_TIMEOUT}); "
                             f"default: {DEFAULT_TIMEOUT_SECONDS:g}")
+    agent.add_argument("--agent-slots", metavar="N",
+                       help="calls the model serves at once (llama-server's --parallel; a "
+                            "supervised server gets as many as memory allows); the others "
+                            "wait, chat turns first; default: 1")
     add_supervised_options(parser)
     agent.add_argument("--conclude-after", metavar="N",
                        help="after N tool calls a turn is offered only concluding actions "
@@ -133,7 +137,8 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
 
     agent = RawOptions(agent_mode=flag("agent_mode"), agent_endpoint=flag("agent_endpoint"),
                        agent_model=flag("agent_model"), agent_timeout=flag("agent_timeout"),
-                       llama_server=flag("llama_server"), model_file=flag("model_file"),
+                       agent_slots=flag("agent_slots"), llama_server=flag("llama_server"),
+                       model_file=flag("model_file"),
                        model_sha256=flag("model_sha256"), cpu_variant=flag("cpu_variant"))
     return WorkerOptions(
         workspace=flag("workspace"), work_db=flag("work_db"),
@@ -149,6 +154,7 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         workspace=args.workspace, host=args.host, port=args.port, ready_file=args.ready_file,
         agent_mode=args.agent_mode, agent_endpoint=args.agent_endpoint,
         agent_model=args.agent_model, agent_timeout=args.agent_timeout,
+        agent_slots=args.agent_slots,
         permission_mode=args.permission_mode, bridge=args.bridge,
         composition=args.composition, accounts=args.accounts,
         llama_server=args.llama_server, model_file=args.model_file,

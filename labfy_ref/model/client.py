@@ -24,6 +24,15 @@ yield would fire in the consumer's code). ``connect_timeout`` and
 ``read_timeout`` remain finer bounds inside that budget. The operator's
 ``--agent-timeout SECONDS`` is that deadline (:meth:`ClientLimits.with_timeout`).
 
+Slots (BR-20): a model serves as many calls at once as it has slots
+(llama-server's ``--parallel``); more calls wait in the client's
+:class:`SlotQueue`, a chat turn's before a background call's (a client's title
+or tag request, BR-17), and the deadline of a call starts only once it has its
+slot: waiting behind others never times a call out. At most ``max_waiting``
+calls wait; one more is ``MODEL_BUSY``, at once. A connection that drops before
+the first byte of its response (a keep-alive connection the server had closed)
+is opened again, once, to the same endpoint; never after a byte arrived.
+
 Text (AV-02, PR-02): the provider's envelope is read with the strict JSON
 reader. A lone surrogate in it (``"x\\ud800"``, which no UTF-8 writer can
 encode later) is the model's output refused, not a transport failure: the
@@ -41,6 +50,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
+import heapq
+import itertools
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from types import TracebackType
@@ -49,7 +61,7 @@ from typing import Any, Self, cast
 import httpx
 
 from labfy_ref import __version__
-from labfy_ref.errors import ModelUnavailable, ProtocolRefused
+from labfy_ref.errors import ErrorCode, ModelUnavailable, ProtocolRefused, RuntimeRefused
 from labfy_ref.model.endpoint import ModelEndpoint, ModelPath
 from labfy_ref.model.sse import SSEDecoder, SSEError
 from labfy_ref.protocol import MessageLog, Usage, encode_json
@@ -145,6 +157,71 @@ class Availability:
     models: tuple[str, ...] = ()
 
 
+class Priority(enum.IntEnum):
+    """A call's place in its model's queue: a chat turn's goes first."""
+
+    CHAT = 0
+    BACKGROUND = 1
+
+
+#: Calls that may wait for a model's slot; one more is refused MODEL_BUSY.
+DEFAULT_MAX_WAITING = 32
+#: Transport failures that mean the connection dropped before the response began.
+_DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+class SlotQueue:
+    """The model's slots: a call holds one while it runs; the others wait, a chat turn's
+    call before a background one, in arrival order within each."""
+
+    def __init__(self, slots: int = 1, max_waiting: int = DEFAULT_MAX_WAITING) -> None:
+        if slots < 1 or max_waiting < 0:
+            raise ValueError("a model has at least one slot and a queue of 0 or more")
+        self.slots = slots
+        self.max_waiting = max_waiting
+        self.busy = 0
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    @property
+    def waiting(self) -> int:
+        """Calls waiting for a slot now."""
+        return sum(not future.done() for _, _, future in self._waiting)
+
+    @contextlib.asynccontextmanager
+    async def slot(self, priority: Priority = Priority.CHAT) -> AsyncIterator[None]:
+        """Hold a slot for the block (wait for one first; MODEL_BUSY if too many wait)."""
+        await self._acquire(priority)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, priority: Priority) -> None:
+        if self.busy < self.slots and not self.waiting:
+            self.busy += 1
+            return
+        if self.waiting >= self.max_waiting:
+            raise RuntimeRefused(ErrorCode.MODEL_BUSY, f"the model has {self.waiting} calls "
+                                 "waiting for it already; try again shortly")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (int(priority), next(self._order), future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._release()  # the slot came as the waiter left: pass it on
+            raise
+
+    def _release(self) -> None:
+        while self._waiting:
+            _, _, future = heapq.heappop(self._waiting)
+            if not future.done():
+                future.set_result(None)  # the slot goes to the next waiter as it is
+                return
+        self.busy -= 1
+
+
 class _NoCookies(CookieJar):
     """A jar whose policy admits no domain: Set-Cookie is dropped, nothing is sent."""
 
@@ -172,8 +249,11 @@ class LocalModelClient:
         limits: ClientLimits | None = None,
         api_key: str | None = None,
         sampling: Sampling | None = None,
+        slots: SlotQueue | None = None,
     ) -> None:
         self.endpoint = endpoint
+        #: The model's slots (one by default): every chat call waits for one.
+        self.slots = slots or SlotQueue()
         self.model = model
         self.sampling = sampling or Sampling()
         self._format_cache: tuple[Mapping[str, Any], str] | None = None
@@ -252,6 +332,7 @@ class LocalModelClient:
         *,
         response_format: Mapping[str, Any] | None = None,
         max_tokens: int | None = None,
+        priority: Priority = Priority.CHAT,
     ) -> ChatReply:
         """Send one chat completion and return the whole reply, within the deadline.
 
@@ -261,8 +342,9 @@ class LocalModelClient:
         ``ProtocolRefused`` (a lone surrogate).
         """
         body = self._chat_body(messages, response_format, stream=False, max_tokens=max_tokens)
-        document = await self._request_json("POST", ModelPath.CHAT, body, self._deadline(),
-                                            model_output=True)
+        async with self.slots.slot(priority):
+            document = await self._request_json("POST", ModelPath.CHAT, body, self._deadline(),
+                                                model_output=True)
         try:
             choice = document["choices"][0]
             message = choice["message"]
@@ -286,6 +368,7 @@ class LocalModelClient:
         response_format: Mapping[str, Any] | None = None,
         max_tokens: int | None = None,
         model: str | None = None,
+        priority: Priority = Priority.CHAT,
     ) -> AsyncIterator[StreamDelta]:
         """Stream one chat completion as :class:`StreamDelta` pieces, until ``[DONE]``.
 
@@ -297,17 +380,21 @@ class LocalModelClient:
         """
         body = self._chat_body(messages, response_format, stream=True, model=model,
                                max_tokens=max_tokens)
+        async with self.slots.slot(priority):
+            async for delta in self._stream(body):
+                yield delta
+
+    async def _stream(self, body: bytes) -> AsyncIterator[StreamDelta]:
+        """:meth:`stream_chat` once it holds its slot: its deadline starts here."""
         deadline = self._deadline()
         decoder = SSEDecoder()
         received = events = 0
         try:
             async with contextlib.AsyncExitStack() as stack:
                 async with asyncio.timeout_at(deadline):
-                    response = await stack.enter_async_context(self._http.stream(
-                        "POST", self.endpoint.url(ModelPath.CHAT), content=body,
-                        headers={"Content-Type": "application/json",
-                                 "Accept": "text/event-stream"},
-                    ))
+                    response = await self._opened(stack, "POST", ModelPath.CHAT, body,
+                                                  {"Content-Type": "application/json",
+                                                   "Accept": "text/event-stream"})
                 _check_status(response)
                 # aiter_raw is an async generator (typed as an iterator): close it
                 # here, not whenever the garbage collector gets to it.
@@ -343,6 +430,18 @@ class LocalModelClient:
             raise self._time_or_transport(exc, deadline) from exc
         except SSEError as exc:
             raise _unavailable(str(exc)) from exc
+
+    async def _opened(self, stack: contextlib.AsyncExitStack, method: str, path: ModelPath,
+                      body: bytes | None, headers: Mapping[str, str]) -> httpx.Response:
+        """The response (its head read) of one request; a connection that drops before
+        any byte of it is opened again, once — never after a byte arrived."""
+        url = self.endpoint.url(path)
+        try:
+            return await stack.enter_async_context(self._http.stream(
+                method, url, content=body, headers=headers))
+        except _DROPPED:
+            return await stack.enter_async_context(self._http.stream(
+                method, url, content=body, headers=headers))
 
     async def list_models(self) -> tuple[str, ...]:
         """The model ids the server lists at ``GET /v1/models``, within the deadline."""
@@ -411,9 +510,8 @@ class LocalModelClient:
     async def _read_body(self, method: str, path: ModelPath, body: bytes | None) -> bytes:
         """The whole response body, at most ``max_body_bytes`` (no deadline of its own)."""
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        async with self._http.stream(
-            method, self.endpoint.url(path), content=body, headers=headers
-        ) as response:
+        async with contextlib.AsyncExitStack() as stack:
+            response = await self._opened(stack, method, path, body, headers)
             _check_status(response)
             raw = bytearray()
             async for chunk in response.aiter_raw():

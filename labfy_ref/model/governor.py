@@ -264,6 +264,10 @@ class ResourceReport:
                 f"have {format_bytes(self.scratch_free)} free")
 
 
+#: Where the machine says how much memory is free.
+MEMINFO = Path("/proc/meminfo")
+
+
 def _meminfo(meminfo: Path) -> tuple[int, int]:
     """(MemAvailable, SwapFree) in bytes."""
     values: dict[str, int] = {}
@@ -294,7 +298,7 @@ def _free_space(scratch: Path) -> int:
 
 
 def check_resources(model_file: Path, *, ctx_size: int, scratch: Path,
-                    meminfo: Path = Path("/proc/meminfo"),
+                    meminfo: Path = MEMINFO,
                     binary: Path | None = None) -> ResourceReport:
     """Refuse (``RESOURCES_INSUFFICIENT``) a model that cannot fit; else say what it needs.
 

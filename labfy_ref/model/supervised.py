@@ -24,11 +24,13 @@ from labfy_ref.model.client import (
     ChatReply,
     ClientLimits,
     LocalModelClient,
+    Priority,
     Sampling,
+    SlotQueue,
     StreamDelta,
 )
 from labfy_ref.model.gguf import PinnedGguf
-from labfy_ref.model.governor import ResourceReport, check_resources
+from labfy_ref.model.governor import MEMINFO, ResourceReport, check_resources
 from labfy_ref.model.supervisor import LaunchOptions, LocalModelSupervisor, SupervisorState
 
 log = logging.getLogger("labfy_ref.model")
@@ -41,6 +43,8 @@ class SupervisedLlama:
     def __init__(self, supervisor: LocalModelSupervisor, model_id: str, *,
                  limits: ClientLimits, sampling: Sampling) -> None:
         self.supervisor = supervisor
+        #: As many slots as the server was started with (``--parallel``).
+        self.slots = SlotQueue(supervisor.parallel)
         self.model = model_id
         self._limits = limits
         self._sampling = sampling
@@ -61,7 +65,7 @@ class SupervisedLlama:
             raise
         self._client = LocalModelClient(self.supervisor.endpoint, self.model,
                                         limits=self._limits, api_key=self.supervisor.api_key,
-                                        sampling=self._sampling)
+                                        sampling=self._sampling, slots=self.slots)
         log.info("llama-server ready pid=%s cpu_variant=%s", self.supervisor.pid,
                  self.supervisor.cpu_variant)
 
@@ -128,18 +132,21 @@ class SupervisedLlama:
 
     async def chat(self, messages: Sequence[Mapping[str, Any]], *,
                    response_format: Mapping[str, Any] | None = None,
-                   max_tokens: int | None = None) -> ChatReply:
+                   max_tokens: int | None = None,
+                   priority: Priority = Priority.CHAT) -> ChatReply:
         """One whole reply from our server (``MODEL_UNAVAILABLE`` unless ready)."""
         return await self._ready().chat(messages, response_format=response_format,
-                                        max_tokens=max_tokens)
+                                        max_tokens=max_tokens, priority=priority)
 
     async def stream_chat(self, messages: Sequence[Mapping[str, Any]], *,
                           response_format: Mapping[str, Any] | None = None,
                           max_tokens: int | None = None,
-                          model: str | None = None) -> AsyncIterator[StreamDelta]:
+                          model: str | None = None,
+                          priority: Priority = Priority.CHAT) -> AsyncIterator[StreamDelta]:
         """One streamed reply from our server (``MODEL_UNAVAILABLE`` unless ready)."""
         async for delta in self._ready().stream_chat(messages, response_format=response_format,
-                                                     max_tokens=max_tokens, model=model):
+                                                     max_tokens=max_tokens, model=model,
+                                                     priority=priority):
             yield delta
 
     async def list_models(self) -> tuple[str, ...]:
@@ -162,20 +169,39 @@ TEMPERATURE = 0.0
 REPEAT_PENALTY = 1.1
 
 
-def govern(model: PinnedGguf, binary: Path, scratch: Path) -> ResourceReport:
-    """SM-04 before anything starts: file size, KV cache and scratch disk (never hashes).
+def govern(model: PinnedGguf, binary: Path, scratch: Path, *, slots: int = 1,
+           meminfo: Path = MEMINFO) -> ResourceReport:
+    """SM-04 before anything starts: file size, KV cache for ``slots`` contexts and scratch
+    disk (never hashes).
 
     It reads the pinned descriptor (SM-09), so what is sized is what is hashed and run.
     """
-    return check_resources(model.by_descriptor() or model.path, ctx_size=CTX_SIZE,
-                           scratch=scratch, binary=binary)
+    return check_resources(model.by_descriptor() or model.path, ctx_size=CTX_SIZE * slots,
+                           scratch=scratch, binary=binary, meminfo=meminfo)
+
+
+def fitting_slots(model: PinnedGguf, binary: Path, scratch: Path, wanted: int, *,
+                  meminfo: Path = MEMINFO) -> int:
+    """The most slots, at most ``wanted``, whose contexts fit in memory (BR-20); 1 is
+    governed as always (RESOURCES_INSUFFICIENT when even one does not fit)."""
+    govern(model, binary, scratch, meminfo=meminfo)
+    for slots in range(wanted, 1, -1):
+        try:
+            govern(model, binary, scratch, slots=slots, meminfo=meminfo)
+        except LabfyError:
+            continue
+        return slots
+    return 1
 
 
 def supervised_llama(binary: Path, model: PinnedGguf, model_id: str, *,
                      cpu_variant: str | None, timeout_seconds: float,
-                     log_dir: Path, chat_template_file: Path | None = None) -> SupervisedLlama:
-    """Our llama-server for the pinned ``model`` (not started), with deterministic sampling."""
-    options = LaunchOptions(ctx_size=CTX_SIZE, seed=SEED, parallel=1, cpu_variant=cpu_variant,
+                     log_dir: Path, chat_template_file: Path | None = None,
+                     slots: int = 1) -> SupervisedLlama:
+    """Our llama-server for the pinned ``model`` (not started), with deterministic sampling;
+    ``slots`` contexts of :data:`CTX_SIZE` each (``--parallel``)."""
+    options = LaunchOptions(ctx_size=CTX_SIZE * slots, seed=SEED, parallel=slots,
+                            cpu_variant=cpu_variant,
                             model_alias=model_id, chat_template_file=chat_template_file)
     supervisor = LocalModelSupervisor(binary, model, options, log_dir=log_dir)
     return SupervisedLlama(supervisor, model_id,

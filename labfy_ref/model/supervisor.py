@@ -188,6 +188,11 @@ class LocalModelSupervisor:
     # -- what callers read ---------------------------------------------------------
 
     @property
+    def parallel(self) -> int:
+        """The slots the server is started with (``--parallel``)."""
+        return self._options.parallel
+
+    @property
     def state(self) -> SupervisorState:
         """STOPPED, LOADING, READY or EXITED."""
         return self._state

@@ -57,7 +57,7 @@ from labfy_ref.bridge.contract import (
 )
 from labfy_ref.bridge.ndjson import encode_line
 from labfy_ref.bridge.stream import StreamHandle
-from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused
+from labfy_ref.errors import ErrorCode, FieldRefused, LabfyError, RuntimeRefused
 from labfy_ref.protocol import Usage, canonical
 from labfy_ref.server.bridge_routes import EngineDep
 from labfy_ref.server.errors import openai_error, status_of
@@ -145,14 +145,6 @@ MAX_CLIENT_TOOLS = 128
 _UNFORCED = ("auto", "none")
 _TEXT_ONLY = ("this engine reads text only: {kind} parts cannot be sent to it; "
               "send the text alone")
-
-
-class FieldRefused(RuntimeRefused):
-    """A request refused because of one field: ``param`` names it (OpenAI's error ``param``)."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(ErrorCode.VALIDATION_FAILED, f"{param}: {message}")
-        self.param = param
 
 
 def _content(value: Any) -> Any:

@@ -37,7 +37,7 @@ from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import default_composition, load_composition
 from labfy_ref.logs import configure, debug_enabled, one_line
 from labfy_ref.model.gguf import Progress, open_gguf
-from labfy_ref.model.supervised import SupervisedLlama, govern, supervised_llama
+from labfy_ref.model.supervised import SupervisedLlama, fitting_slots, supervised_llama
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol import ChatModel
 from labfy_ref.runtime import AgentRuntime, RuntimeLimits
@@ -224,12 +224,15 @@ def prepare_supervised(config: ServeConfig, scratch: Path, held: contextlib.Exit
         return None
     assert config.agent.model_id is not None
     model = held.enter_context(open_gguf(supervised.model_file))
-    govern(model, supervised.llama_server, scratch)
+    slots = fitting_slots(model, supervised.llama_server, scratch, config.agent.slots)
+    if slots < config.agent.slots:
+        log.warning("--agent-slots %d: memory allows %d slots of the model's context; "
+                    "llama-server gets %d", config.agent.slots, slots, slots)
     model.hash(supervised.model_sha256, progress)
     return supervised_llama(supervised.llama_server, model,
                             config.agent.model_id, cpu_variant=supervised.cpu_variant,
                             timeout_seconds=config.agent.timeout_seconds,
-                            log_dir=scratch / "llama-server")
+                            log_dir=scratch / "llama-server", slots=slots)
 
 
 def serve(config: ServeConfig, progress: Progress | None = None) -> int:

@@ -44,7 +44,7 @@ def test_check_config_prints_the_resolved_configuration_as_json() -> None:
     resolved = json.loads(done.stdout)
     assert resolved["agent"] == {
         "mode": "local-model", "endpoint": "http://127.0.0.1:43117", "model": "m",
-        "timeout_seconds": 60.0, "supervised": None, "conclude_after": 4,
+        "timeout_seconds": 60.0, "slots": 1, "supervised": None, "conclude_after": 4,
         "sources": {"mode": "flag", "endpoint": "flag", "model": "flag", "timeout": "default"},
     }
     assert resolved["server"]["host"] == "127.0.0.1"

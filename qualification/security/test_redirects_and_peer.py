@@ -64,6 +64,7 @@ def test_hostile_transport_answers_are_unavailable_one_by_one(
         "provider reply is not valid JSON",
         "transport error (RemoteProtocolError)",
     ]
+    assert len(provider.chat_requests()) == 8, "the dropped connection was opened once more"
 
 
 def _ipv6_loopback() -> bool:
