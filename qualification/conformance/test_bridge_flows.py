@@ -256,3 +256,71 @@ def test_a_completions_transient_session_is_no_session_of_the_session_routes(
     chunks, done = completion_chunks(text)
     assert done and chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert delta_text(chunks) == "KIT should never be asked."
+
+
+# -- what mainstream clients send (BR-20) and direct routes (BR-17) ----------------------------
+
+def _face(model_target: Served) -> httpx.Client:
+    return httpx.Client(base_url=f"{model_target.url}/api/cordis/v1", trust_env=False,
+                        timeout=30,
+                        headers={"Authorization": f"Bearer {model_target.admin_token}"})
+
+
+def _kit_models(http: httpx.Client) -> tuple[str, str | None]:
+    ids = [m["id"] for m in http.get("/models").json()["data"]]
+    engine = next(i for i in ids if i.startswith("engine:") and i.endswith(f":{KIT_MODEL}"))
+    direct = next((i for i in ids if i.startswith("direct:") and i.endswith(f":{KIT_MODEL}")),
+                  None)
+    return engine, direct
+
+
+@pytest.mark.req("BR-20", "BR-13")
+def test_client_tools_are_answered_without_calls_and_a_forced_one_is_refused_by_name(
+        model_target: Served) -> None:
+    tools = [{"type": "function", "function": {"name": "get_current_timestamp",
+                                               "parameters": {"type": "object"}}}]
+    with _face(model_target) as http:
+        engine, _ = _kit_models(http)
+        tag = nonce()
+        body = {"model": engine, "tools": tools, "top_k": 40, "reasoning_effort": "medium",
+                "messages": [{"role": "user", "content": f"hi {marker('final', tag)}"}]}
+        answered = http.post("/chat/completions", json=body)
+        assert answered.status_code == 200, answered.text
+        message = answered.json()["choices"][0]["message"]
+        assert message["content"] == f"KIT final « ünïcödé » 𝄞 {tag}"
+        assert not message.get("tool_calls")
+        assert set(answered.json()["usage"]) >= {"prompt_tokens", "completion_tokens",
+                                                 "total_tokens"}
+        forced = http.post("/chat/completions", json={**body, "tool_choice": "required"})
+        assert forced.status_code == 422
+        assert forced.json()["error"]["param"] == "tool_choice"
+
+
+@pytest.mark.req("BR-20", "BR-10")
+def test_one_model_is_retrieved_and_an_unknown_one_is_an_openai_404(model_target: Served) -> None:
+    with _face(model_target) as http:
+        engine, _ = _kit_models(http)
+        one = http.get(f"/models/{engine}")
+        assert one.status_code == 200 and one.json()["id"] == engine
+        assert one.json()["object"] == "model"
+        missing = http.get("/models/engine:kit:nope")
+        assert missing.status_code == 404
+        assert set(missing.json()["error"]) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.req("BR-17")
+def test_a_direct_route_answers_with_the_models_own_text(model_target: Served) -> None:
+    """The engine route gives the agent's answer; the direct route the model's reply as it
+    wrote it (here the kit script's raw action JSON): no agent, no tools."""
+    with _face(model_target) as http:
+        _, direct = _kit_models(http)
+        assert direct is not None, "every engine route of a model has its direct route"
+        tag = nonce()
+        raw = http.post("/chat/completions", json={"model": direct, "messages": [
+            {"role": "user", "content": f"title this {marker('final', tag)}"}]})
+        assert raw.status_code == 200, raw.text
+        text = raw.json()["choices"][0]["message"]["content"]
+        assert json.loads(text) == {"type": "final", "text": f"KIT final « ünïcödé » 𝄞 {tag}"}
+        usage = model_target.client().get("/api/cordis/usage", params={"limit": 20})
+        assert any(r["model"] == direct and r["caller"] == "direct"
+                   for r in usage.json()["usage"])
