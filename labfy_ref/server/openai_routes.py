@@ -169,8 +169,10 @@ def _tool_choice(value: Any) -> Any:
 #: A client schema's bounds (BR-17, BR-20): what llama-server's grammar compiler is given.
 MAX_SCHEMA_BYTES = 16 * 1024
 MAX_SCHEMA_DEPTH = 24
-#: The most ``max_tokens`` a direct call may ask for.
+#: The most ``max_tokens`` a direct call may ask for, and what one that names none gets (a
+#: small model asked for follow-ups without a limit may write until its context is full).
 MAX_DIRECT_TOKENS = 8192
+DEFAULT_DIRECT_TOKENS = 1024
 #: Regex features llama.cpp's json_schema grammar cannot express (lookaround, named or
 #: flagged groups, back-references): a ``pattern`` with one is refused, not half-applied.
 _UNSUPPORTED_PATTERN = re.compile(r"\(\?|\\[1-9]|\\[bBkp]")
@@ -349,8 +351,8 @@ def direct_call_of(body: ChatBody) -> DirectCall:
     body.check()
     messages = tuple(DirectMessage("system" if m.role == "developer" else m.role, m.text(i))
                      for i, m in enumerate(body.messages))
-    asked = body.max_completion_tokens or body.max_tokens
-    limit = None if asked is None else max(1, min(asked, MAX_DIRECT_TOKENS))
+    asked = body.max_completion_tokens or body.max_tokens or DEFAULT_DIRECT_TOKENS
+    limit = max(1, min(asked, MAX_DIRECT_TOKENS))
     return DirectCall(body.model, messages, body.json_format(), limit)
 
 

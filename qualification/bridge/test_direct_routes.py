@@ -112,6 +112,7 @@ def test_a_title_task_beside_a_chat_is_one_model_call_and_the_chat_stays_in_step
     assert json.loads(title.choices[0].message.content or "") == {"title": "Bees in the garden"}
     kinds = ["response_format" in r.json() for r in provider.chat_requests()]
     assert kinds == [True, False], "one agent round, then exactly one direct call"
+    assert provider.chat_requests()[-1].json()["max_tokens"] == 1000, "the client's limit"
     callers = sorted(r["caller"] for r in _usage_records(server))
     assert callers == ["direct", "transient"]
     _no_trace(server, specimen)
@@ -302,3 +303,16 @@ def test_the_demo_agent_refuses_a_json_format_in_words(specimen: Path,
             "messages": [{"role": "user", "content": "hi"}]})
     assert answer.status_code == 422
     assert "demo agent answers in words only" in answer.json()["error"]["message"]
+
+
+@pytest.mark.req("BR-17")
+@pytest.mark.parametrize(("asked", "sent"), [({}, 1024), ({"max_tokens": 20_000}, 8192),
+                                             ({"max_completion_tokens": 7}, 7)])
+def test_a_direct_call_is_bounded_even_when_the_client_names_no_limit(
+        face: FaceFactory, asked: dict[str, int], sent: int) -> None:
+    server, provider, _ = face(Scenario(name="d", answers=(), direct=(Answer(content="ok"),)))
+    with bearer_client(server) as http:
+        answer = http.post("/api/cordis/v1/chat/completions", json={
+            "model": DIRECT, "messages": [{"role": "user", "content": "hi"}], **asked})
+    assert answer.status_code == 200, answer.text
+    assert provider.chat_requests()[-1].json()["max_tokens"] == sent

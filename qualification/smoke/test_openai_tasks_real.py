@@ -96,7 +96,8 @@ def test_a_chat_and_its_title_tag_and_follow_up_tasks_on_one_slot(served: httpx.
     for thread in (chat, *tasks):
         thread.join(600)
     assert {name: r.status_code for name, r in results.items()} == dict.fromkeys(
-        ("chat", "title", "follow-ups", "tags"), 200)
+        ("chat", "title", "follow-ups", "tags"), 200), {n: r.text[-300:] for n, r in
+                                                       results.items()}
     chunks, done = completion_chunks(results["chat"].text)
     assert done and not [c for c in chunks if "error" in c], results["chat"].text[-500:]
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop" or chunks[-2]["choices"]
