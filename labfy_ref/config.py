@@ -107,6 +107,8 @@ class ServeConfig:
     approval_seconds: float = DEFAULT_APPROVAL_SECONDS
     #: BR-20: the longest silence of a completion's SSE stream (a comment line keeps it open).
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
+    #: SV-10: open the page, logged in, in the default browser once serving.
+    open_browser: bool = False
 
     def as_json(self) -> dict[str, Any]:
         """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
@@ -125,6 +127,7 @@ class ServeConfig:
                 "work_db": None if self.work_db is None else self.work_db.redacted(),
                 "approval_timeout_seconds": self.approval_seconds,
                 "sse_keepalive_seconds": self.keepalive_seconds,
+                "open_browser": self.open_browser,
             },
             "agent": {
                 "mode": agent.mode.value,
@@ -179,6 +182,7 @@ class RawOptions:
     work_db: str | None = None
     approval_timeout: str | None = None
     sse_keepalive: str | None = None
+    open_browser: bool = False
 
 
 def _pick(flag: str | None, env_name: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
@@ -408,6 +412,7 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         work_db=given_work_database(raw.work_db, environ),
         approval_seconds=approval_timeout_option(raw.approval_timeout),
         keepalive_seconds=keepalive_option(raw.sse_keepalive),
+        open_browser=raw.open_browser,
     )
 
 

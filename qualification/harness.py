@@ -37,7 +37,7 @@ from labfy_ref.workspace import open_workspace
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "MODEL_UNAVAILABLE", "MODEL_PROTOCOL_ERROR",
             "BUDGET_EXHAUSTED"}
-LAUNCH_CODE = "test-launch-code-0123456789"
+LAUNCH_CODE = "testlaunchcode0123456789"  # letters and digits, as SV-10 draws them
 
 
 def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0,

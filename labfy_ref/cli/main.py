@@ -339,8 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve", parents=[debug], help="run the workspace server (demo agent by default)",
-        description="Serve a workspace on a loopback address; print the URL and, on its own "
-                    "line, a one-time login code.")
+        description="Serve a workspace on a loopback address; print a one-click login link, "
+                    "the URL and, on its own line, the login code (valid while it runs).")
     add_serve_options(serve)
     serve.set_defaults(handler=_serve)
 

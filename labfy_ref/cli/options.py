@@ -53,6 +53,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     server.add_argument("--ready-file", metavar="PATH",
                         help="write {url, port, token, pid} here (mode 0600) once serving; "
                              "its directory must exist; default: none")
+    server.add_argument("--open", dest="open_browser", action="store_true", default=False,
+                        help="open the page, logged in, in the default browser (the code "
+                             "never appears on the browser's command line); default: off")
     server.add_argument("--permission-mode", metavar="read-only|workspace-write",
                         help="may the agent write workspace files; default: read-only")
     server.add_argument("--bridge", action="store_true", default=False,
@@ -162,4 +165,5 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         conclude_after=args.conclude_after, log_level=args.log_level, log_file=args.log_file,
         debug=getattr(args, "debug", False), work_db=args.work_db,
         approval_timeout=args.approval_timeout, sse_keepalive=args.sse_keepalive,
+        open_browser=args.open_browser,
     )

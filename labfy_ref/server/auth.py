@@ -21,6 +21,7 @@ sent cross-site without a CORS preflight, and CORS is never enabled).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import enum
 import hashlib
@@ -52,6 +53,12 @@ class Role(enum.StrEnum):
 
     ADMIN = "admin"
     USER = "user"
+
+
+def new_login_code() -> str:
+    """A fresh login code (SV-10): 160 random bits in lowercase base32, letters and digits
+    only, so a double-click in a terminal copies it whole."""
+    return base64.b32encode(secrets.token_bytes(20)).decode("ascii").lower()
 
 
 def cookie_name(port: int) -> str:
@@ -136,12 +143,13 @@ class Authenticator:
         self._sessions: dict[str, Session] = {}  # insertion order is age: oldest first
 
     def login(self, token: str) -> Session | None:
-        """A fresh session for a valid code, else None.
+        """A fresh session for a valid code (surrounding whitespace trimmed: a pasted code
+        often brings some, SV-10), else None.
 
         Raises :class:`RuntimeRefused` ``TOO_MANY_SESSIONS`` when the role is full
         even after expired sessions and this account's oldest are gone.
         """
-        identity = self._identify(token)
+        identity = self._identify(token.strip())
         if identity is None:
             return None
         role, name = identity

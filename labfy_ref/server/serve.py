@@ -14,16 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import html
 import json
 import logging
 import math
 import os
 import resource
 import secrets
+import shutil
 import signal
 import socket
 import sys
 import tempfile
+import webbrowser
 from pathlib import Path
 
 import uvicorn
@@ -42,7 +45,7 @@ from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol import ChatModel
 from labfy_ref.runtime import AgentRuntime, RuntimeLimits
 from labfy_ref.server.app import create_app
-from labfy_ref.server.auth import Authenticator, cookie_name, load_accounts
+from labfy_ref.server.auth import Authenticator, cookie_name, load_accounts, new_login_code
 from labfy_ref.server.connections import DEFAULT_LIMITS, ConnectionLimits, guarded_protocol
 from labfy_ref.server.state import ServerState
 from labfy_ref.server.work_access import WorkAccess
@@ -235,6 +238,39 @@ def prepare_supervised(config: ServeConfig, scratch: Path, held: contextlib.Exit
                             log_dir=scratch / "llama-server", slots=slots)
 
 
+def banner(workspace: Workspace, agent: str, url: str, code: str, *, loading: bool,
+           bridge: bool) -> list[str]:
+    """What ``serve`` prints once serving (README pins these lines): the workspace and agent,
+    the one-click login link (SV-10), the engine page and OpenAI base URL with the bridge,
+    and last the page's URL and, on its own line, the login code."""
+    lines = [f"labfy-ref: workspace '{workspace.name}' ({workspace.kind.value}), agent: {agent}"]
+    if loading:
+        lines.append("labfy-ref: llama-server is loading; the page shows when the model is "
+                     "ready")
+    lines.append(f"labfy-ref: log in with one click: {url}#code={code}")
+    if bridge:
+        lines += [f"labfy-ref: engine page: {url}cordis",
+                  f"labfy-ref: OpenAI base URL: {url}api/cordis/v1 (API key: the login code)"]
+    return [*lines, f"Open {url} and log in with this login code:", code]
+
+
+def open_in_browser(link: str) -> Path | None:
+    """Open ``link`` in the default browser through a 0600 redirect file (SV-10): the code
+    never appears on the browser's command line, which other users can read. The file's
+    path, or None when no browser could be started (the banner's link stays)."""
+    folder = Path(tempfile.mkdtemp(prefix="labfy-open-"))  # 0700
+    page = folder / "open.html"
+    fd = os.open(page, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        quoted = html.escape(link, quote=True)
+        out.write(f'<!doctype html><meta charset="utf-8"><meta name="referrer" '
+                  f'content="no-referrer"><meta http-equiv="refresh" content="0;url={quoted}">'
+                  f'<title>labfy-ref</title><a href="{quoted}">Open labfy-ref</a>\n')
+    if not webbrowser.open(page.as_uri()):
+        print("labfy-ref: no browser could be opened; use the link above", flush=True)
+    return page
+
+
 def serve(config: ServeConfig, progress: Progress | None = None) -> int:
     """Run the workspace server until SIGINT/SIGTERM; return the exit code."""
     uvicorn_level = _configure_log(config)
@@ -252,12 +288,13 @@ def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
     lock.acquire()
     sock = None
     announced: list[str] = []  # the URL, once the server is announced
+    opened: list[Path | None] = []  # the --open redirect file, removed at stop
     failures: list[LabfyError] = []
     try:
         sock = bind_socket(config.host.value, config.port)
         port = int(sock.getsockname()[1])
         url = f"http://{config.host.url_form}:{port}/"
-        launch_code = secrets.token_urlsafe(24)
+        launch_code = new_login_code()
         state = build_state(config, workspace, port, launch_code, supervised=supervised)
 
         def announce() -> None:
@@ -276,13 +313,11 @@ def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
             log.info("server started workspace=%s kind=%s agent=%s address=%s pid=%d",
                      json.dumps(workspace.name, ensure_ascii=False), workspace.kind.value,
                      json.dumps(state.runtime.label, ensure_ascii=False), url, os.getpid())
-            print(f"labfy-ref: workspace '{workspace.name}' ({workspace.kind.value}), "
-                  f"agent: {state.runtime.label}", flush=True)
-            if supervised is not None:
-                print("labfy-ref: llama-server is loading; the page shows when the model is "
-                      "ready", flush=True)
-            print(f"Open {url} and log in with this one-time code:", flush=True)
-            print(launch_code, flush=True)
+            for line in banner(workspace, state.runtime.label, url, launch_code,
+                               loading=supervised is not None, bridge=config.bridge):
+                print(line, flush=True)
+            if config.open_browser:
+                opened.append(open_in_browser(f"{url}#code={launch_code}"))
 
         server = uvicorn.Server(uvicorn_config(create_app(state, on_started=announce),
                                                uvicorn_level, connection_limits()))
@@ -298,6 +333,9 @@ def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
             sock.close()
         if announced and config.ready_file is not None:
             config.ready_file.unlink(missing_ok=True)
+        for page in opened:
+            if page is not None:
+                shutil.rmtree(page.parent, ignore_errors=True)
         lock.release()
         if announced:
             log.info("server stopped address=%s", announced[0])

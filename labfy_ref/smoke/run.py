@@ -4,7 +4,7 @@ Stages, each a line on the terminal as it passes: govern (file size, KV
 cache, scratch disk) → verify (SHA-256, with a progress bar) → start our own
 llama-server (SM-02/05/06) → a fresh temporary SPECIMEN workspace and server
 on a free loopback port → the scenario driven over the real HTTP API exactly
-as a user's client does: log in with the one-time code, start a turn, poll
+as a user's client does: log in with the login code, start a turn, poll
 it; the model must read an object and prepare research; the turn pauses
 ``AUTHORIZATION_REQUIRED`` with the campaign untouched (no contact); a human
 grant; resume of the same turn; the SPECIMEN campaign ran; a final answer
@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import secrets
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from collections.abc import Set as AbstractSet
@@ -53,7 +52,7 @@ from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
 from labfy_ref.server.app import create_app
-from labfy_ref.server.auth import cookie_name
+from labfy_ref.server.auth import cookie_name, new_login_code
 from labfy_ref.server.serve import bind_socket, build_state, uvicorn_config
 from labfy_ref.smoke.record import SmokeRecord
 from labfy_ref.tools import default_catalog
@@ -185,7 +184,7 @@ async def serve_workspace(config: ServeConfig, model: SupervisedLlama | None, *,
     assert config.workspace is not None
     sock = bind_socket(config.host.value, None)
     port = int(sock.getsockname()[1])
-    code = secrets.token_urlsafe(24)
+    code = new_login_code()
     state = build_state(config, open_workspace(config.workspace), port, code, supervised=model,
                         limits=limits, owns_model=owns_model, agent=agent)
     server = uvicorn.Server(uvicorn_config(create_app(state)))

@@ -30,8 +30,11 @@
 // disabled, and /api/health is retried until it answers; then the session is checked
 // again (a 401 there brings the login form back). A 401 from any call ends the session
 // on the page. Nothing here ever calls console.error: an expected failure is shown in
-// the page, not logged. The login code is typed or pasted; it is never read from or put
-// into a URL, and the form is built here, so without script there is no form to submit.
+// the page, not logged. The login code is typed or pasted (surrounding whitespace is
+// trimmed), or it arrives in the URL's fragment, #code=CODE (SV-10: the banner's one-click
+// link): the page takes it, removes the fragment from the address bar and the history at
+// once, then logs in with a POST. A fragment never reaches the server, its logs or a
+// Referer. The form is built here, so without script there is no form to submit.
 "use strict";
 
 (function defineSession() {
@@ -236,10 +239,22 @@
     }
   }
 
+  /** The code of a #code=CODE fragment (SV-10), which leaves the address bar and history
+   *  before anything else happens; null when the URL has none. */
+  function takeFragmentCode() {
+    const found = /^#code=([A-Za-z0-9]{1,256})$/.exec(window.location.hash);
+    if (!window.location.hash.startsWith("#code=")) return null;
+    window.history.replaceState(null, "", window.location.pathname + window.location.search);
+    return found ? found[1] : "";
+  }
+
   async function submitLogin(event) {
     event.preventDefault();
+    await logIn(state.ui.code.value.trim());
+  }
+
+  async function logIn(code) {
     const { ui } = state;
-    const code = ui.code.value;
     ui.error.textContent = "";
     ui.submit.disabled = true;
     try {
@@ -275,7 +290,8 @@
     section.setAttribute("aria-labelledby", heading.id);
     const form = node("form", "login-form");
     form.autocomplete = "off";
-    const label = node("label", "", "Login code (printed by labfy-ref serve)");
+    const label = node("label", "", "Login code (printed in the terminal where labfy-ref "
+                       + "serve runs, under its one-click link)");
     label.htmlFor = "login-code";
     const code = node("input", "login-code");
     code.id = "login-code";
@@ -330,7 +346,10 @@
     options.account.hidden = true;
     options.banner.hidden = true;
     if (options.content) options.content.hidden = true;
-    return checkSession();
+    const fragmentCode = takeFragmentCode();
+    if (fragmentCode === null) return checkSession();
+    options.login.hidden = false;  // where a refused code is said
+    return logIn(fragmentCode);
   }
 
   window.labfySession = Object.freeze({

@@ -338,3 +338,30 @@ def test_lost_connection_then_a_restart_explains_the_lost_paused_turn(
     page.reload()
     page.find("login-code")
     assert not account(page).is_displayed()
+
+
+@pytest.mark.req("SV-10", "SV-03", "UI-01")
+def test_the_one_click_link_logs_in_and_leaves_no_code_in_the_address_or_history(
+        page: Page, specimen: Path, server_factory: ServerFactory) -> None:
+    server = server_factory(specimen)
+    page.base_url = server.url
+    page.driver.get(f"{server.url}/#code={LAUNCH_CODE}")
+    page.wait(lambda: "Logged in as admin (admin)" in account(page).text, what="logged in")
+    assert page.driver.current_url == f"{server.url}/", "the fragment is gone"
+    assert LAUNCH_CODE not in str(page.driver.execute_script("return location.href"))
+    page.driver.back()  # the code is not one step back in the history either
+    assert LAUNCH_CODE not in page.driver.current_url
+
+
+@pytest.mark.req("SV-10", "SV-03", "UI-01")
+def test_a_pasted_code_with_spaces_logs_in_and_a_bad_link_says_so(
+        page: Page, specimen: Path, server_factory: ServerFactory) -> None:
+    server = server_factory(specimen)
+    page.base_url = server.url
+    page.driver.get(f"{server.url}/#code=notthecode")
+    refused = page.wait(lambda: page.driver.find_element(By.CSS_SELECTOR, ".login-error"),
+                        what="the login form")
+    page.wait(lambda: refused.text.startswith("UNAUTHENTICATED: "), what="a refused link")
+    assert "notthecode" not in page.driver.current_url
+    page.login(f"  {LAUNCH_CODE} \t")
+    page.wait(lambda: "Logged in as admin (admin)" in account(page).text, what="logged in")

@@ -1,6 +1,6 @@
 """Start a server the way a stranger's would be started: its own process, read from its output.
 
-The kit knows a target only by what any user sees: the URL and the one-time
+The kit knows a target only by what any user sees: the URL and the
 login code ``labfy-ref serve`` prints. No ready file, no port chosen for it, no
 look at its workspace. The mutants (``qualification/mutants``) are launched the
 same way, with a different command in front of ``serve``.
@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 from typing import IO
 
-#: The line ``labfy-ref serve`` prints before the code (SV-01: the code on its own line).
-_PROMPT = " and log in with this one-time code:"
+#: The line ``labfy-ref serve`` prints before the code (SV-01: the code on its own line); a
+#: build before SV-10 called it a one-time code.
+_PROMPTS = (" and log in with this login code:", " and log in with this one-time code:")
 SERVE = (sys.executable, "-m", "labfy_ref.cli.main", "serve")
 
 
@@ -70,8 +71,9 @@ class ServeLaunch:
                 break
             if url is not None:
                 return url, line.strip()
-            if line.startswith("Open ") and _PROMPT in line:
-                url = line.removeprefix("Open ").split(_PROMPT, 1)[0].strip()
+            prompt = next((p for p in _PROMPTS if p in line), None)
+            if line.startswith("Open ") and prompt is not None:
+                url = line.removeprefix("Open ").split(prompt, 1)[0].strip()
         self.stop()
         raise LaunchError(f"{' '.join(self.command[-2:])} did not print its URL and code in "
                           f"{timeout:.0f} s; its log: {self.tail()}")

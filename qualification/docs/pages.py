@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 #: Every page's text, in one string (the README first).
 TEXT = "\n".join(page.read_text("utf-8") for page in PAGES)
-_MARKED = re.compile(r"<!-- ([a-z-]+):start -->\n```(\w+)\n(.*?)```\n<!-- \1:end -->", re.S)
+#: A marked block, at the margin or indented alike (inside a list item, say).
+_MARKED = re.compile(r"^([ \t]*)<!-- ([a-z-]+):start -->\n\1```(\w+)\n(.*?)^\1```\n"
+                     r"\1<!-- \2:end -->", re.S | re.M)
 
 
 def blocks() -> dict[str, str]:
     """``name -> code`` of every marked block of every page."""
     found: dict[str, str] = {}
-    for name, _language, code in _MARKED.findall(TEXT):
+    for _indent, name, _language, code in _MARKED.findall(TEXT):
         assert name not in found, f"two blocks are named {name}"
-        found[name] = code
+        found[name] = textwrap.dedent(code)
     return found
 
 

@@ -80,6 +80,7 @@ EXECUTED = {
     "work-flow": "qualification/work/test_cli.py",
     "eval-tasks": "qualification/unit/test_eval_tasks.py",
     "ignored-fields": "qualification/bridge/test_openai_face.py",  # checked, not run
+    "serve-banner": "qualification/server/test_serve_command.py",  # what serve prints
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -17,7 +18,8 @@ import pytest
 
 from labfy_ref.netutil import RESERVED_PORTS, free_port
 from labfy_ref.server.serve import _write_ready_file
-from qualification.harness import ServeProcess
+from qualification.docs.pages import block
+from qualification.harness import ServeProcess, wait_until
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
@@ -48,7 +50,9 @@ def test_serve_prints_the_url_and_the_code_on_its_own_line_and_writes_the_ready_
     assert code == 0
     lines = out.splitlines()
     assert ready["token"] in lines, "the code is alone on its own line"
-    assert sum(ready["token"] in line for line in lines) == 1
+    assert [line for line in lines if ready["token"] in line] == [
+        f"labfy-ref: log in with one click: {ready['url']}#code={ready['token']}",
+        ready["token"]], "the code only in the one-click link's fragment and on its own line"
     assert any(ready["url"] in line and ready["token"] not in line for line in lines)
     assert ready["token"] not in err
     assert not ready_file.exists(), "the ready file goes away with the server"
@@ -183,7 +187,9 @@ def test_the_server_log_has_a_startup_and_a_shutdown_line_and_never_the_code(
     assert " INFO labfy_ref.server server stopped " in lines[-1]
     assert ready["token"] not in log_file.read_text("utf-8")
     assert ready["token"] not in err
-    assert [line for line in out.splitlines() if ready["token"] in line] == [ready["token"]]
+    assert [line for line in out.splitlines() if ready["token"] in line] == [
+        f"labfy-ref: log in with one click: {ready['url']}#code={ready['token']}",
+        ready["token"]], "the code on the terminal only: the link and its own line"
     assert err == "", "with --log-file, nothing of the log goes to stderr"
 
 
@@ -223,3 +229,81 @@ def test_uvicorn_errors_reach_our_log_as_one_line_unless_debugging(
                              "exception=RuntimeError (the traceback only with --debug)")
     assert lines[1].endswith("ERROR uvicorn.error INTERNAL_ERROR in the application "
                              "exception=RuntimeError (the traceback only with --debug)")
+
+
+def _banner_patterns() -> list[re.Pattern[str]]:
+    """The README's pinned banner lines as patterns (PORT, CODE, LABEL and the workspace
+    stand for what a run prints)."""
+    pinned = block("serve-banner").strip().splitlines()
+    patterns = []
+    for line in pinned:
+        pattern = re.escape(line)
+        for word, value in (("PORT", r"\d+"), ("CODE", "[a-z2-7]{32}"), ("LABEL", ".+"),
+                            (re.escape("'SPECIMEN' (specimen)"), r"'[^']+' \(\w+\)")):
+            pattern = pattern.replace(word, value)
+        patterns.append(re.compile(pattern))
+    return patterns
+
+
+@pytest.mark.req("SV-10", "SV-01", "DOC-01")
+@pytest.mark.parametrize("bridge", [False, True])
+def test_the_banner_is_the_one_the_readme_pins_with_a_code_a_double_click_copies(
+        specimen: Path, tmp_path: Path, bridge: bool) -> None:
+    server = ServeProcess("--workspace", str(specimen), "--port", "0",
+                          *(["--bridge"] if bridge else []), ready_file=tmp_path / "ready.json")
+    try:
+        ready = server.wait_ready()
+        code, url = str(ready["token"]), str(ready["url"])
+        with httpx.Client(trust_env=False) as http:
+            padded = http.post(url + "api/v1/session", json={"token": f"  {code}\t\n"})
+            assert padded.status_code == 200, "surrounding whitespace of a paste is trimmed"
+            inner = http.post(url + "api/v1/session", json={"token": f"{code[:5]} {code[5:]}"})
+            assert inner.status_code == 401, "only the surroundings are trimmed"
+    finally:
+        status, out, _ = server.stop()
+    assert status == 0
+    assert re.fullmatch("[a-z2-7]{32}", code), "letters and digits: a double-click copies it"
+    lines = [line for line in out.splitlines() if line.startswith(("labfy-ref: ", "Open "))
+             or line == code]
+    extra = [f"labfy-ref: engine page: {url}cordis",
+             f"labfy-ref: OpenAI base URL: {url}api/cordis/v1 (API key: the login code)"]
+    expected = _banner_patterns()
+    if bridge:
+        assert lines[2:4] == extra
+        lines = lines[:2] + lines[4:]
+    assert len(lines) == len(expected), out
+    for line, pattern in zip(lines, expected, strict=True):
+        assert pattern.fullmatch(line), (line, pattern.pattern)
+
+
+@pytest.mark.req("SV-10")
+def test_open_hands_the_browser_a_private_redirect_file_never_the_code(
+        specimen: Path, tmp_path: Path) -> None:
+    """Like Jupyter: the browser's command line (which other users can read) holds a path;
+    the 0600 file it names redirects to the one-click link, and is gone at stop."""
+    seen = tmp_path / "browser.json"
+    browser = tmp_path / "browser"
+    browser.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import json, os, stat, sys
+        from pathlib import Path
+        from urllib.parse import urlparse
+        page = Path(urlparse(sys.argv[1]).path)
+        json.dump({{"argv": sys.argv[1:], "mode": stat.S_IMODE(os.stat(page).st_mode),
+                   "text": page.read_text()}}, open({str(seen)!r}, "w"))
+        """))
+    browser.chmod(0o700)
+    server = ServeProcess("--workspace", str(specimen), "--port", "0", "--open",
+                          ready_file=tmp_path / "ready.json", env={"BROWSER": str(browser)})
+    try:
+        ready = server.wait_ready()
+        wait_until(seen.exists, timeout=20)
+        opened = json.loads(seen.read_text())
+    finally:
+        server.stop()
+    code = str(ready["token"])
+    assert not any(code in arg for arg in opened["argv"]), "never on a command line"
+    assert opened["argv"][0].startswith("file://") and opened["mode"] == 0o600
+    assert f'{ready["url"]}#code={code}' in opened["text"]
+    page = Path(opened["argv"][0].removeprefix("file://"))
+    assert not page.exists() and not page.parent.exists(), "removed with the server"
