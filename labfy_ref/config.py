@@ -26,6 +26,8 @@ from labfy_ref.model.endpoint import LoopbackHost, ModelEndpoint, parse_endpoint
 from labfy_ref.model.variants import check_variant
 from labfy_ref.modes import (
     DEFAULT_APPROVAL_SECONDS,
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_MAX_SESSION_SECONDS,
     MAX_APPROVAL_SECONDS,
     AgentMode,
     PermissionMode,
@@ -62,6 +64,8 @@ class SupervisedModel:
     cpu_variant: str | None = None
 
 
+#: SV-11: the longest a session may be kept (a year).
+MAX_SESSION_SECONDS = 366 * 86400
 #: BR-20: the most slots a model may be said (or, supervised, started) to have.
 MAX_SLOTS = 16
 #: BR-20: a chat client's SSE stream is never silent longer (proxies close idle ones).
@@ -109,6 +113,9 @@ class ServeConfig:
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
     #: SV-10: open the page, logged in, in the default browser once serving.
     open_browser: bool = False
+    #: SV-11: a session ends this long after its last request, and this long after login.
+    session_idle_seconds: float = DEFAULT_IDLE_SECONDS
+    session_max_seconds: float = DEFAULT_MAX_SESSION_SECONDS
 
     def as_json(self) -> dict[str, Any]:
         """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
@@ -128,6 +135,8 @@ class ServeConfig:
                 "approval_timeout_seconds": self.approval_seconds,
                 "sse_keepalive_seconds": self.keepalive_seconds,
                 "open_browser": self.open_browser,
+                "session_idle_seconds": self.session_idle_seconds,
+                "session_max_seconds": self.session_max_seconds,
             },
             "agent": {
                 "mode": agent.mode.value,
@@ -183,6 +192,8 @@ class RawOptions:
     approval_timeout: str | None = None
     sse_keepalive: str | None = None
     open_browser: bool = False
+    session_idle: str | None = None
+    session_max: str | None = None
 
 
 def _pick(flag: str | None, env_name: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
@@ -413,7 +424,20 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         approval_seconds=approval_timeout_option(raw.approval_timeout),
         keepalive_seconds=keepalive_option(raw.sse_keepalive),
         open_browser=raw.open_browser,
+        **session_options(raw.session_idle, raw.session_max),
     )
+
+
+def session_options(idle: str | None, most: str | None) -> dict[str, float]:
+    """``--session-idle``, ``--session-max`` (SV-11): seconds, idle at most the cap."""
+    idle_seconds = (DEFAULT_IDLE_SECONDS if idle is None
+                    else _seconds(idle, "--session-idle", MAX_SESSION_SECONDS))
+    max_seconds = (DEFAULT_MAX_SESSION_SECONDS if most is None
+                   else _seconds(most, "--session-max", MAX_SESSION_SECONDS))
+    if idle_seconds > max_seconds:
+        raise _refuse(f"--session-idle ({idle_seconds:g} s) must not exceed --session-max "
+                      f"({max_seconds:g} s)")
+    return {"session_idle_seconds": idle_seconds, "session_max_seconds": max_seconds}
 
 
 # -- labfy-ref work worker -------------------------------------------------------------------

@@ -27,6 +27,10 @@ class PermissionMode(enum.StrEnum):
 #: says otherwise, and the most it may say; an unanswered approval expires (rejected).
 DEFAULT_APPROVAL_SECONDS = 300.0
 MAX_APPROVAL_SECONDS = 86400.0
+#: SV-11: a login session ends after this long without a request...
+DEFAULT_IDLE_SECONDS = 8 * 3600.0
+#: ...and this long after the login, whatever the activity.
+DEFAULT_MAX_SESSION_SECONDS = 7 * 86400.0
 
 
 class Approval(enum.StrEnum):

@@ -21,7 +21,11 @@ from labfy_ref.config import (
     WorkerOptions,
 )
 from labfy_ref.logs import DEFAULT_LEVEL, LEVELS
-from labfy_ref.modes import DEFAULT_APPROVAL_SECONDS
+from labfy_ref.modes import (
+    DEFAULT_APPROVAL_SECONDS,
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_MAX_SESSION_SECONDS,
+)
 from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
 from labfy_ref.workspace.layout import default_specimen_path
 
@@ -69,6 +73,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     server.add_argument("--approval-timeout", metavar="SECONDS",
                         help="how long a bridge approval waits for its human before it "
                              f"expires, rejected (BR-12); default: {DEFAULT_APPROVAL_SECONDS:g}")
+    server.add_argument("--session-idle", metavar="SECONDS",
+                        help="a login session ends after this long without a request (SV-11); "
+                             f"default: {DEFAULT_IDLE_SECONDS:g} (8 hours)")
+    server.add_argument("--session-max", metavar="SECONDS",
+                        help="and this long after the login, whatever the use; default: "
+                             f"{DEFAULT_MAX_SESSION_SECONDS:g} (7 days)")
     server.add_argument("--sse-keepalive", metavar="SECONDS",
                         help="the longest a chat client's completion stream stays silent "
                              "while the engine works: an SSE comment is sent then (BR-20); "
@@ -165,5 +175,6 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         conclude_after=args.conclude_after, log_level=args.log_level, log_file=args.log_file,
         debug=getattr(args, "debug", False), work_db=args.work_db,
         approval_timeout=args.approval_timeout, sse_keepalive=args.sse_keepalive,
-        open_browser=args.open_browser,
+        open_browser=args.open_browser, session_idle=args.session_idle,
+        session_max=args.session_max,
     )

@@ -35,9 +35,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from labfy_ref.errors import ConfigRefused, ErrorCode, RuntimeRefused
+from labfy_ref.modes import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSION_SECONDS
 
 SESSION_COOKIE_PREFIX = "labfy_session_"
-DEFAULT_SESSION_SECONDS = 3600
+
 MAX_SESSIONS_PER_ACCOUNT = 16
 MAX_SESSIONS_PER_ROLE = 1024
 MAX_TOKEN_CHARS = 256  # the login body's bound (LoginBody), the same for a bearer
@@ -125,19 +126,22 @@ class Session:
     role: Role
     name: str  # "admin" for the launch code, else the account's name
     csrf_token: str
-    expires_at: float
+    expires_at: float  # idle expiry: moved on by each authenticated request, never past ends_at
     bearer: bool = False  # a request-scoped bearer session: no id, no CSRF secret, not stored
+    ends_at: float = math.inf  # the absolute cap: login time + the maximum lifetime
 
 
 class Authenticator:
     """Checks login codes and keeps sessions; secrets are compared in constant time."""
 
     def __init__(self, launch_code: str, accounts: tuple[Account, ...] = (), *, cookie: str,
-                 lifetime_seconds: int = DEFAULT_SESSION_SECONDS) -> None:
+                 idle_seconds: float = DEFAULT_IDLE_SECONDS,
+                 max_seconds: float = DEFAULT_MAX_SESSION_SECONDS) -> None:
         self.cookie = cookie
         self._launch_hash = token_hash(launch_code)
         self._accounts = accounts
-        self.lifetime_seconds = lifetime_seconds
+        self.idle_seconds = idle_seconds
+        self.max_seconds = max_seconds
         # Monotonic, so wall-clock jumps change no lifetime; tests may move it.
         self.clock: Callable[[], float] = time.monotonic
         self._sessions: dict[str, Session] = {}  # insertion order is age: oldest first
@@ -154,8 +158,10 @@ class Authenticator:
             return None
         role, name = identity
         self._make_room(role, name)
+        now = self.clock()
+        ends_at = now + self.max_seconds
         session = Session(secrets.token_urlsafe(32), role, name, secrets.token_urlsafe(32),
-                          self.clock() + self.lifetime_seconds)
+                          min(now + self.idle_seconds, ends_at), ends_at=ends_at)
         self._sessions[session.session_id] = session
         return session
 
@@ -188,16 +194,28 @@ class Authenticator:
         return None if role is None else (role, name)
 
     def session(self, session_id: str | None) -> Session | None:
-        """The live session of a cookie value, or None (expired ones are dropped)."""
+        """The live session of a cookie value, or None (expired ones are dropped). Being
+        asked for is use (SV-11): its idle expiry moves on, never past its absolute end."""
         if not session_id:
             return None
         session = self._sessions.get(session_id)
         if session is None:
             return None
-        if session.expires_at <= self.clock():
+        now = self.clock()
+        if session.expires_at <= now:
             del self._sessions[session_id]
             return None
+        session = dataclasses.replace(session,
+                                      expires_at=min(now + self.idle_seconds, session.ends_at))
+        self._sessions[session_id] = session
         return session
+
+    def remaining(self, session: Session) -> dict[str, float]:
+        """Seconds left before ``session`` ends idle (``idle_seconds``: were nothing asked
+        meanwhile) and at the latest (``ends_in``) — what the page warns by."""
+        now = self.clock()
+        return {"idle_seconds": round(max(0.0, session.expires_at - now), 1),
+                "ends_in": round(max(0.0, session.ends_at - now), 1)}
 
     def logout(self, session_id: str) -> None:
         """Forget a session."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -67,7 +68,13 @@ async def version() -> dict[str, Any]:
     return build_info()
 
 
-def _session_json(session: Session) -> dict[str, str]:
+def _session_json(session: Session, state: ServerState, response: Response) -> dict[str, str]:
+    """The session body of SPEC §15; the seconds it has left (SV-11) ride in headers, so the
+    page can warn before it ends, and the pinned body stays as it is."""
+    if not session.bearer:
+        left = state.auth.remaining(session)
+        response.headers["X-Session-Idle-Seconds"] = f"{left['idle_seconds']:g}"
+        response.headers["X-Session-Ends-In"] = f"{left['ends_in']:g}"
     return {"role": session.role.value, "name": session.name, "csrf_token": session.csrf_token}
 
 
@@ -77,15 +84,17 @@ async def login(body: LoginBody, state: State, response: Response) -> dict[str, 
     session = state.auth.login(body.token)
     if session is None:
         raise RuntimeRefused(ErrorCode.UNAUTHENTICATED, "invalid login code")
-    response.set_cookie(state.auth.cookie, session.session_id, max_age=state.auth.lifetime_seconds,
-                        path="/", httponly=True, samesite="strict", secure=False)
-    return _session_json(session)
+    response.set_cookie(state.auth.cookie, session.session_id,
+                        max_age=math.ceil(state.auth.max_seconds), path="/", httponly=True,
+                        samesite="strict", secure=False)
+    return _session_json(session, state, response)
 
 
 @router.get("/v1/session")
-async def current_session(request: Request) -> dict[str, str]:
-    """The session's role, name and CSRF token."""
-    return _session_json(session_of(request.state))
+async def current_session(request: Request, state: State,
+                          response: Response) -> dict[str, str]:
+    """The session's role, name and CSRF token (and, in headers, the seconds it has left)."""
+    return _session_json(session_of(request.state), state, response)
 
 
 @router.delete("/v1/session")

@@ -108,7 +108,9 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
                                   "runtime_limits": limits,
                                   "approval_seconds": config.approval_seconds},
                     enabled=config.bridge)
-    auth = Authenticator(launch_code, accounts, cookie=cookie_name(port))
+    auth = Authenticator(launch_code, accounts, cookie=cookie_name(port),
+                         idle_seconds=config.session_idle_seconds,
+                         max_seconds=config.session_max_seconds)
     # the Work store opens on first use (work_access.py); only its URL is settled here
     work = WorkAccess.of(workspace.root, workspace.workspace_id, config.work_db)
     return ServerState(config=config, workspace=workspace, store=store, gateway=gateway,

@@ -78,6 +78,8 @@ class ServerState:
             # what a launch profile set (QR-07): a conformance kit checks it before it runs
             "bridge": {"enabled": self.config.bridge,
                        "approval_timeout_seconds": self.config.approval_seconds},
+            "session": {"idle_seconds": self.config.session_idle_seconds,
+                        "max_seconds": self.config.session_max_seconds},
             **({"refusals": self.refusals.counts()} if admin else {}),
         }
 

@@ -39,6 +39,9 @@
 
 (function defineSession() {
   const RETRY_DELAYS_MS = [500, 1000, 2000, 3000];
+  // SV-11: how long before the session ends the page says so, and how often it looks.
+  const WARN_BEFORE_MS = 120000;
+  const LIFE_CHECK_MS = 5000;
   const LOST_TEXT = "Connection to the server lost — retrying";
 
   /** An API failure; `message` starts with the stable error code. */
@@ -64,6 +67,11 @@
     retryTimer: null,
     retryIndex: 0,
     ui: null,
+    // SV-11: the session's idle timeout, its absolute end, and the last request that used it
+    idleMs: null,
+    endsAt: null,
+    lastUse: 0,
+    lifeTimer: null,
   };
 
   // Text into an element, never markup; invisible format characters shown (text.js).
@@ -112,7 +120,10 @@
       throw new ApiError("CONNECTION_LOST", "the server did not answer", 0);
     }
     connectionBack();
-    if (response.ok) return response;
+    if (response.ok) {
+      if (state.session) state.lastUse = Date.now();
+      return response;
+    }
     const error = await errorOf(response);
     if (response.status === 401 && state.session) endSession("expired");
     throw error;
@@ -212,6 +223,7 @@
     ui.error.textContent = "";
     if (options.content) options.content.hidden = false;
     if (options.onLogin) options.onLogin(state.session);
+    watchLife();
   }
 
   function endSession(reason) {
@@ -221,18 +233,53 @@
     const { ui, options } = state;
     ui.account.hidden = true;
     ui.who.textContent = "";
+    ui.lifeWarning.hidden = true;
+    clearTimeout(state.lifeTimer);
     ui.login.hidden = false;
     if (options.content) options.content.hidden = true;
     if (reason === "expired") ui.error.textContent = "Your session ended: log in again with the code.";
     if (wasIn && options.onLogout) options.onLogout(reason);
   }
 
+  /** The session's lifetime headers (SV-11) noted, then the JSON body of ``response``. */
+  async function sessionBody(response) {
+    const idle = Number(response.headers.get("X-Session-Idle-Seconds"));
+    const ends = Number(response.headers.get("X-Session-Ends-In"));
+    if (Number.isFinite(idle) && idle > 0) state.idleMs = idle * 1000;
+    if (Number.isFinite(ends) && ends > 0) state.endsAt = Date.now() + ends * 1000;
+    state.lastUse = Date.now();
+    return response.json();
+  }
+
+  /** Say, two minutes ahead, when the session will end; end it on the page when it has. */
+  function watchLife() {
+    clearTimeout(state.lifeTimer);
+    if (!state.session || state.idleMs === null || state.endsAt === null) return;
+    const end = Math.min(state.lastUse + state.idleMs, state.endsAt);
+    const left = end - Date.now();
+    const { ui } = state;
+    if (left <= 0) {
+      checkSession();  // the server says 401: the login form comes back, the typing stays
+      return;
+    }
+    if (left <= WARN_BEFORE_MS) {
+      const why = end === state.endsAt ? "it reaches its maximum length" : "of inactivity";
+      setText(ui.lifeWarning, "Your session ends in " + Math.ceil(left / 1000) + " s ("
+        + why + "); anything you do keeps an idle session, and what you typed stays.");
+      ui.lifeWarning.hidden = false;
+    } else {
+      ui.lifeWarning.hidden = true;
+    }
+    state.lifeTimer = setTimeout(watchLife, Math.min(LIFE_CHECK_MS, Math.max(left, 250)));
+  }
+
   /** GET /api/v1/session: resume a session from the cookie, or show the login form. */
   async function checkSession() {
     try {
-      const body = await api("GET", "/api/v1/session");
+      const body = await sessionBody(await request("GET", "/api/v1/session"));
       if (!state.session) beginSession(body);
       else state.csrf = body.csrf_token ? String(body.csrf_token) : state.csrf;
+      watchLife();
     } catch (error) {
       if (error.status === 401) endSession(state.session ? "expired" : "none");
       // CONNECTION_LOST: the banner says so and the retry checks again.
@@ -258,7 +305,7 @@
     ui.error.textContent = "";
     ui.submit.disabled = true;
     try {
-      const body = await api("POST", "/api/v1/session", { token: code });
+      const body = await sessionBody(await request("POST", "/api/v1/session", { token: code }));
       ui.code.value = "";
       beginSession(body);
     } catch (error) {
@@ -320,8 +367,12 @@
     live(button);
     const accountError = node("span", "error account-error");
     accountError.setAttribute("role", "alert");
-    element.replaceChildren(who, button, accountError);
-    return { who, accountError };
+    const lifeWarning = node("span", "session-warning");
+    lifeWarning.setAttribute("role", "status");
+    lifeWarning.dataset.testid = "session-warning";
+    lifeWarning.hidden = true;
+    element.replaceChildren(who, button, accountError, lifeWarning);
+    return { who, accountError, lifeWarning };
   }
 
   function buildBanner(element) {

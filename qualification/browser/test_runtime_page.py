@@ -365,3 +365,24 @@ def test_a_pasted_code_with_spaces_logs_in_and_a_bad_link_says_so(
     assert "notthecode" not in page.driver.current_url
     page.login(f"  {LAUNCH_CODE} \t")
     page.wait(lambda: "Logged in as admin (admin)" in account(page).text, what="logged in")
+
+
+@pytest.mark.req("SV-11", "UI-01")
+def test_a_session_in_use_stays_and_the_page_warns_before_the_cap_keeping_the_typing(
+        page: Page, specimen: Path, server_factory: ServerFactory) -> None:
+    """Idle timeout 4 s, cap 12 s: the open page's own use keeps the session past several
+    idle timeouts; before the cap it says so; at the cap the login form comes back and the
+    half-typed message is still there."""
+    server = server_factory(specimen, session_idle="4", session_max="12")
+    page.base_url = server.url
+    page.driver.get(f"{server.url}/#code={LAUNCH_CODE}")
+    page.wait(lambda: "Logged in as admin (admin)" in account(page).text, what="logged in")
+    page.type("composer-input", "half a thought")
+    warning = page.wait(lambda: page.find("session-warning"), what="the warning element")
+    page.wait(lambda: warning.is_displayed() and "maximum length" in warning.text,
+              timeout=20, what="the warning before the cap")
+    assert "Logged in as admin (admin)" in account(page).text, "kept past two idle timeouts"
+    page.wait(lambda: page.driver.find_element(By.ID, "login-panel").is_displayed(),
+              timeout=20, what="the login form at the cap")
+    assert page.driver.find_element(By.ID, "composer-input").get_attribute("value") == \
+        "half a thought"

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from labfy_ref.errors import ConfigRefused, ErrorCode, RuntimeRefused
+from labfy_ref.modes import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSION_SECONDS
 from labfy_ref.server.auth import (
-    DEFAULT_SESSION_SECONDS,
     MAX_SESSIONS_PER_ACCOUNT,
     MAX_SESSIONS_PER_ROLE,
     MAX_TOKEN_CHARS,
@@ -47,7 +47,7 @@ class Clock:
 
 def _auth(*names: str, lifetime: int | None = None) -> tuple[Authenticator, Clock]:
     accounts = tuple(Account(name, token_hash(f"token-{name}")) for name in names)
-    kwargs = {} if lifetime is None else {"lifetime_seconds": lifetime}
+    kwargs = {} if lifetime is None else {"idle_seconds": lifetime, "max_seconds": lifetime}
     auth = Authenticator(LAUNCH, accounts, cookie="labfy_session_43117", **kwargs)
     clock = Clock()
     auth.clock = clock
@@ -56,8 +56,8 @@ def _auth(*names: str, lifetime: int | None = None) -> tuple[Authenticator, Cloc
 
 @pytest.mark.req("SV-03", "AV-03", "SV-08")
 def test_the_bounds_are_the_documented_numbers() -> None:
-    assert (DEFAULT_SESSION_SECONDS, MAX_SESSIONS_PER_ACCOUNT, MAX_SESSIONS_PER_ROLE,
-            MAX_TOKEN_CHARS) == (3600, 16, 1024, 256)
+    assert (DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSION_SECONDS, MAX_SESSIONS_PER_ACCOUNT,
+            MAX_SESSIONS_PER_ROLE, MAX_TOKEN_CHARS) == (8 * 3600, 7 * 86400, 16, 1024, 256)
     assert cookie_name(43117) == "labfy_session_43117"
     assert token_hash("é") == hashlib.sha256("é".encode()).hexdigest()
 
@@ -68,7 +68,7 @@ def test_the_launch_code_is_admin_an_account_token_is_that_user() -> None:
     admin = auth.login(LAUNCH)
     assert admin is not None and (admin.role, admin.name, admin.bearer) == (Role.ADMIN, "admin",
                                                                           False)
-    assert admin.expires_at == clock.now + 3600
+    assert admin.expires_at == clock.now + DEFAULT_IDLE_SECONDS
     bob = auth.login("token-bob")
     assert bob is not None and (bob.role, bob.name) == (Role.USER, "bob")
     assert len({admin.session_id, admin.csrf_token, bob.session_id, bob.csrf_token}) == 4
@@ -268,12 +268,13 @@ def test_the_per_account_cap_goes_by_name() -> None:
     first = [auth.login("t1") for _ in range(MAX_SESSIONS_PER_ACCOUNT)]
     assert auth.login("t2") is not None
     assert first[0] is not None and auth.session(first[0].session_id) is None
-    assert first[1] is not None and auth.session(first[1].session_id) == first[1]
+    kept = auth.session(first[1].session_id) if first[1] is not None else None
+    assert kept is not None and first[1] is not None and kept.session_id == first[1].session_id
 
 
 @pytest.mark.req("SV-03")
 def test_a_one_character_code_is_a_code_and_a_session_seen_late_is_expired() -> None:
-    auth = Authenticator("k", cookie="c", lifetime_seconds=10)
+    auth = Authenticator("k", cookie="c", idle_seconds=10, max_seconds=10)
     clock = Clock()
     auth.clock = clock
     session = auth.login("k")
@@ -301,3 +302,25 @@ def test_logging_in_many_times_never_ends_another_accounts_session() -> None:
     assert administrator is not None and auth.session(administrator.session_id) == administrator
     alive = [s for s in ada if s is not None and auth.session(s.session_id) == s]
     assert alive == ada[3:], "ada keeps her 16 newest"
+
+
+@pytest.mark.req("SV-11", "SV-03")
+def test_use_moves_the_idle_expiry_on_and_the_absolute_cap_ends_it_anyway() -> None:
+    auth = Authenticator(LAUNCH, cookie="c", idle_seconds=100, max_seconds=250)
+    clock = Clock()
+    auth.clock = clock
+    session = auth.login(LAUNCH)
+    assert session is not None
+    assert (session.expires_at, session.ends_at) == (clock.now + 100, clock.now + 250)
+    for _ in range(2):  # used every 90 s: never idle long enough to end
+        clock.now += 90
+        used = auth.session(session.session_id)
+        assert used is not None and used.expires_at == min(clock.now + 100, session.ends_at)
+    assert used is not None
+    assert auth.remaining(used) == {"idle_seconds": 70.0, "ends_in": 70.0}, "held at the cap"
+    clock.now = session.ends_at  # the cap, however busy
+    assert auth.session(session.session_id) is None
+    idle = auth.login(LAUNCH)
+    assert idle is not None
+    clock.now += 100  # idle for exactly its timeout
+    assert auth.session(idle.session_id) is None

@@ -114,7 +114,7 @@ def test_login_sets_a_host_only_strict_httponly_cookie_with_bounded_lifetime(
     assert {"httponly", "path", "max-age", "samesite"} <= attributes
     assert "domain" not in attributes
     assert "samesite=strict" in cookie.lower()
-    assert "max-age=3600" in cookie.lower()
+    assert "max-age=604800" in cookie.lower(), "the cookie lasts the absolute cap (SV-11)"
     assert "path=/" in cookie.lower()
 
 
@@ -139,9 +139,9 @@ def test_an_expired_session_is_401_and_a_new_login_issues_fresh_secrets(
         client = demo_server.client()
         old_cookie, old_csrf = client.cookie, client.csrf
         assert client.get("/api/v1/session").status_code == 200
-        now[0] += auth.lifetime_seconds - 1
+        now[0] += auth.idle_seconds - 1
         assert client.get("/api/v1/session").status_code == 200
-        now[0] += 1
+        now[0] += auth.idle_seconds  # unused for its whole idle timeout
         assert client.get("/api/v1/session").status_code == 401
         client.login(LAUNCH_CODE)
         assert (client.cookie, client.csrf) != (old_cookie, old_csrf)
@@ -261,7 +261,7 @@ def test_a_full_role_refuses_logins_and_evicts_nobody_else(specimen: Path, tmp_p
 
         auth = server.state.auth  # expired sessions are pruned before the cap is counted
         original, now = auth.clock, auth.clock()
-        auth.clock = lambda: now + auth.lifetime_seconds
+        auth.clock = lambda: now + auth.max_seconds
         try:
             late = _login(http, tokens[full])
             assert late.status_code == 200, late.text
@@ -283,3 +283,32 @@ def test_a_malformed_neighbour_cookie_never_hides_the_session(
                                     headers={"Cookie": neighbours.format(ours=ours)})
     assert response.status_code == 200, response.text
     assert response.json()["role"] == "admin"
+
+
+@pytest.mark.req("SV-11", "SV-03")
+def test_the_session_says_what_it_has_left_and_the_status_its_settings(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    server = server_factory(specimen, session_idle="600", session_max="7200")
+    client = server.client()
+    answer = client.get("/api/v1/session")
+    assert set(answer.json()) == {"role", "name", "csrf_token"}, "the pinned body as it was"
+    assert 590 <= float(answer.headers["X-Session-Idle-Seconds"]) <= 600
+    assert 7100 <= float(answer.headers["X-Session-Ends-In"]) <= 7200
+    status = client.get("/api/v1/agent-runtime/status").json()
+    assert status["session"] == {"idle_seconds": 600.0, "max_seconds": 7200.0}
+
+
+@pytest.mark.req("SV-11", "CLI-01")
+@pytest.mark.parametrize(("idle", "most", "flag"), [
+    ("0", None, "--session-idle"), ("soon", None, "--session-idle"),
+    (None, "-5", "--session-max"), (None, str(400 * 86400), "--session-max"),
+    ("7200", "3600", "--session-idle")])
+def test_a_session_lifetime_out_of_bounds_is_refused(idle: str | None, most: str | None,
+                                                     flag: str) -> None:
+    from labfy_ref.config import RawOptions, resolve  # noqa: PLC0415
+    from labfy_ref.errors import ConfigRefused  # noqa: PLC0415
+
+    with pytest.raises(ConfigRefused, match=flag):
+        resolve(RawOptions(session_idle=idle, session_max=most), {})
+    config = resolve(RawOptions(), {})
+    assert (config.session_idle_seconds, config.session_max_seconds) == (28800.0, 604800.0)
