@@ -64,6 +64,8 @@ class SupervisedModel:
     cpu_variant: str | None = None
 
 
+#: SV-12: the port ``serve`` takes without ``--port`` (or the next free of the 20 after it).
+DEFAULT_PORT = 8421
 #: SV-11: the longest a session may be kept (a year).
 MAX_SESSION_SECONDS = 366 * 86400
 #: BR-20: the most slots a model may be said (or, supervised, started) to have.

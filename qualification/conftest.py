@@ -26,12 +26,20 @@ _AMBIENT = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "NETRC", "SSL_
             "LABFY_AGENT_MODEL_ID", "LABFY_AGENT_MODEL_TIMEOUT_SECONDS")
 
 
+@pytest.fixture(scope="session")
+def runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the suite's servers list themselves (SV-12): never the user's own list."""
+    return tmp_path_factory.mktemp("runtime")
+
+
 @pytest.fixture(autouse=True)
-def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test inherits proxies, netrc or agent settings from the machine it runs on."""
+def clean_environ(monkeypatch: pytest.MonkeyPatch, runtime_dir: Path) -> None:
+    """No test inherits proxies, netrc or agent settings from the machine it runs on, nor
+    lists its servers among the user's (subprocesses inherit the variable)."""
     for name in _AMBIENT:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("LABFY_RUNTIME_DIR", str(runtime_dir))
 
 
 ProviderFactory = Callable[..., FakeProvider]

@@ -230,11 +230,15 @@ class ServeProcess:
     """``labfy-ref serve`` as a real subprocess, with its ready file and output."""
 
     def __init__(self, *args: str, ready_file: Path, env: dict[str, str] | None = None,
-                 preexec_fn: Callable[[], None] | None = None) -> None:
+                 preexec_fn: Callable[[], None] | None = None,
+                 default_port: bool = False) -> None:
         self.ready_file = ready_file
+        # --port 0 unless the test names one or wants the default: parallel tests never
+        # race for the default port (SV-12)
+        port = () if "--port" in args or default_port else ("--port", "0")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "labfy_ref.cli.main", "serve", "--ready-file",
-             str(ready_file), *args],
+             str(ready_file), *port, *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, **(env or {})}, preexec_fn=preexec_fn)  # noqa: PLW1509
         self.ready: dict[str, Any] = {}

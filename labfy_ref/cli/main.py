@@ -115,6 +115,20 @@ def _workspace_preview(config: ServeConfig) -> dict[str, object]:
             "workspace_exists": True, "workspace_upgrade": None}
 
 
+def _list(args: argparse.Namespace) -> int:
+    from labfy_ref.server.registry import running  # noqa: PLC0415
+
+    servers = running(os.environ)
+    if args.json:
+        print(json.dumps([server.as_json() for server in servers], ensure_ascii=False))
+        return EXIT_OK
+    for server in servers:
+        print(f"{server.pid}\t{server.url}\t{server.started_at}\t{terminal(server.workspace)}")
+    if not servers:
+        print("no labfy-ref server is running for this user", file=sys.stderr)
+    return EXIT_OK
+
+
 def _check_config(args: argparse.Namespace) -> int:
     # The files serve would read are read here too, with the same functions; no socket opens.
     from labfy_ref.host import load_composition  # noqa: PLC0415
@@ -343,6 +357,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "the URL and, on its own line, the login code (valid while it runs).")
     add_serve_options(serve)
     serve.set_defaults(handler=_serve)
+
+    listing = commands.add_parser(
+        "list", parents=[debug], help="the running servers of this user",
+        description="List this user's running labfy-ref servers, one per line: PID, URL, "
+                    "since when, workspace (SV-12). Never a login code.")
+    listing.add_argument("--json", action="store_true", default=False,
+                         help="a JSON list of {workspace, url, pid, started_at} instead; "
+                              "default: lines")
+    listing.set_defaults(handler=_list)
 
     check = commands.add_parser(
         "check-config", parents=[debug], help="resolve flags and env as serve would",

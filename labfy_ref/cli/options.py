@@ -12,6 +12,7 @@ import argparse
 
 from labfy_ref.config import (
     DEFAULT_KEEPALIVE_SECONDS,
+    DEFAULT_PORT,
     DEFAULT_TIMEOUT_SECONDS,
     ENV_AGENT_ENDPOINT,
     ENV_AGENT_MODE,
@@ -53,7 +54,8 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="loopback address to bind; default: 127.0.0.1")
     server.add_argument("--port", metavar="N",
                         help="TCP port, 0 for any free port (llama-server's default port is "
-                             "never used); default: a free port")
+                             f"never used); default: {DEFAULT_PORT}, or the next free one of "
+                             "the 20 after it")
     server.add_argument("--ready-file", metavar="PATH",
                         help="write {url, port, token, pid} here (mode 0600) once serving; "
                              "its directory must exist; default: none")

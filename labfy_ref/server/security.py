@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import hmac
+import html
 import json
 import logging
 import threading
@@ -189,7 +190,11 @@ class SecurityMiddleware:
         method, path = scope["method"], scope["path"]
         host = headers.get("host")
         if not host_ok(host, self.hosts):
-            await _refuse(scope, send, ErrorCode.HOST_NOT_ALLOWED, "this Host is not allowed")
+            if prefers_html(headers.get("accept")):
+                await _host_page(send, sorted(self.hosts))
+            else:
+                await _refuse(scope, send, ErrorCode.HOST_NOT_ALLOWED,
+                              "this Host is not allowed")
             return
         assert host is not None
         mutation = method in MUTATIONS
@@ -313,17 +318,22 @@ class SecurityMiddleware:
         """``send``, noting the request in :attr:`refusals` if its answer is a 4xx."""
         status = 0
         body = bytearray()
+        said: str | None = None  # a refusal that is no JSON names its code in a header
 
         async def noted(message: Message) -> None:
-            nonlocal status
+            nonlocal status, said
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                said = next((value.decode("ascii", "replace") for name, value in
+                             message.get("headers", []) if name.lower() == b"x-error-code"),
+                            None)
             elif 400 <= status < 500 and message["type"] == "http.response.body":
                 if len(body) < 4096:
                     body.extend(message.get("body", b"")[:4096])
                 if not message.get("more_body", False):
                     route = getattr(scope.get("route"), "path", None)
-                    self.refusals.note(_refused_code(bytes(body)), str(scope["method"])[:16],
+                    self.refusals.note(said or _refused_code(bytes(body)),
+                                       str(scope["method"])[:16],
                                        route or str(scope["path"])[:120],
                                        credential_of(scope, self.auth.cookie))
             await send(message)
@@ -350,6 +360,39 @@ async def _refuse(scope: Scope, send: Send, code: ErrorCode, message: str,
     await send({"type": "http.response.start", "status": status,
                 "headers": [*response.raw_headers, *extra]})
     await send({"type": "http.response.body", "body": response.body})
+
+
+def prefers_html(accept: str | None) -> bool:
+    """Does an ``Accept`` header put ``text/html`` before JSON (a browser's does)?"""
+    if not accept:
+        return False
+    for part in accept.split(",")[:32]:
+        kind = part.split(";", 1)[0].strip().lower()
+        if kind in ("application/json", "*/*"):
+            return False
+        if kind in ("text/html", "application/xhtml+xml"):
+            return True
+    return False
+
+
+_HOST_PAGE = ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
+              "labfy-ref: this address is not served</title></head><body><h1>This address is "
+              "not served</h1><p>labfy-ref answers only requests addressed to {hosts} "
+              "(HOST_NOT_ALLOWED: a guard against DNS rebinding). Through a tunnel such as "
+              "<code>ssh -L</code>, forward the same port number the server listens on, or "
+              "start it with <code>--port</code> set to the port you forward.</p></body></html>")
+
+
+async def _host_page(send: Send, hosts: list[str]) -> None:
+    """The Host refusal a browser gets: a short page saying which addresses are served."""
+    named = ", ".join(html.escape(host) for host in hosts)
+    body = _HOST_PAGE.format(hosts=named).encode("utf-8")
+    status = HTTP_STATUS[ErrorCode.HOST_NOT_ALLOWED]
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/html; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"x-error-code", ErrorCode.HOST_NOT_ALLOWED.value.encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def session_of(state: Any) -> Session:

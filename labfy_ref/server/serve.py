@@ -34,8 +34,9 @@ from fastapi import FastAPI
 
 from labfy_ref.assemble import AgentModel, open_agent_model
 from labfy_ref.bridge.service import Bridge
-from labfy_ref.config import ServeConfig
-from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError
+from labfy_ref.clock import iso, utcnow
+from labfy_ref.config import DEFAULT_PORT, ServeConfig
+from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import default_composition, load_composition
 from labfy_ref.logs import configure, debug_enabled, one_line
@@ -47,6 +48,7 @@ from labfy_ref.runtime import AgentRuntime, RuntimeLimits
 from labfy_ref.server.app import create_app
 from labfy_ref.server.auth import Authenticator, cookie_name, load_accounts, new_login_code
 from labfy_ref.server.connections import DEFAULT_LIMITS, ConnectionLimits, guarded_protocol
+from labfy_ref.server.registry import RunningServer, holder_of, register, unregister
 from labfy_ref.server.state import ServerState
 from labfy_ref.server.work_access import WorkAccess
 from labfy_ref.workspace import (
@@ -79,6 +81,20 @@ def bind_socket(host: str, port: int | None) -> socket.socket:
             return sock
         sock.close()
     raise ConfigRefused("could not find a free port")
+
+
+def bind_default(host: str) -> socket.socket:
+    """A listening socket on :data:`DEFAULT_PORT` or, if it is taken, the next free port of
+    the 20 after it (a reserved port skipped); ``PORT_REFUSED`` when all are taken."""
+    for port in range(DEFAULT_PORT, DEFAULT_PORT + 21):
+        if port in RESERVED_PORTS:
+            continue
+        try:
+            return bind_socket(host, port)
+        except ConfigRefused:
+            continue
+    raise ConfigRefused(f"ports {DEFAULT_PORT}-{DEFAULT_PORT + 20} are all in use: pass "
+                        "--port N, or --port 0 for any free port", code=ErrorCode.PORT_REFUSED)
 
 
 def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_code: str, *,
@@ -284,16 +300,43 @@ def serve(config: ServeConfig, progress: Progress | None = None) -> int:
         return _serve(config, workspace, uvicorn_level, supervised)
 
 
+def _locked(workspace: Workspace) -> WorkspaceLock:
+    """The workspace's lock, taken; ``WORKSPACE_LOCKED`` names the server holding it (SV-12)."""
+    lock = WorkspaceLock(workspace)
+    try:
+        lock.acquire()
+    except WorkspaceError as exc:
+        holder = holder_of(workspace.root, os.environ) \
+            if exc.code is ErrorCode.WORKSPACE_LOCKED else None
+        if holder is None:
+            raise
+        raise WorkspaceError(f"{exc.message}: labfy-ref serve (PID {holder.pid}) serves it at "
+                             f"{holder.url}", code=ErrorCode.WORKSPACE_LOCKED) from None
+    return lock
+
+
+def _bound(config: ServeConfig) -> socket.socket:
+    """The listening socket: ``--port``, or the default port or the next free (said)."""
+    if config.port is not None:
+        return bind_socket(config.host.value, config.port)
+    sock = bind_default(config.host.value)
+    port = int(sock.getsockname()[1])
+    if port != DEFAULT_PORT:
+        print(f"labfy-ref: port {DEFAULT_PORT} is in use (another program holds it); "
+              f"serving on {port}", flush=True)
+    return sock
+
+
 def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
            supervised: SupervisedLlama | None) -> int:
-    lock = WorkspaceLock(workspace)
-    lock.acquire()
+    lock = _locked(workspace)
     sock = None
     announced: list[str] = []  # the URL, once the server is announced
     opened: list[Path | None] = []  # the --open redirect file, removed at stop
+    registered: list[Path] = []  # this server's file for labfy-ref list, removed at stop
     failures: list[LabfyError] = []
     try:
-        sock = bind_socket(config.host.value, config.port)
+        sock = _bound(config)
         port = int(sock.getsockname()[1])
         url = f"http://{config.host.url_form}:{port}/"
         launch_code = new_login_code()
@@ -312,6 +355,8 @@ def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
                     server.should_exit = True
                     return
             announced.append(url)
+            registered.append(register(RunningServer(str(workspace.root.resolve()), url,
+                                                     os.getpid(), iso(utcnow())), os.environ))
             log.info("server started workspace=%s kind=%s agent=%s address=%s pid=%d",
                      json.dumps(workspace.name, ensure_ascii=False), workspace.kind.value,
                      json.dumps(state.runtime.label, ensure_ascii=False), url, os.getpid())
@@ -338,6 +383,8 @@ def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
         for page in opened:
             if page is not None:
                 shutil.rmtree(page.parent, ignore_errors=True)
+        for entry in registered:
+            unregister(entry)
         lock.release()
         if announced:
             log.info("server stopped address=%s", announced[0])

@@ -85,7 +85,8 @@ class Served:
 
     def __init__(self, workspace: Path, workdir: Path, name: str, *args: str) -> None:
         self.child = Child([sys.executable, "-m", "labfy_ref.cli.main", "serve", "--workspace",
-                            str(workspace), "--log-level", "warning", *args], workdir, name)
+                            str(workspace), "--port", "0", "--log-level", "warning", *args],
+                           workdir, name)
         try:
             ready = self.child.wait_ready()
             self.url = str(ready["url"]).rstrip("/")

@@ -85,8 +85,9 @@ def launch_own(root: Path, provider_url: str, *, command: tuple[str, ...] = SERV
     accounts.write_text(f'[[account]]\nname = "kit-user"\n'
                         f'token_sha256 = "{token_hash(user_token)}"\n', "utf-8")
     profile = launch_profile(provider_url)
+    # --port 0: a launch never races another for the default port (SV-12)
     server = ServeLaunch(["--workspace", str(workspace), "--accounts", str(accounts),
-                          *(profile["flags"] if flags is None else flags)],
+                          "--port", "0", *(profile["flags"] if flags is None else flags)],
                          log=root / "serve.log",
                          command=command, env=env)
     url, code = server.start()
