@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -336,3 +337,14 @@ class TurnReader:
         self._thread.join(timeout=timeout)
         assert not self._thread.is_alive(), "the turn did not finish"
         return list(self.chunks)
+
+
+class LogLines(logging.Handler):
+    """A log handler that keeps each record's message (what a handler behind it writes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())

@@ -14,13 +14,17 @@ The demo agent is no model: it has no direct route.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 from labfy_ref.bridge.contract import DIRECT_PREFIX, DirectCall
 from labfy_ref.bridge.llm import ModelProvider, ModelRoute
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.gateway.usage import UsageService
+from labfy_ref.model import StreamDelta
 from labfy_ref.model.route import ROUTE_PREFIX
 from labfy_ref.protocol import Usage
 
@@ -43,33 +47,57 @@ def parse_direct(text: str) -> ModelRoute | None:
         return None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class DirectAsk:
+    """One direct call of ``route``'s model, counted on ``handle`` and recorded in ``ledger``
+    as ``caller``'s however it ends (BR-14): the one way a direct call is made."""
+
+    provider: ModelProvider
+    ledger: UsageService
+    route: ModelRoute
+    handle: StreamHandle
+    caller: str = DIRECT_CALLER
+
+    async def stream(self, messages: Sequence[Mapping[str, Any]],
+                     response_format: Mapping[str, Any] | None, max_tokens: int | None, *,
+                     background: bool = True) -> AsyncIterator[StreamDelta]:
+        """The model's reply to ``messages``, piece by piece."""
+        started = time.monotonic()
+        usage, outcome = Usage(), ErrorCode.INTERNAL_ERROR.value
+        try:
+            async for delta in self.provider.direct(self.route.model, messages,
+                                                    response_format, max_tokens,
+                                                    background=background):
+                if delta.usage is not None:
+                    usage = delta.usage
+                yield delta
+            outcome = "ok"
+        except LabfyError as exc:
+            outcome = exc.code.value
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            outcome = ErrorCode.CANCELLED.value
+            raise
+        finally:
+            self.handle.add_usage(usage)
+            self.ledger.record(direct_id(self.route), usage,
+                               (time.monotonic() - started) * 1000.0, outcome, self.caller)
+
+
 async def run_direct(provider: ModelProvider, ledger: UsageService, route: ModelRoute,
                      call: DirectCall, handle: StreamHandle) -> None:
-    """Stream ``call`` from ``route``'s model into ``handle``; record the call, however it
-    ends (a failure is one ``error`` chunk, then ``done``)."""
+    """Stream ``call`` from ``route``'s model into ``handle``; a failure is one ``error``
+    chunk, then ``done``."""
+    ask = DirectAsk(provider, ledger, route, handle)
     messages = [{"role": m.role, "content": m.text} for m in call.messages]
-    started = time.monotonic()
-    usage, outcome = Usage(), ErrorCode.INTERNAL_ERROR.value
     try:
-        async for delta in provider.direct(route.model, messages, call.response_format,
-                                           call.max_tokens):
+        async for delta in ask.stream(messages, call.response_format, call.max_tokens):
             if delta.reasoning:
                 handle.emit("reasoning", text=delta.reasoning)
             if delta.content:
                 handle.emit("text", text=delta.content)
-            if delta.usage is not None:
-                usage = delta.usage
-        outcome = "ok"
     except LabfyError as exc:
-        outcome = exc.code.value
         handle.emit("error", code=exc.code.value, message=exc.message)
         handle.emit("done", reason="error", interrupted=False)
-    except asyncio.CancelledError:
-        outcome = ErrorCode.CANCELLED.value
-        raise
     else:
         handle.emit("done", reason="completed", interrupted=False)
-    finally:
-        handle.add_usage(usage)
-        ledger.record(direct_id(route), usage, (time.monotonic() - started) * 1000.0, outcome,
-                      DIRECT_CALLER)

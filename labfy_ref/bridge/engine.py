@@ -23,7 +23,7 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from labfy_ref.bridge.contract import MAX_PAGE_SIZE, PAGE_SIZE, DirectCall, Transcript
-from labfy_ref.bridge.direct import direct_id, parse_direct, run_direct
+from labfy_ref.bridge.direct import DirectAsk, direct_id, parse_direct, run_direct
 from labfy_ref.bridge.llm import ModelRoute
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop, PendingApproval, TurnContext, decide
 from labfy_ref.bridge.shaped import Shaper, relay_shaped
@@ -294,8 +294,8 @@ class ReferenceEngine:
         task = self._scope.spawn(self._loop.run(turn), f"transient turn {session_id}")
         tasks = [task]
         if wanted is not None:
-            shaper = Shaper(provider, self._loop.gateway.usage, route, wanted, handle,
-                            "transient")
+            shaper = Shaper(DirectAsk(provider, self._loop.gateway.usage, route, handle,
+                                      "transient"), wanted)
             question = transcript.text
 
             def shape(text: str) -> Coroutine[Any, Any, str]:

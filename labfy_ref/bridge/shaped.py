@@ -12,20 +12,16 @@ a second failure is ``MODEL_PROTOCOL_ERROR`` in words, never a half-shaped answe
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from labfy_ref.bridge.direct import direct_id
-from labfy_ref.bridge.llm import ModelProvider, ModelRoute
+from labfy_ref.bridge.direct import DirectAsk
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.errors import ErrorCode, LabfyError, RuntimeRefused, bounded
-from labfy_ref.gateway.usage import UsageService
-from labfy_ref.protocol import Usage, loads_strict
+from labfy_ref.protocol import loads_strict
 
 SHAPE_PROMPT = ("Rewrite the answer below as JSON in the required format. Keep its facts and "
                 "add none; where the answer does not say, leave the field out if the format "
@@ -52,38 +48,16 @@ def shape_problem(text: str, response_format: Mapping[str, Any]) -> str | None:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Shaper:
-    """Puts one turn's answer into ``response_format`` by direct calls of ``route``'s model;
-    each call counted on ``handle`` and recorded in ``ledger`` as ``caller``'s."""
+    """Puts one turn's answer into ``response_format`` by direct calls (``ask``: of the
+    turn's model, counted on its handle, recorded as the turn's caller)."""
 
-    provider: ModelProvider
-    ledger: UsageService
-    route: ModelRoute
+    ask: DirectAsk
     response_format: Mapping[str, Any]
-    handle: StreamHandle
-    caller: str
 
-    async def _ask(self, messages: list[dict[str, str]]) -> str:
-        started = time.monotonic()
-        usage, outcome, text = Usage(), ErrorCode.INTERNAL_ERROR.value, []
-        try:
-            async for delta in self.provider.direct(self.route.model, messages,
-                                                    self.response_format, SHAPE_MAX_TOKENS,
-                                                    background=False):  # the turn's own
-                text.append(delta.content)
-                if delta.usage is not None:
-                    usage = delta.usage
-            outcome = "ok"
-        except LabfyError as exc:
-            outcome = exc.code.value
-            raise
-        except asyncio.CancelledError:
-            outcome = ErrorCode.CANCELLED.value
-            raise
-        finally:
-            self.handle.add_usage(usage)
-            self.ledger.record(direct_id(self.route), usage,
-                               (time.monotonic() - started) * 1000.0, outcome, self.caller)
-        return "".join(text)
+    async def _reply(self, messages: list[dict[str, str]]) -> str:
+        # part of the client's turn: it waits for the model as a chat turn does
+        return "".join([delta.content async for delta in self.ask.stream(
+            messages, self.response_format, SHAPE_MAX_TOKENS, background=False)])
 
     async def shape(self, question: str, answer: str) -> str:
         """``answer`` to ``question`` as JSON in the format (one repair at most)."""
@@ -91,7 +65,7 @@ class Shaper:
                     {"role": "user", "content": f"Question:\n{question}\n\nAnswer:\n{answer}"}]
         problem = ""
         for _ in range(2):
-            text = await self._ask(messages)
+            text = await self._reply(messages)
             found = shape_problem(text, self.response_format)
             if found is None:
                 return text.strip()

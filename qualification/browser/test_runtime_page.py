@@ -340,13 +340,18 @@ def test_lost_connection_then_a_restart_explains_the_lost_paused_turn(
     assert not account(page).is_displayed()
 
 
+def _log_in_by_link(page: Page, url: str) -> None:
+    """Open the banner's one-click link (SV-10) and wait until logged in."""
+    page.base_url = url
+    page.driver.get(f"{url}/#code={LAUNCH_CODE}")
+    page.wait(lambda: "Logged in as admin (admin)" in account(page).text, what="logged in")
+
+
 @pytest.mark.req("SV-10", "SV-03", "UI-01")
 def test_the_one_click_link_logs_in_and_leaves_no_code_in_the_address_or_history(
         page: Page, specimen: Path, server_factory: ServerFactory) -> None:
     server = server_factory(specimen)
-    page.base_url = server.url
-    page.driver.get(f"{server.url}/#code={LAUNCH_CODE}")
-    page.wait(lambda: "Logged in as admin (admin)" in account(page).text, what="logged in")
+    _log_in_by_link(page, server.url)
     assert page.driver.current_url == f"{server.url}/", "the fragment is gone"
     assert LAUNCH_CODE not in str(page.driver.execute_script("return location.href"))
     page.driver.back()  # the code is not one step back in the history either
@@ -374,9 +379,7 @@ def test_a_session_in_use_stays_and_the_page_warns_before_the_cap_keeping_the_ty
     idle timeouts; before the cap it says so; at the cap the login form comes back and the
     half-typed message is still there."""
     server = server_factory(specimen, session_idle="4", session_max="12")
-    page.base_url = server.url
-    page.driver.get(f"{server.url}/#code={LAUNCH_CODE}")
-    page.wait(lambda: "Logged in as admin (admin)" in account(page).text, what="logged in")
+    _log_in_by_link(page, server.url)
     page.type("composer-input", "half a thought")
     warning = page.wait(lambda: page.find("session-warning"), what="the warning element")
     page.wait(lambda: warning.is_displayed() and "maximum length" in warning.text,

@@ -31,7 +31,7 @@ from labfy_ref.logs import BURST, FloodGuard
 from labfy_ref.server.connections import ConnectionLimits
 from labfy_ref.workspace import init_workspace
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
-from qualification.harness import LiveServer, ServeProcess, TurnReader
+from qualification.harness import LiveServer, LogLines, ServeProcess, TurnReader
 
 #: Deadlines short enough for a test, a cap small enough to reach.
 SHORT = ConnectionLimits(idle_seconds=0.5, head_seconds=1.0, body_seconds=1.0,
@@ -250,13 +250,6 @@ def test_when_every_connection_is_busy_a_new_one_is_refused_503_never_left_hangi
 
 # -- the one-line, rate-limited log --------------------------------------------------------
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
 
 
 def _accept_failure() -> logging.LogRecord:
@@ -271,7 +264,7 @@ def _accept_failure() -> logging.LogRecord:
 
 @pytest.mark.req("SV-09", "SV-05")
 def test_a_flood_of_one_error_is_a_few_lines_and_one_count_that_is_never_lost() -> None:
-    lines = _Lines()
+    lines = LogLines()
     guard = FloodGuard(lines)
     for _ in range(45_807):
         guard.handle(_accept_failure())

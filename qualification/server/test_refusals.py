@@ -18,7 +18,7 @@ import pytest
 from labfy_ref.logs import BURST, FloodGuard
 from labfy_ref.server.auth import token_hash
 from qualification.conftest import ServerFactory
-from qualification.harness import LAUNCH_CODE
+from qualification.harness import LAUNCH_CODE, LogLines
 
 SECRET_BEARER = "not-the-code-5d2c1e"
 USER_TOKEN = "dana-token-8891"
@@ -76,7 +76,7 @@ def test_a_flood_of_one_refusal_is_counted_whole_and_logged_bounded(
     admin = server.client()
     assert admin.get("/api/v1/agent-runtime/status").json()["refusals"] == {
         "UNAUTHENTICATED": 60, "VALIDATION_FAILED": 1}, "every refusal counted"
-    written = _Lines()
+    written = LogLines()
     guard = FloodGuard(written)
     for record in caplog.records:
         guard.handle(record)
@@ -85,12 +85,3 @@ def test_a_flood_of_one_refusal_is_counted_whole_and_logged_bounded(
     assert len(flood) == BURST + 1 and flood[-1].startswith(f"{60 - BURST} similar lines")
     assert any("VALIDATION_FAILED" in line for line in written.lines), \
         "a flood of one code never hides another's line"
-
-
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
