@@ -221,8 +221,10 @@ def test_system_messages_reach_the_model_as_context_and_never_as_user_turns(
 @pytest.mark.req("BR-13")
 def test_two_concurrent_requests_never_see_each_others_history(
         face: FaceFactory, specimen: Path) -> None:
+    # Two slots (MC-06): with one, the second request's model call would wait its turn.
     server, provider, client = face(
-        Scenario.always(_final("noted"), chunk_chars=2, chunk_delay=0.01, delay=1.0))
+        Scenario.always(_final("noted"), chunk_chars=2, chunk_delay=0.01, delay=1.0),
+        agent_slots="2")
     transcripts: dict[str, Any] = {
         name: [{"role": "system", "content": f"{name}-context"},
                {"role": "user", "content": f"{name}-question-1"},

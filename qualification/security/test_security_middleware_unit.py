@@ -264,7 +264,8 @@ def test_the_session_reaches_the_route() -> None:
     harness = Harness()
     assert harness.get("/api/x").status == 200
     state = harness.app.calls[-1]["scope"]["state"]
-    assert state["session"] == harness.session
+    assert state["session"].session_id == harness.session.session_id
+    assert state["session"].expires_at >= harness.session.expires_at, "use moves it on (SV-11)"
 
     class State:
         session = harness.session
