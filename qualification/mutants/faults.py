@@ -444,7 +444,7 @@ def _reused(self: Authenticator, token: str) -> Session | None:
 @fault("session-role-from-name", ids=("SV-03",), replaces="labfy_ref.server.routes:_session_json",
        killer=f"{WIRE}::test_a_user_login_says_user_and_its_own_name",
        breaks="the session document says admin for any named account")
-def _role_from_name(session: Session) -> dict[str, str]:
+def _role_from_name(session: Session, state: Any, response: Any) -> dict[str, str]:
     return {"role": "admin" if session.name else "user", "name": session.name,
             "csrf_token": session.csrf_token}
 
