@@ -22,6 +22,7 @@ from labfy_ref import __version__
 from labfy_ref.server.bridge_routes import router as bridge_router
 from labfy_ref.server.errors import install_error_handlers
 from labfy_ref.server.openai_routes import router as openai_router
+from labfy_ref.server.refusals import RefusalMiddleware
 from labfy_ref.server.routes import router
 from labfy_ref.server.security import SecurityMiddleware
 from labfy_ref.server.state import ServerState
@@ -87,6 +88,8 @@ def create_app(state: ServerState,
     for path, name in _ui_files().items():
         app.add_api_route(path, _ui_route(name), methods=["GET"],
                           include_in_schema=False)
-    app.add_middleware(SecurityMiddleware, port=state.port, auth=state.auth,
+    app.add_middleware(SecurityMiddleware, port=state.port, auth=state.auth)
+    # added last, so outermost: it sees every answer, the checklist's refusals too
+    app.add_middleware(RefusalMiddleware, port=state.port, cookie=state.auth.cookie,
                        refusals=state.refusals)
     return app

@@ -12,10 +12,6 @@
    send an ``Authorization`` header cross-site after a CORS preflight, which this
    server never grants. Step 2 still refuses a foreign ``Origin`` on a bearer mutation.
 5. ``application/json`` bodies only, bounded in size, strict JSON.
-Every refused request (a 4xx, whoever answered it) leaves one ``info`` line in the
-server log — its code, method, route and whether it came with a cookie, a bearer or
-nothing, never a token or a body — and counts in :class:`Refusals`, which the
-admin's status shows per code (BR-20): an operator sees why a client fails.
 Every response gets the security headers — an unexpected error's 500 too: this
 middleware answers it itself (Starlette's ``ServerErrorMiddleware`` sits outside
 every added middleware, so its answers would carry none of them). Each check is
@@ -25,12 +21,8 @@ refusal itself.
 
 from __future__ import annotations
 
-import collections
 import hmac
-import html
-import json
 import logging
-import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -43,7 +35,6 @@ from labfy_ref.server.auth import Authenticator, Role, Session, bearer_token
 from labfy_ref.server.errors import OPENAI_PREFIX, error_response
 
 log = logging.getLogger("labfy_ref.server")
-refusal_log = logging.getLogger("labfy_ref.server.refused")
 MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PUBLIC_API = frozenset({("GET", "/api/health"), ("GET", "/api/version"),
                         ("POST", "/api/v1/session"), ("GET", "/api/cordis/health")})
@@ -129,72 +120,28 @@ def cookie_value(header: str | None, name: str) -> str | None:
     return None
 
 
-class Refusals:
-    """How many requests were refused, per error code, since the server started."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: collections.Counter[str] = collections.Counter()
-
-    def note(self, code: str, method: str, route: str, credential: str) -> None:
-        """Count one refusal and log its line. The log's flood bound (SV-09) holds per
-        code: a flood of one refusal is a few lines, and never hides another code's."""
-        with self._lock:
-            self._counts[code] += 1
-        refusal_log.info(f"refused {code} %s %s credential=%s", method, route, credential)
-
-    def counts(self) -> dict[str, int]:
-        """``{code: refusals}``, codes in order."""
-        with self._lock:
-            return dict(sorted(self._counts.items()))
-
-
-def credential_of(scope: Scope, cookie: str) -> str:
-    """What a request came with: ``bearer``, ``cookie`` or ``none`` (never its value)."""
-    if _all_values(scope, b"authorization"):
-        return "bearer"
-    if any(cookie_value(value, cookie) is not None for value in _all_values(scope, b"cookie")):
-        return "cookie"
-    return "none"
-
-
-def _refused_code(body: bytes) -> str:
-    """The ``error.code`` of a refusal's JSON body (``HTTP_<status>``-free: ``UNKNOWN``)."""
-    try:
-        code = json.loads(body)["error"]["code"]
-    except (ValueError, KeyError, TypeError):
-        return "UNKNOWN"
-    return code if isinstance(code, str) and code.isascii() and len(code) <= 64 else "UNKNOWN"
-
-
 class SecurityMiddleware:
     """Runs the checklist; puts the session in ``scope["state"]["session"]`` for routes."""
 
     def __init__(self, app: ASGIApp, *, port: int, auth: Authenticator,
                  max_body: int = DEFAULT_MAX_BODY,
-                 extra_public: Iterable[tuple[str, str]] = (),
-                 refusals: Refusals | None = None) -> None:
+                 extra_public: Iterable[tuple[str, str]] = ()) -> None:
         self.app = app
         self.hosts = allowed_hosts(port)
         self.auth = auth
         self.max_body = max_body
         self.public = PUBLIC_API | frozenset(extra_public)
-        self.refusals = refusals if refusals is not None else Refusals()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        send = self._noting(scope, self._with_headers(send))
+        send = self._with_headers(send)
         headers = _headers(scope)
         method, path = scope["method"], scope["path"]
         host = headers.get("host")
         if not host_ok(host, self.hosts):
-            if prefers_html(headers.get("accept")):
-                await _host_page(send, sorted(self.hosts))
-            else:
-                await _refuse(scope, send, ErrorCode.HOST_NOT_ALLOWED,
-                              "this Host is not allowed")
+            await _refuse(scope, send, ErrorCode.HOST_NOT_ALLOWED, "this Host is not allowed")
             return
         assert host is not None
         mutation = method in MUTATIONS
@@ -314,31 +261,6 @@ class SecurityMiddleware:
 
         return replay
 
-    def _noting(self, scope: Scope, send: Send) -> Send:
-        """``send``, noting the request in :attr:`refusals` if its answer is a 4xx."""
-        status = 0
-        body = bytearray()
-        said: str | None = None  # a refusal that is no JSON names its code in a header
-
-        async def noted(message: Message) -> None:
-            nonlocal status, said
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                said = next((value.decode("ascii", "replace") for name, value in
-                             message.get("headers", []) if name.lower() == b"x-error-code"),
-                            None)
-            elif 400 <= status < 500 and message["type"] == "http.response.body":
-                if len(body) < 4096:
-                    body.extend(message.get("body", b"")[:4096])
-                if not message.get("more_body", False):
-                    route = getattr(scope.get("route"), "path", None)
-                    self.refusals.note(said or _refused_code(bytes(body)),
-                                       str(scope["method"])[:16],
-                                       route or str(scope["path"])[:120],
-                                       credential_of(scope, self.auth.cookie))
-            await send(message)
-        return noted
-
     @staticmethod
     def _with_headers(send: Send) -> Send:
         async def wrapped(message: Message) -> None:
@@ -360,39 +282,6 @@ async def _refuse(scope: Scope, send: Send, code: ErrorCode, message: str,
     await send({"type": "http.response.start", "status": status,
                 "headers": [*response.raw_headers, *extra]})
     await send({"type": "http.response.body", "body": response.body})
-
-
-def prefers_html(accept: str | None) -> bool:
-    """Does an ``Accept`` header put ``text/html`` before JSON (a browser's does)?"""
-    if not accept:
-        return False
-    for part in accept.split(",")[:32]:
-        kind = part.split(";", 1)[0].strip().lower()
-        if kind in ("application/json", "*/*"):
-            return False
-        if kind in ("text/html", "application/xhtml+xml"):
-            return True
-    return False
-
-
-_HOST_PAGE = ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
-              "labfy-ref: this address is not served</title></head><body><h1>This address is "
-              "not served</h1><p>labfy-ref answers only requests addressed to {hosts} "
-              "(HOST_NOT_ALLOWED: a guard against DNS rebinding). Through a tunnel such as "
-              "<code>ssh -L</code>, forward the same port number the server listens on, or "
-              "start it with <code>--port</code> set to the port you forward.</p></body></html>")
-
-
-async def _host_page(send: Send, hosts: list[str]) -> None:
-    """The Host refusal a browser gets: a short page saying which addresses are served."""
-    named = ", ".join(html.escape(host) for host in hosts)
-    body = _HOST_PAGE.format(hosts=named).encode("utf-8")
-    status = HTTP_STATUS[ErrorCode.HOST_NOT_ALLOWED]
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/html; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"x-error-code", ErrorCode.HOST_NOT_ALLOWED.value.encode())]})
-    await send({"type": "http.response.body", "body": body})
 
 
 def session_of(state: Any) -> Session:

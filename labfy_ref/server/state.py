@@ -17,7 +17,7 @@ from labfy_ref.model.supervised import SupervisedLlama
 from labfy_ref.modes import AgentMode
 from labfy_ref.runtime import AgentRuntime
 from labfy_ref.server.auth import Authenticator
-from labfy_ref.server.security import Refusals
+from labfy_ref.server.refusals import Refusals
 from labfy_ref.server.work_access import WorkAccess
 from labfy_ref.workspace import Workspace, WorkspaceStore
 

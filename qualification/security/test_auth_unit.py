@@ -29,6 +29,7 @@ from labfy_ref.server.auth import (
     bearer_token,
     cookie_name,
     load_accounts,
+    new_login_code,
     token_hash,
 )
 
@@ -324,3 +325,24 @@ def test_use_moves_the_idle_expiry_on_and_the_absolute_cap_ends_it_anyway() -> N
     assert idle is not None
     clock.now += 100  # idle for exactly its timeout
     assert auth.session(idle.session_id) is None
+
+
+@pytest.mark.req("SV-10")
+def test_a_login_code_is_32_base32_letters_and_digits_fresh_each_time() -> None:
+    codes = {new_login_code() for _ in range(50)}
+    assert len(codes) == 50
+    assert all(re.fullmatch("[a-z2-7]{32}", code) for code in codes)
+
+
+@pytest.mark.req("SV-11")
+def test_what_a_session_has_left_is_in_tenths_and_never_below_zero() -> None:
+    auth = Authenticator(LAUNCH, cookie="c", idle_seconds=100.25, max_seconds=300.5)
+    clock = Clock()
+    clock.now = 777.0
+    auth.clock = clock
+    session = auth.login(LAUNCH)
+    assert session is not None
+    clock.now += 10.0
+    assert auth.remaining(session) == {"idle_seconds": 90.2, "ends_in": 290.5}
+    clock.now += 1000.0
+    assert auth.remaining(session) == {"idle_seconds": 0.0, "ends_in": 0.0}

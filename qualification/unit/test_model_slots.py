@@ -196,3 +196,20 @@ def test_a_supervised_server_gets_the_slots_memory_allows(tmp_path: Path) -> Non
         served = supervised_llama(binary, pinned, "m", cpu_variant=None, timeout_seconds=30,
                                   log_dir=tmp_path / "log", slots=3)
         assert (served.supervisor.parallel, served.slots.slots) == (3, 3)
+
+
+@pytest.mark.req("MC-06")
+def test_a_queue_of_no_waiting_places_refuses_every_call_beyond_the_slots() -> None:
+    async def run() -> str:
+        queue = SlotQueue(slots=1, max_waiting=0)
+        async with queue.slot():
+            try:
+                async with queue.slot(Priority.BACKGROUND):
+                    return "admitted"
+            except RuntimeRefused as exc:
+                return exc.code.value
+        return "unreachable"
+
+    assert asyncio.run(run()) == "MODEL_BUSY"
+    with pytest.raises(ValueError, match="at least one slot"):
+        SlotQueue(slots=0)
