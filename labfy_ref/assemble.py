@@ -14,7 +14,7 @@ from labfy_ref.model import ClientLimits, LocalModelClient
 from labfy_ref.model.client import SlotQueue
 from labfy_ref.model.demo import DEMO_LABEL, DemoAgent
 from labfy_ref.model.supervised import SupervisedLlama
-from labfy_ref.modes import AgentMode
+from labfy_ref.modes import MAX_WAITING_CALLS, AgentMode
 from labfy_ref.protocol import ChatModel
 
 
@@ -33,7 +33,7 @@ def endpoint_client(agent: AgentConfig) -> LocalModelClient:
     assert agent.model_id is not None
     return LocalModelClient(agent.endpoint, agent.model_id,
                             limits=ClientLimits.with_timeout(agent.timeout_seconds),
-                            slots=SlotQueue(agent.slots))
+                            slots=SlotQueue(agent.slots, MAX_WAITING_CALLS))
 
 
 def open_agent_model(agent: AgentConfig, *,

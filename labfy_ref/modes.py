@@ -27,6 +27,9 @@ class PermissionMode(enum.StrEnum):
 #: says otherwise, and the most it may say; an unanswered approval expires (rejected).
 DEFAULT_APPROVAL_SECONDS = 300.0
 MAX_APPROVAL_SECONDS = 86400.0
+#: MC-06: calls that may wait for a model's slots; one more is MODEL_BUSY. As many as the
+#: server keeps connections open (SV-09): each waiting call is an open request.
+MAX_WAITING_CALLS = 512
 #: SV-11: a login session ends after this long without a request...
 DEFAULT_IDLE_SECONDS = 8 * 3600.0
 #: ...and this long after the login, whatever the activity.

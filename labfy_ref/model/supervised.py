@@ -32,6 +32,7 @@ from labfy_ref.model.client import (
 from labfy_ref.model.gguf import PinnedGguf
 from labfy_ref.model.governor import MEMINFO, ResourceReport, check_resources
 from labfy_ref.model.supervisor import LaunchOptions, LocalModelSupervisor, SupervisorState
+from labfy_ref.modes import MAX_WAITING_CALLS
 
 log = logging.getLogger("labfy_ref.model")
 LOADING = "loading: llama-server is starting"
@@ -44,7 +45,7 @@ class SupervisedLlama:
                  limits: ClientLimits, sampling: Sampling) -> None:
         self.supervisor = supervisor
         #: As many slots as the server was started with (``--parallel``).
-        self.slots = SlotQueue(supervisor.parallel)
+        self.slots = SlotQueue(supervisor.parallel, MAX_WAITING_CALLS)
         self.model = model_id
         self._limits = limits
         self._sampling = sampling

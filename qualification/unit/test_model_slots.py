@@ -213,3 +213,17 @@ def test_a_queue_of_no_waiting_places_refuses_every_call_beyond_the_slots() -> N
     assert asyncio.run(run()) == "MODEL_BUSY"
     with pytest.raises(ValueError, match="at least one slot"):
         SlotQueue(slots=0)
+
+
+@pytest.mark.req("MC-06", "SV-09")
+def test_the_servers_models_queue_as_many_calls_as_it_keeps_connections(tmp_path: Path) -> None:
+    from labfy_ref.assemble import endpoint_client  # noqa: PLC0415
+    from labfy_ref.modes import MAX_WAITING_CALLS  # noqa: PLC0415
+    from labfy_ref.server.connections import DEFAULT_LIMITS  # noqa: PLC0415
+
+    config = resolve(RawOptions(agent_mode="local-model", agent_model="m", agent_slots="3",
+                                agent_endpoint="http://127.0.0.1:18081"), {})
+    client = endpoint_client(config.agent)
+    assert (client.slots.slots, client.slots.max_waiting) == (3, MAX_WAITING_CALLS)
+    assert MAX_WAITING_CALLS == DEFAULT_LIMITS.max_connections == 512
+    asyncio.run(client.aclose())
