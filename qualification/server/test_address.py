@@ -67,12 +67,22 @@ def test_without_port_the_default_is_taken_or_the_next_free_one_said(
 
 @pytest.mark.req("SV-12", "CLI-01")
 def test_when_every_port_of_the_range_is_taken_serve_says_what_to_pass(
-        specimen: Path) -> None:
-    with _held(range(DEFAULT_PORT, DEFAULT_PORT + 21)):
-        done = _cli("serve", "--workspace", str(specimen))
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().endswith("pass --port N, or --port 0 for any free port")
-    assert done.stderr.startswith("PORT_REFUSED: ")
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every port of the range refused (never by holding them: other tests start servers on
+    # the default port meanwhile).
+    tried: list[int] = []
+
+    def taken(host: str, port: int | None) -> socket.socket:
+        tried.append(int(port or 0))
+        raise ConfigRefused("taken")
+
+    monkeypatch.setattr(serving, "bind_socket", taken)
+    with pytest.raises(ConfigRefused) as refused:
+        serving.bind_default("127.0.0.1")
+    assert refused.value.code.value == "PORT_REFUSED"
+    assert str(refused.value) == (f"PORT_REFUSED: ports {DEFAULT_PORT}-{DEFAULT_PORT + 20} are "
+                                  "all in use: pass --port N, or --port 0 for any free port")
+    assert tried == list(range(DEFAULT_PORT, DEFAULT_PORT + 21))
 
 
 @pytest.mark.req("SV-12", "MC-04")
