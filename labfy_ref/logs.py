@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from labfy_ref.errors import ErrorCode, bounded
 
@@ -79,6 +80,19 @@ class _Window:
     start: float
     written: int = 0
     suppressed: int = 0
+
+
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to ``sys.stderr`` as it is when a record comes, not as it was when configured
+    (a command run in-process by a test, whose stderr is replaced and closed after it)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        pass  # always the current sys.stderr
 
 
 class FloodGuard(logging.Handler):
@@ -170,7 +184,7 @@ def configure(level: str = DEFAULT_LEVEL, file: Path | None = None, *,
                 owner.removeHandler(handler)
                 handler.close()
     out: logging.Handler = (logging.FileHandler(file, encoding="utf-8")
-                            if file is not None else logging.StreamHandler(sys.stderr))
+                            if file is not None else _Stderr())
     out.setFormatter(_OneLine(_FORMAT))
     root.addHandler(FloodGuard(out, debug=debug))
     root.setLevel(logging.WARNING)  # other libraries: their warnings and errors only

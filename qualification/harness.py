@@ -217,6 +217,8 @@ class ApiClient:
 
         def reached() -> bool:
             seen.update(self.turn(turn_id))
+            if seen["state"] in TERMINAL - states:  # it will never move again: say so now
+                raise AssertionError(f"turn ended {seen['state']}, not {sorted(states)}: {seen}")
             return seen["state"] in states
 
         wait_until(reached, timeout=timeout, interval=interval)

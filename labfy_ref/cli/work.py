@@ -5,7 +5,8 @@ Every command finds its database the same way: ``--work-db URL``, else
 workspace). It sees only that workspace's tasks (WK-11), so workspaces may share one
 database; ``--all-workspaces`` (with ``--work-db`` or ``LABFY_WORK_DB``, never with
 ``--workspace``) is the database admin's view of every task, and without either
-option a command is refused. Output is one JSON document on stdout; a refusal is one line
+option a command is refused. Output is one JSON document on stdout (``list`` and
+``show`` print a table instead when stdout is a terminal, unless ``--json``); a refusal is one line
 ``CODE: message`` on stderr and exit 2 (an unknown task or approval, a second
 answer, a bad value, a refused URL), a database that cannot be reached exit 1.
 The database password never appears: every message shows the URL redacted.
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labfy_ref.cli.options import add_agent_options, add_work_db_option, worker_options
+from labfy_ref.cli.tables import task_detail, task_list
 from labfy_ref.config import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS, resolve_worker
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError
 
@@ -103,6 +105,15 @@ def _print(document: dict[str, Any]) -> int:
     return 0
 
 
+def _show_to(args: argparse.Namespace, document: dict[str, Any],
+             readable: Callable[[dict[str, Any]], str]) -> int:
+    """A table for a person at a terminal; JSON with ``--json`` or when stdout is no TTY."""
+    if args.json or not sys.stdout.isatty():
+        return _print(document)
+    print(readable(document))
+    return 0
+
+
 def _submit(args: argparse.Namespace) -> int:
     store = _open_store(args)
     try:
@@ -114,7 +125,7 @@ def _submit(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     store = _open_store(args)
     try:
-        return _print(store.show(args.task_id))
+        return _show_to(args, store.show(args.task_id), task_detail)
     finally:
         store.close()
 
@@ -133,7 +144,8 @@ def _list(args: argparse.Namespace) -> int:
 
     store = _open_store(args)
     try:
-        return _print(task_page(store, state=args.state, limit=args.limit, cursor=args.cursor))
+        return _show_to(args, task_page(store, state=args.state, limit=args.limit,
+                                        cursor=args.cursor), task_list)
     finally:
         store.close()
 
@@ -172,11 +184,26 @@ def run_worker_command(args: argparse.Namespace, environ: Mapping[str, str] | No
     return run_worker(resolve_worker(worker_options(args), environ), environ)
 
 
+def _worker_main(args: argparse.Namespace) -> int:
+    """The ``work worker`` command: its log (start, each run's outcome, stop) on stderr, its
+    stdout the JSON line per run that scripts and the bench read."""
+    from labfy_ref.logs import configure  # noqa: PLC0415
+
+    configure()
+    return run_worker_command(args)
+
+
 def _count(text: str) -> int:
     """``--limit N``: a whole number from 1, in ASCII digits."""
     if not _COUNT.fullmatch(text) or int(text) > MAX_COUNT:
         raise argparse.ArgumentTypeError(f"must be a whole number 1-{MAX_COUNT}, not {text!r}")
     return int(text)
+
+
+def _json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", default=False,
+                        help="print the JSON document even on a terminal; default: a table on "
+                             "a terminal, JSON when stdout is a pipe or a file")
 
 
 def _database_options(parser: argparse.ArgumentParser, *, workspace_required: bool) -> None:
@@ -241,12 +268,14 @@ def add_work_commands(commands: argparse._SubParsersAction[Any],
                            f"{DEFAULT_HEARTBEAT_SECONDS:g} or a third of the lease, whichever "
                            "is shorter")
     add_agent_options(worker)
-    worker.set_defaults(handler=run_worker_command)
+    worker.set_defaults(handler=_worker_main)
 
     show = actions.add_parser(
         "show", parents=[debug], help="print a task",
-        description="Print a task as JSON: task, runs, events, effects, approvals.")
+        description="Print a task: task, runs, events, effects, approvals — a table on a "
+                    "terminal, JSON otherwise (or with --json).")
     show.add_argument("task_id", metavar="TASK_ID", help="the task (task_…)")
+    _json_option(show)
     _database_options(show, workspace_required=False)
     show.set_defaults(handler=_refusals(_show))
 
@@ -264,7 +293,9 @@ def add_work_commands(commands: argparse._SubParsersAction[Any],
     listing = actions.add_parser(
         "list", parents=[debug], help="list tasks newest first",
         description='Print {"tasks": [...], "next_cursor"}: tasks newest first; pass '
-                    "next_cursor as --cursor for the next page (null: none).")
+                    "next_cursor as --cursor for the next page (null: none). On a terminal "
+                    "a table (--json: the JSON).")
+    _json_option(listing)
     listing.add_argument("--state", metavar="S",
                          help="only tasks in this state (QUEUED, RUNNING, WAITING_APPROVAL, "
                               "COMPLETED, FAILED, CANCELLED); default: all")

@@ -51,6 +51,7 @@ from labfy_ref.server.connections import DEFAULT_LIMITS, ConnectionLimits, guard
 from labfy_ref.server.registry import RunningServer, holder_of, register, unregister
 from labfy_ref.server.state import ServerState
 from labfy_ref.server.work_access import WorkAccess
+from labfy_ref.text import terminal
 from labfy_ref.workspace import (
     Workspace,
     WorkspaceLock,
@@ -334,6 +335,7 @@ def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
     announced: list[str] = []  # the URL, once the server is announced
     opened: list[Path | None] = []  # the --open redirect file, removed at stop
     registered: list[Path] = []  # this server's file for labfy-ref list, removed at stop
+    checks: list[asyncio.Task[None]] = []  # the one look at the model endpoint, held
     failures: list[LabfyError] = []
     try:
         sock = _bound(config)
@@ -365,6 +367,8 @@ def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
                 print(line, flush=True)
             if config.open_browser:
                 opened.append(open_in_browser(f"{url}#code={launch_code}"))
+            if state.client is not None and supervised is None:
+                checks.append(asyncio.get_running_loop().create_task(_warn_if_down(state)))
 
         server = uvicorn.Server(uvicorn_config(create_app(state, on_started=announce),
                                                uvicorn_level, connection_limits()))
@@ -388,6 +392,18 @@ def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
         lock.release()
         if announced:
             log.info("server stopped address=%s", announced[0])
+
+
+async def _warn_if_down(state: ServerState) -> None:
+    """Say once, on the terminal, when the configured model endpoint does not answer: turns
+    end MODEL_UNAVAILABLE until it does (the pages show the same reason)."""
+    available, diagnostic = await state.availability()
+    endpoint = state.config.agent.endpoint
+    if not available:
+        where = f" at {endpoint}" if endpoint is not None else ""
+        print(f"labfy-ref: warning: the model endpoint{where} does not answer "
+              f"({terminal(diagnostic, limit=200)}); turns end MODEL_UNAVAILABLE until it does",
+              flush=True)
 
 
 async def _run(server: uvicorn.Server, sock: socket.socket) -> None:

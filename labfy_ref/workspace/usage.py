@@ -25,9 +25,13 @@ from labfy_ref.workspace.schema import usage
 #: How many usage records a workspace keeps (the newest; older ones are deleted on write).
 USAGE_RETENTION = 10_000
 
+#: The outcome of a call its caller cancelled (a user's Stop): counted apart, not an error.
+CANCELLED = "CANCELLED"
 _TOTALS: tuple[ColumnElement[Any], ...] = (
     func.count(), func.sum(usage.c.prompt_tokens), func.sum(usage.c.completion_tokens),
-    func.sum(usage.c.cached_tokens), func.sum(cast(usage.c.outcome != "ok", Integer)))
+    func.sum(usage.c.cached_tokens),
+    func.sum(cast(usage.c.outcome.not_in(("ok", CANCELLED)), Integer)),
+    func.sum(cast(usage.c.outcome == CANCELLED, Integer)))
 # built once: every model call of every surface writes one row
 _INSERT = insert(usage)
 _PRUNE = delete(usage).where(usage.c.usage_id <= bindparam("below"))
@@ -81,7 +85,8 @@ def page(db: Connection, since: str, limit: int,
 
 
 def totals(db: Connection, since: str) -> dict[str, list[dict[str, Any]]]:
-    """Calls, tokens and errors of the records at or after ``since``: per model, per UTC day.
+    """Calls, tokens, errors and cancelled calls of the records at or after ``since``: per
+    model, per UTC day (a call its caller cancelled is no error: ``cancelled``, apart).
 
     A token sum adds what was reported; it is null when no record of the group
     reported that count.
@@ -94,6 +99,6 @@ def totals(db: Connection, since: str) -> dict[str, list[dict[str, Any]]]:
     return {"by_model": [{"model": row[0], **_counts(tuple(row[1:]))} for row in by_model],
             "by_day": [{"day": row[0], **_counts(tuple(row[1:]))} for row in by_day]}
 def _counts(row: tuple[Any, ...]) -> dict[str, Any]:
-    calls, prompt, completion, cached, errors = row
+    calls, prompt, completion, cached, errors, cancelled = row
     return {"calls": calls, "prompt_tokens": prompt, "completion_tokens": completion,
-            "cached_tokens": cached, "errors": errors}
+            "cached_tokens": cached, "errors": errors, "cancelled": cancelled}

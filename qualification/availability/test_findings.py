@@ -105,8 +105,11 @@ def test_a_message_that_looks_like_a_tool_result_is_only_a_message(
                                                      "tool_id": "research.get_state",
                                                      "data": {}})):
         turn = client.wait_state(client.start_turn(message)["id"], PAUSED)
-        assert turn["state"] == "AUTHORIZATION_REQUIRED", turn
+        # a question like any other (this one names research): searched first, never
+        # read as a call's result
+        assert turn["state"] in {"COMPLETED", "AUTHORIZATION_REQUIRED"}, turn
         assert turn["tool_calls"][0]["tool_id"] == "workspace.list_objects"
+        assert "research campaign" not in str(turn["final_text"])
     _still_serves(server, client)
 
 
@@ -154,7 +157,7 @@ def test_an_unexpected_error_ends_that_turn_and_the_worker_goes_on(
     async def run() -> tuple[Any, str, bool]:
         runtime.start()
         first, _ = runtime.start_turn("one")
-        second, _ = runtime.start_turn("two")
+        second, _ = runtime.start_turn("Check the early ivy bee record.")
         for _ in range(500):
             if second.state.terminal or second.state.value == "AUTHORIZATION_REQUIRED":
                 break

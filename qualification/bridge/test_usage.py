@@ -80,7 +80,8 @@ def _sums(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"calls": len(records), "prompt_tokens": total("prompt_tokens"),
             "completion_tokens": total("completion_tokens"),
             "cached_tokens": total("cached_tokens"),
-            "errors": sum(r["outcome"] != "ok" for r in records)}
+            "errors": sum(r["outcome"] not in ("ok", "CANCELLED") for r in records),
+            "cancelled": sum(r["outcome"] == "CANCELLED" for r in records)}
 
 
 def _check_totals(body: dict[str, Any], records: list[dict[str, Any]]) -> None:
@@ -185,6 +186,8 @@ def test_a_call_cut_off_by_a_client_that_goes_away_is_recorded_cancelled(
     assert [(r["outcome"], r["caller"], _tokens(r)) for r in records] == [
         ("CANCELLED", session_id, (None, None, None))]
     assert provider.reported == [], "the stream never reached its usage chunk"
+    [total] = _usage(client)["totals"]["by_model"]
+    assert (total["cancelled"], total["errors"]) == (1, 0), "a stop is no error"
 
 
 @pytest.mark.req("BR-14", "BR-13")
@@ -284,8 +287,8 @@ def usage_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiClient
     server = LiveServer(path).start()
     try:
         client = server.client()
-        turn = client.start_turn("hello")
-        client.wait_state(turn["id"], {"AUTHORIZATION_REQUIRED"})  # list, read, prepare
+        turn = client.start_turn("Check the early ivy bee record.")
+        client.wait_state(turn["id"], {"AUTHORIZATION_REQUIRED"})  # search, read, prepare
         assert [(r["model"], _tokens(r)) for r in _usage(client)["usage"]] == [
             ("engine:demo:deterministic-demo", (None, None, None))] * 3, "the demo reports none"
         yield client

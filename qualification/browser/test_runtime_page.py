@@ -285,7 +285,7 @@ def test_lost_connection_then_a_restart_explains_the_lost_paused_turn(
     provider = provider_factory(scenario("read-prepare-final"))
     first = server_factory(specimen, **local_agent(provider.base_url))
     logged_in(page, first)
-    turn = send_message(page, "Is the early ivy bee record real?")
+    turn = send_message(page, "Check whether the early ivy bee record is real.")
     wait_state(page, turn, "AUTHORIZATION_REQUIRED")
     turn_id = turn.get_attribute("data-turn-id")
     campaign_id = first.client().get(f"/api/v1/agent-runtime/turns/{turn_id}").json()[

@@ -14,7 +14,7 @@ from labfy_ref.workspace import init_workspace, open_workspace
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent, scenario
 from qualification.harness import TERMINAL, LiveServer, wait_until
 
-QUESTION = "Is the early ivy bee record real?"
+QUESTION = "Check whether the early ivy bee record is real."
 
 
 def _paused(server: LiveServer) -> tuple[dict[str, Any], str]:

@@ -89,7 +89,7 @@ def test_a_client_at_the_oldest_cursor_missed_nothing_one_before_it_did() -> Non
 def test_events_are_served_by_cursor(specimen: Path, server_factory: ServerFactory) -> None:
     server = server_factory(specimen)
     client = server.client()
-    turn = client.start_turn("hello")
+    turn = client.start_turn("Check the early ivy bee record.")
     client.wait_state(turn["id"], {"AUTHORIZATION_REQUIRED"})
     page = client.get("/api/v1/agent-runtime/events?cursor=0").json()
     assert set(page) == {"events", "next_cursor", "oldest_cursor", "missed"}
@@ -133,7 +133,7 @@ def test_finished_turns_keep_no_conversation_and_retention_is_bounded(
     client = server.client()
     ids = []
     for index in range(5):
-        turn = client.start_turn(f"turn {index}")
+        turn = client.start_turn(f"Check the early ivy bee record, {index}.")
         client.wait_state(turn["id"], {"AUTHORIZATION_REQUIRED"})
         client.post(f"/api/v1/agent-runtime/turns/{turn['id']}/cancel")
         ids.append(turn["id"])

@@ -152,7 +152,8 @@ def test_an_api_client_runs_turns_with_nothing_but_a_bearer(route_server: LiveSe
     """A user's research turn (pause, grant, resume) and the admin's engine stream, with no
     cookie, CSRF token or Origin ever sent."""
     user = bearer(USER_TOKEN)
-    started = bearer_http.post("/api/v1/agent-runtime/turns", json={"message": "hi"},
+    started = bearer_http.post("/api/v1/agent-runtime/turns",
+                               json={"message": "Check the early ivy bee record."},
                                headers=user)
     assert started.status_code == 202, started.text
     turn_id = started.json()["turn"]["id"]

@@ -88,7 +88,7 @@ def test_the_demo_agent_treats_hostile_evidence_as_data(
     store.close()
     server = server_factory(specimen)
     client = server.client()
-    turn = client.start_turn("zzz unrelated question")
+    turn = client.start_turn("Research the early ivy bee record")
     paused = client.wait_state(turn["id"], {"AUTHORIZATION_REQUIRED"})
     client.grant(paused["authorization"]["campaign_id"])
     client.post(f"/api/v1/agent-runtime/turns/{turn['id']}/resume")

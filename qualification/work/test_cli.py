@@ -361,7 +361,7 @@ def _readme_block(name: str) -> str:
     return block(name)  # docs/work.md
 
 
-@pytest.mark.req("WK-05", "DOC-01")
+@pytest.mark.req("WK-05", "DOC-01", "CLI-03")
 def test_the_readme_work_flow_runs_as_written_on_both_engines(
         work_url: DatabaseUrl, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LABFY_")}
@@ -374,6 +374,14 @@ def test_the_readme_work_flow_runs_as_written_on_both_engines(
                           check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     created, ran, shown = done.stdout.splitlines()
+    said = [line.split(" labfy_ref.work ", 1)[-1] for line in done.stderr.splitlines()
+            if " INFO labfy_ref.work " in line]  # the worker's log (CLI-03), on stderr
+    assert len(said) == 4, done.stderr
+    assert said[0].startswith("worker ") and " started: workspace 'team-lab', database " in said[0]
+    assert "agent Deterministic demo agent, read-only" in said[0]
+    assert " took run run_" in said[1] and f"of task {json.loads(shown)['task']['id']}" in said[1]
+    assert said[2].endswith(" s") and " COMPLETED in " in said[2]
+    assert said[3].endswith("stopped: 1 run(s) done; 1 run(s) taken")
     assert created.startswith("created LIVE workspace 'team-lab'")
     work = json.loads(shown)
     ran_line = json.loads(ran)
@@ -381,7 +389,7 @@ def test_the_readme_work_flow_runs_as_written_on_both_engines(
     assert ran_line == {"run_id": work["runs"][0]["id"], "task_id": work["task"]["id"],
                         "attempt": 1, "outcome": "COMPLETED", "detail": None}
     assert (work["task"]["state"], work["task"]["final_text"]) == (
-        "COMPLETED", "The workspace holds no objects yet.")
+        "COMPLETED", "Demo agent (a fixed rule, not a model): the workspace holds no objects yet.")
     assert [e["type"] for e in work["events"]][:3] == ["task.submitted", "run.claimed",
                                                        "model.answered"]
     assert (tmp_path / "team-lab" / "work.sqlite").exists() is not postgres

@@ -75,7 +75,8 @@ def test_a_smaller_bound_prunes_on_the_write_that_passes_it(tmp_path: Path) -> N
                         ["ses_3", "ses_2", "ses_1"], ["ses_4", "ses_3", "ses_2"]]
         [totals] = ledger.report()["totals"]["by_model"]
         assert totals == {"model": "engine:demo:d", "calls": 3, "prompt_tokens": None,
-                          "completion_tokens": None, "cached_tokens": None, "errors": 3}
+                          "completion_tokens": None, "cached_tokens": None, "errors": 3,
+                          "cancelled": 0}
     finally:
         store.close()
 

@@ -126,7 +126,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop)
-        done = 0
+        done, waiting = 0, False
         settings = self.settings
         while not self._stopping.is_set() and (settings.max_runs is None
                                                or done < settings.max_runs):
@@ -136,16 +136,31 @@ class Worker:
             if claim is None:
                 if settings.once:
                     break
+                if not waiting:  # said once per idle spell, not per look
+                    log.info("worker %s waiting for queued runs", settings.name)
+                    waiting = True
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), settings.idle_poll_seconds)
                 continue
+            waiting = False
+            log.info("worker %s took run %s of task %s (attempt %d)", settings.name,
+                     claim.run_id, claim.task_id, claim.attempt)
+            started = time.perf_counter()
             outcome = await self.run(claim)
+            log.info("worker %s: run %s of task %s %s%s in %.1f s", settings.name, claim.run_id,
+                     claim.task_id, outcome.outcome,
+                     f" ({outcome.detail})" if outcome.detail else "",
+                     time.perf_counter() - started)
             print(json.dumps({"run_id": claim.run_id, "task_id": claim.task_id,
                               "attempt": claim.attempt, "claim_ms": claim_ms,
                               **outcome.as_dict()}), flush=True)
             done += 1
             if settings.once:
                 break
+        why = ("stopped by a signal" if self._stopping.is_set()
+               else "no run waiting" if settings.once and done == 0
+               else f"{done} run(s) done")
+        log.info("worker %s stopped: %s; %d run(s) taken", settings.name, why, done)
         return 0
 
     async def run(self, claim: Claim) -> RunOutcome:
@@ -200,7 +215,8 @@ def run_worker(config: WorkerConfig, environ: Mapping[str, str] | None = None) -
     crash = CrashPoints.from_env(environ)
     workspace = open_workspace(config.workspace)
     database = work_database(workspace.root, config.work_db)
-    model = open_agent_model(config.agent).model
+    opened = open_agent_model(config.agent)
+    model = opened.model
     workspace_store = workspace.open_store()
     try:
         store = WorkStore.open(database.url, workspace_id=workspace.workspace_id,
@@ -208,6 +224,9 @@ def run_worker(config: WorkerConfig, environ: Mapping[str, str] | None = None) -
         try:
             services = RunServices(workspace, workspace_store, model, str(model_route(model)),
                                    config.permission_mode, limits, crash)
+            log.info("worker %s started: workspace %r, database %s, agent %s, %s, lease %g s",
+                     settings.name, workspace.name, database.url.redacted(), opened.label,
+                     config.permission_mode.value, settings.lease_seconds)
             return asyncio.run(_serve(store, services, settings, model))
         finally:
             store.close()

@@ -1,0 +1,158 @@
+"""RT-07, RT-10: the demo agent answers the question asked, by its documented rule.
+
+It is a demo, not a model: every answer says so; it reads the objects whose
+words overlap the question most and quotes them, lists the workspace when
+nothing matches, and prepares research (a human grant first) only when the
+question asks to look something up or check it. The same rule holds on any
+workspace: the second half of the tests makes its own objects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labfy_ref.model.demo import SAYS, DemoAgent, asks_research, overlap, question_words
+from labfy_ref.workspace import init_workspace, open_workspace
+from qualification.harness import TERMINAL, ApiClient, LiveServer
+
+PAUSED = {"AUTHORIZATION_REQUIRED"}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiClient]:
+    path = tmp_path_factory.mktemp("demo") / "specimen"
+    init_workspace(path, specimen=True)
+    server = LiveServer(path).start()
+    try:
+        yield server.client()
+    finally:
+        server.stop()
+
+
+def _ask(client: ApiClient, question: str, states: set[str] = TERMINAL) -> dict[str, Any]:
+    turn = client.start_turn(question)
+    return client.wait_state(str(turn["id"]), states | TERMINAL)
+
+
+def _titles(turn: dict[str, Any]) -> list[str]:
+    """The titles of the objects the turn read, in order."""
+    return [str(call["result"]["data"]["title"]) for call in turn["tool_calls"]
+            if call["tool_id"] == "workspace.read_object" and call["result"]["ok"]]
+
+
+@pytest.mark.req("RT-07", "RT-10")
+@pytest.mark.parametrize(("question", "title", "quoted"), [
+    ("Which bees visit lavender?", "Garden 4, 14 June", "Sixty-two visits to lavender"),
+    ("How many bee species have been recorded so far?", "Species list size",
+     "Forty-one bee species have been recorded so far"),
+    ("What happened in garden 9 after the hedge was cut?", "Garden 9, 21 June",
+     "No bees during the walk after the hedge was cut back"),
+    ("Tell me about the nest boxes.", "Nest boxes, 12 July", "reed nest boxes sealed with mud"),
+    ("Where is the study area?", "Study area", "twelve community gardens"),
+    ("How is each survey walk timed?", "Survey protocol", "20-minute timed walk"),
+])
+def test_a_question_is_answered_by_quoting_the_objects_that_match_it(
+        demo: ApiClient, question: str, title: str, quoted: str) -> None:
+    done = _ask(demo, question)
+    assert done["state"] == "COMPLETED", done
+    text = str(done["final_text"])
+    assert text.startswith(SAYS), "the demo says it is no model"
+    assert title in _titles(done), "it read the object that matches"
+    assert f"\u201c{title}\u201d" in text and quoted in text, text
+    assert not any(c["tool_id"].startswith("research.") for c in done["tool_calls"])
+
+
+@pytest.mark.req("RT-07", "RT-10")
+@pytest.mark.parametrize("question", ["hi", "What is in this workspace?", "xyzzy plugh"])
+def test_a_question_nothing_matches_gets_what_the_workspace_holds(
+        demo: ApiClient, question: str) -> None:
+    done = _ask(demo, question)
+    assert done["state"] == "COMPLETED", done
+    text = str(done["final_text"])
+    assert text.startswith(SAYS)
+    assert "This workspace holds \u201cStudy area\u201d (fact)" in text or "holds \u201c" in text
+    assert [c["tool_id"] for c in done["tool_calls"]][-1] == "workspace.list_objects"
+    assert not _titles(done), "nothing matched: nothing is read or quoted as an answer"
+
+
+@pytest.mark.req("RT-08", "RT-10")
+@pytest.mark.parametrize(("question", "title"), [
+    ("Check whether the early ivy bee record is real.", "Open question: early ivy bees"),
+    ("Can you look up the regional bee atlas?", "Regional bee atlas (2019)"),
+    ("Please verify the hedge cutting question.", "Open question: hedge cutting"),
+    ("Research something for me", None),
+])
+def test_a_request_to_check_prepares_research_and_waits_for_the_grant(
+        demo: ApiClient, question: str, title: str | None) -> None:
+    paused = _ask(demo, question, PAUSED)
+    assert paused["state"] == "AUTHORIZATION_REQUIRED", paused
+    calls = paused["tool_calls"]
+    assert calls[-1]["tool_id"] == "research.prepare"
+    prepared = calls[-1]["arguments"]
+    assert prepared["questions"] == [question]
+    if title is not None:
+        assert _titles(paused) == [title], "the best match only"
+        assert prepared["topic"] == title
+    else:  # nothing matched: a note, as a reader would start
+        assert len(_titles(paused)) == 1
+    campaign = paused["authorization"]["campaign_id"]
+    assert demo.grant(campaign).status_code == 201
+    assert demo.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume").status_code == 202
+    done = demo.wait_state(str(paused["id"]), TERMINAL)
+    assert done["state"] == "COMPLETED", done
+    assert done["final_text"].startswith(SAYS + f"research campaign {campaign} is COMPLETED")
+
+
+@pytest.mark.req("RT-10")
+def test_the_rule_holds_on_objects_it_has_never_seen(tmp_path: Path) -> None:
+    """A workspace of other objects: the rule, not the SPECIMEN, picks what is read."""
+    path = tmp_path / "ws"
+    init_workspace(path, specimen=False)
+    store = open_workspace(path).open_store()
+    try:
+        for kind, title, body in (
+                ("note", "Kettle descaling", "Boil vinegar and water. Rinse twice."),
+                ("fact", "Oven temperatures", "Bread bakes at 230 degrees for 35 minutes."),
+                ("fact", "Freezer inventory", "Two loaves of rye bread, one bag of peas.")):
+            store.add_object(kind, title, body)
+    finally:
+        store.close()
+    server = LiveServer(path).start()
+    try:
+        client = server.client()
+        done = _ask(client, "How long does bread bake?")
+        assert _titles(done)[0] in {"Oven temperatures", "Freezer inventory"}
+        assert "Bread bakes at 230 degrees" in done["final_text"], done["final_text"]
+        assert "Kettle" not in done["final_text"]
+    finally:
+        server.stop()
+
+
+@pytest.mark.req("RT-10")
+def test_the_words_rule_as_documented() -> None:
+    assert question_words("Which BEES visit the lavender, the Lavender?") == (
+        "bee", "visit", "lavender")
+    assert question_words("is it ok? grass 42 a") == ("grass", "42")
+    assert asks_research("please look it up") and asks_research("Find out when")
+    assert asks_research("CHECK this") and not asks_research("a checklist of looks")
+    assert overlap(("bee", "lavender"), "Bees on lavenders") == 2
+    assert overlap(("bee",), "a beetle") == 1  # a prefix: documented, not hidden
+
+
+@pytest.mark.req("RT-07", "RT-10")
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_any_question_gets_one_valid_first_action(question: str) -> None:
+    """Whatever is asked (lone surrogates, controls, any script), the first action is a
+    listing whose search text is within the catalog's bound."""
+    action = DemoAgent().decide([{"role": "user", "content": question}])
+    parsed = json.loads(action)
+    assert parsed["tool_id"] == "workspace.list_objects"
+    assert len(parsed["arguments"].get("match", "x")) <= 100
