@@ -25,6 +25,7 @@
     status: null,
     turns: null,        // the turn list (turns.js), made at start
     pending: null,      // {text, id}: a send that failed before the server answered
+    scroll: null,       // the conversation's scroll box (scroll.js)
   };
   const $ = (id) => document.getElementById(id);
 
@@ -103,6 +104,15 @@
     if (event.ctrlKey || event.altKey || event.metaKey) return;
     event.preventDefault();
     $("composer").requestSubmit();
+  }
+
+  /** Esc stops the newest running turn (as Cancel does), wherever the focus is. */
+  function onEscape(event) {
+    if (event.key !== "Escape" || event.isComposing || !session.session) return;
+    if (page.turns.stopNewest()) {
+      event.preventDefault();
+      announce("Stopping the running turn.");
+    }
   }
 
   async function sendMessage(event) {
@@ -271,7 +281,11 @@
       workspaceKind: () => (page.status ? page.status.workspace.kind : ""),
       onResumed: () => schedulePoll(0),
       onDismissed: () => $("composer-input").focus(),
+      onChanged: () => page.scroll.follow(),
+      bringIntoView: (box, control) => page.scroll.bringIntoView(box, control),
     });
+    page.scroll = window.labfyScroll.create($("turns-panel"));
+    document.addEventListener("keydown", onEscape);
     $("composer").addEventListener("submit", sendMessage);
     $("composer-input").addEventListener("keydown", onComposerKey);
     $("composer-input").addEventListener("input", updateCount);

@@ -30,11 +30,13 @@
     title: $("chat-title"), contextSettings: $("context-settings"), contextTools: $("context-tools"),
     conversation: $("conversation"), turnStatus: $("turn-status"), composer: $("composer"),
     input: $("message-input"), scope: $("permission-scope"), send: $("message-send"),
+    model: $("model-select"),
     stop: $("stop-turn"), composerError: $("composer-error"),
     usageStatus: $("usage-status"), usageRefresh: $("usage-refresh"),
     usageModels: $("usage-models"), usageDays: $("usage-days"), usageCalls: $("usage-calls"),
   };
 
+  const conversationScroll = window.labfyScroll.create(ui.conversation);
   const state = {
     nextCursor: null,
     session: null,     // the open session: {id, created_at, settings, ...}
@@ -42,7 +44,11 @@
     startingTries: 0,
     tools: null,
     usageReads: 0,     // numbers the usage reads: only the newest one is shown
+    models: null,      // the engine's models ({default, models}), null until read
+    modelReads: 0,     // numbers the model reads: only the newest one is shown
+    modelTimer: null,
   };
+  const MODEL_CHECK_MS = 15000;  // how often an idle page asks whether the model answers
 
   // -- small helpers ----------------------------------------------------------------------
 
@@ -116,7 +122,8 @@
 
   function totalsRow(testid, name, total) {
     return usageRow(testid, [name, String(total.calls), tokens(total.prompt_tokens),
-      tokens(total.completion_tokens), tokens(total.cached_tokens), String(total.errors)]);
+      tokens(total.completion_tokens), tokens(total.cached_tokens), String(total.errors),
+      String(total.cancelled)]);
   }
 
   function renderUsage(body) {
@@ -164,19 +171,92 @@
     }
     state.startingTries = 0;
     ui.status.classList.remove("refused");
-    ui.status.textContent = "Engine bridge ready";
+    bridgeState("checking", "Engine bridge up; asking its model…");
     ui.workspace.hidden = false;
     renderSessions(page, false);
     loadTools();
     loadUsage();
+    loadModels();
     const wanted = location.hash.slice(1);
     if (SESSION_ID.test(wanted)) openSession(wanted);
+  }
+
+  /** The bridge's line says one state: checking, ready, model unavailable (why), refused. */
+  function bridgeState(name, text) {
+    ui.status.dataset.state = name;
+    setText(ui.status, text);
+  }
+
+  /** The engine's models: the selector's options, and whether the model answers at all. */
+  async function loadModels() {
+    const read = ++state.modelReads;
+    clearTimeout(state.modelTimer);
+    let body = null;
+    let failure = null;
+    try {
+      body = await api("GET", "/api/cordis/models");
+    } catch (error) {
+      failure = error;
+    }
+    if (read !== state.modelReads || ui.workspace.hidden) return;
+    if (failure) {
+      bridgeState("model-unavailable", `Model unavailable: ${failure.message} — a message `
+        + "sent now ends with this error; the page asks again every 15 s.");
+    } else {
+      state.models = body;
+      renderModels();
+      bridgeState("ready", `Ready · ${currentModel()}`);
+    }
+    state.modelTimer = setTimeout(() => { if (!state.turn) loadModels(); }, MODEL_CHECK_MS);
+  }
+
+  /** The model a message goes to now: the open session's, else the engine's default. */
+  function currentModel() {
+    if (state.session) return state.session.settings.model;
+    return state.models ? state.models.default : "";
+  }
+
+  function renderModels() {
+    const wanted = currentModel();
+    const listed = state.models ? state.models.models : [];
+    const options = listed.map((model) => {
+      const option = el("option", "", `${model.model} · ${model.provider}`);
+      option.value = model.id;
+      return option;
+    });
+    if (wanted && !listed.some((model) => model.id === wanted)) {
+      const option = el("option", "", `${wanted} (not listed by the provider now)`);
+      option.value = wanted;
+      options.unshift(option);
+    }
+    ui.model.replaceChildren(...options);
+    ui.model.value = wanted;
+    ui.model.disabled = Boolean(state.turn) || options.length === 0;
+  }
+
+  async function changeModel() {
+    ui.composerError.textContent = "";
+    if (!state.session) {  // no session yet: the next new one is made with it
+      if (state.models) state.models = { ...state.models, default: ui.model.value };
+      return;
+    }
+    try {
+      const { session } = await api("PATCH", sessionPath(state.session.id, "/settings"),
+        { model: ui.model.value });
+      state.session.settings = session.settings;
+      renderContext(state.session);
+      setTurnStatus("", `Model: ${session.settings.model}`);
+      if (ui.status.dataset.state === "ready") bridgeState("ready", `Ready · ${currentModel()}`);
+    } catch (error) {
+      setText(ui.composerError, error.message);
+      ui.model.value = state.session.settings.model;
+    }
   }
 
   function bridgeRefused(error) {
     ui.workspace.hidden = true; // the reason, never an empty list
     ui.status.classList.add("refused");
-    setText(ui.status, error.message);
+    bridgeState("refused", error.message);
     if (error.code === "CORDIS_STARTING" && state.startingTries < STARTING_RETRIES) {
       state.startingTries += 1;
       setTimeout(loadBridge, STARTING_RETRY_MS);
@@ -261,6 +341,7 @@
     for (const summary of page.sessions) {
       const item = itemOf(summary.id);
       if (item) item.replaceWith(sessionItem(summary));
+      if (state.session && summary.id === state.session.id) setText(ui.title, titleOf(summary));
     }
     markOpen();
   }
@@ -280,8 +361,9 @@
     ui.sessionsError.textContent = "";
     if (busy()) return null;
     try {
+      const chosen = ui.model.value ? { model: ui.model.value } : {};
       const { session } = await api("POST", "/api/cordis/sessions",
-        { permission_mode: ui.scope.value });
+        { permission_mode: ui.scope.value, ...chosen });
       ui.list.prepend(sessionItem({ ...session, title: "" }));
       await openSession(session.id);
       return session;
@@ -324,8 +406,15 @@
 
   function busy() {
     if (!state.turn) return false;
-    ui.turnStatus.textContent = "A turn is running: stop it or wait for its end first.";
+    setTurnStatus(state.turn.waiting ? "approval" : "working",
+      "A turn is running: stop it or wait for its end first.");
     return true;
+  }
+
+  /** The turn's line: working, waiting for your approval, or a note (idle). */
+  function setTurnStatus(name, text) {
+    ui.turnStatus.dataset.state = name || "idle";
+    setText(ui.turnStatus, text);
   }
 
   async function openSession(sessionId) {
@@ -346,6 +435,8 @@
     setText(ui.title, item ? item.querySelector(".title").textContent : session.id);
     ui.scope.value = session.settings.permission_mode;
     renderContext(session);
+    if (state.models) renderModels();
+    if (ui.status.dataset.state === "ready") bridgeState("ready", `Ready · ${currentModel()}`);
     renderMessages(session.messages);
     markOpen();
     if (session.active_turn) {
@@ -394,7 +485,7 @@
   function createExchange(sessionId, userText) {
     const item = el("li", "exchange");
     if (userText !== null) {
-      item.append(el("p", "speaker", "You"), el("div", "user-message", userText));
+      item.append(el("p", "speaker speaker-you", "You"), el("div", "user-message", userText));
     }
     const reasoning = el("details", "reasoning-section");
     reasoning.dataset.testid = "reasoning-section";
@@ -402,8 +493,11 @@
     reasoningText.tabIndex = 0; // it scrolls: reachable by keyboard
     reasoning.append(el("summary", "", "Reasoning (exposed by the model)"), reasoningText);
     reasoning.hidden = true;
-    const activity = el("div", "activity");
-    activity.append(el("h3", "", "Tool activity"));
+    // what the assistant did, folded under its answer; the cards stay in the DOM either way
+    const activity = el("details", "activity");
+    activity.dataset.testid = "tool-activity";
+    const activitySummary = el("summary", "", "Tool activity");
+    activity.append(activitySummary);
     activity.hidden = true;
     const speaker = el("p", "speaker", "Assistant");
     const reply = el("div", "assistant-message");
@@ -411,9 +505,9 @@
     speaker.hidden = true;
     reply.hidden = true;
     const tail = el("div", "exchange-end");
-    item.append(reasoning, activity, speaker, reply, tail);
+    item.append(speaker, reply, tail, reasoning, activity);
     ui.conversation.append(item);
-    return { sessionId, item, reasoning, reasoningText, activity, speaker, reply, tail,
+    return { sessionId, item, reasoning, reasoningText, activity, activitySummary, speaker, reply, tail,
       calls: new Map(), markdown: labfyMarkdown.stream(reply, withCopyButtons), ended: false };
   }
 
@@ -437,6 +531,8 @@
     view.activity.hidden = false;
     view.activity.append(card);
     view.calls.set(callId, { card, status });
+    const count = view.calls.size;
+    view.activitySummary.textContent = `Tool activity · ${count} call${count === 1 ? "" : "s"}`;
     return view.calls.get(callId);
   }
 
@@ -478,6 +574,13 @@
     call.card.append(box);
     call.approval = actions;
     call.status.textContent = " · waiting for your decision";
+    view.activity.open = true;  // an approval is never folded away
+    if (state.turn && state.turn.view === view) {
+      state.turn.waiting = true;
+      setTurnStatus("approval", "Waiting for your approval: the turn is paused until you "
+        + "decide (Allow once or Deny).");
+    }
+    conversationScroll.bringIntoView(box, allow);
   }
 
   async function decide(sessionId, approvalId, decision, controls, note) {
@@ -503,6 +606,10 @@
     else call.card.append(note);
     call.approval = null;
     if (call.card.dataset.status === "running") call.status.textContent = " · running";
+    if (state.turn && state.turn.view === view) {
+      state.turn.waiting = false;
+      setTurnStatus("working", "The assistant is working…");
+    }
   }
 
   function appendText(view, text) {
@@ -556,6 +663,7 @@
   function onChunk(view, chunk) {
     const handler = HANDLERS.get(chunk.type);
     if (handler && !view.ended) handler(view, chunk); // a chunk type of a later build: skipped
+    conversationScroll.follow();
   }
 
   /** A session's stored messages, each tool result at its call (BR-06 projection). */
@@ -587,9 +695,10 @@
   function setRunning(running) {
     ui.send.disabled = running;
     ui.scope.disabled = running;
+    ui.model.disabled = running || ui.model.options.length === 0;  // as the API refuses it
     ui.stop.hidden = !running;
     ui.stop.disabled = false;
-    ui.turnStatus.textContent = running ? "The assistant is working…" : "";
+    setTurnStatus(running ? "working" : "", running ? "The assistant is working…" : "");
   }
 
   async function send(event) {
@@ -599,7 +708,8 @@
     if (!text.trim() || state.turn) return;
     if (!state.session && !(await newSession())) return;
     const sessionId = state.session.id;
-    const turn = { view: null, sessionId, controller: new AbortController() };
+    const turn = { view: null, sessionId, controller: new AbortController(), stopAsked: false,
+      waiting: false };
     state.turn = turn; // from now on a second Enter sends nothing
     let response;
     setRunning(true);
@@ -612,9 +722,12 @@
       setText(ui.composerError, error.message); // refused: nothing was sent, the text stays
       return;
     }
-    ui.input.value = "";
+    ui.input.value = "";  // the server has the message now: it is never sent twice
     const view = createExchange(sessionId, text);
     turn.view = view;
+    conversationScroll.follow();
+    refreshTitles();  // the first message names the session
+    if (turn.stopAsked) cancelTurn(turn);  // Stop pressed before the stream began
     try {
       await labfyNdjson.readStream(response, (chunk) => onChunk(view, chunk));
       if (!view.ended) showError(view, "STREAM_INVALID", "the stream ended before the turn did");
@@ -638,15 +751,23 @@
     showError(view, "CONNECTION_LOST", "the stream was cut before the turn ended");
   }
 
-  /** Stop: the engine cancels the turn (its stream ends "cancelled"); else close the stream. */
+  /** Stop: the engine cancels the turn (its stream ends "cancelled"). Before the stream
+   *  began the request is not withdrawn — the server may already hold the message, and
+   *  withdrawing it would put the text back to be sent twice: the turn is cancelled as soon
+   *  as its stream begins. */
   async function stop() {
     const turn = state.turn;
     if (!turn) return;
     ui.stop.disabled = true;
+    setTurnStatus("working", "Stopping…");
     if (!turn.view) {
-      turn.controller.abort(); // no stream yet: the request itself is withdrawn
+      turn.stopAsked = true;
       return;
     }
+    await cancelTurn(turn);
+  }
+
+  async function cancelTurn(turn) {
     try {
       await api("POST", sessionPath(turn.sessionId, "/cancel"));
     } catch (_) {
@@ -679,7 +800,10 @@
     }
     ui.workspace.hidden = true;
     ui.status.classList.remove("refused");
-    ui.status.textContent = "Checking the engine bridge…";
+    state.models = null;
+    state.modelReads += 1;
+    clearTimeout(state.modelTimer);
+    bridgeState("checking", "Checking the engine bridge…");
   }
 
   live(ui.send);
@@ -691,6 +815,13 @@
   ui.newSession.addEventListener("click", newSession);
   ui.more.addEventListener("click", loadMore);
   ui.scope.addEventListener("change", changeScope);
+  ui.model.addEventListener("change", changeModel);
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && !event.isComposing && state.turn && !ui.stop.disabled) {
+      event.preventDefault();
+      stop();
+    }
+  });
   ui.composer.addEventListener("submit", send);
   ui.stop.addEventListener("click", stop);
   ui.input.addEventListener("keydown", (event) => {

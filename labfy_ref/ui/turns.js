@@ -1,7 +1,8 @@
-// labfy-ref runtime page: the turn list. Each turn is built once and then updated in
-// place (so a refresh never drops the reader's selection): state, elapsed time and
-// progress, one activity card per tool call, the research authorization with the
-// campaign's grants, final text, error, Cancel. A live turn the server no longer has
+// labfy-ref runtime page: the turn list, oldest first like a chat. Each turn is built once
+// and then updated in place (so a refresh never drops the reader's selection): the question,
+// state, elapsed time and progress, the answer (final text or error) first, the research
+// authorization with the campaign's grants, then what the agent did — one activity card per
+// tool call, folded — and Cancel. A live turn the server no longer has
 // (a restart) is explained where it was. Exposed as window.labfyTurns.create(options).
 "use strict";
 
@@ -230,6 +231,11 @@
       progress.append(spinner, progressText);
       const cards = el("ol", "cards");
       cards.setAttribute("aria-label", "Tool calls");
+      // what the agent did, folded under the answer; the cards stay in the DOM either way
+      const activity = el("details", "activity");
+      activity.dataset.testid = "turn-activity";
+      const activitySummary = el("summary", "", "What the agent did");
+      activity.append(activitySummary, cards);
       const actions = el("div", "turn-actions");
       const cancel = session.live(el("button", "secondary", "Cancel"));
       cancel.type = "button";
@@ -237,9 +243,10 @@
       const actionError = el("p", "error");
       actionError.setAttribute("role", "alert");
       actions.append(cancel, actionError);
-      item.append(head, message, progress, cards, actions);
+      item.append(head, message, progress, activity, actions);
       const view = {
         id: turn.id, item, badge, message, progress, progressText, cards, cancel, actionError,
+        activity, activitySummary,
         calls: new Set(), state: null, turn, finalNode: null, errorNode: null, authBox: null,
         campaignId: null, campaignShown: null, authStatus: null, authState: null, dismiss: null,
       };
@@ -270,7 +277,7 @@
       if (!view[key]) {
         view[key] = el(className === "final-text" ? "div" : "p", className);
         view[key].dataset.testid = testid;
-        view.item.insertBefore(view[key], view.item.lastElementChild);
+        view.item.insertBefore(view[key], view.authBox || view.activity);  // the answer first
       }
       // Only a change is written: rewriting equal text would drop the reader's selection.
       putText(view[key], text);
@@ -306,7 +313,9 @@
         view.calls.add(call.call_id);
         view.cards.append(activityCard(call));
       }
-      view.cards.hidden = view.calls.size === 0;
+      view.activity.hidden = view.calls.size === 0;
+      const summary = `What the agent did · ${plural(view.calls.size, "tool call")}`;
+      if (view.activitySummary.textContent !== summary) view.activitySummary.textContent = summary;
       updateAuthorization(view, turn.state, turn.authorization);
       setText(view, "finalNode", "final-text", "final-text", turn.final_text);
       setText(view, "errorNode", "turn-error", "turn-error",
@@ -318,25 +327,30 @@
       if (!authorization) return;
       if (!view.authBox) {
         view.authBox = authorizationBox(view);
-        view.item.insertBefore(view.authBox, view.item.lastElementChild);
+        view.item.insertBefore(view.authBox, view.activity);
       }
       const changed = view.campaignId !== authorization.campaign_id
         || view.authStatus !== authorization.status || view.authState !== state;
       view.campaignId = authorization.campaign_id;
       view.authStatus = authorization.status;
       view.authState = state;
-      view.authorize.hidden = state !== "AUTHORIZATION_REQUIRED";
+      const waiting = state === "AUTHORIZATION_REQUIRED";
+      const arrived = waiting && !view.broughtIntoView;
+      view.broughtIntoView = waiting;  // once per pause: a refresh never steals focus again
+      view.authorize.hidden = !waiting;
       view.authText.textContent = authorizationText(view, state, authorization.status);
       if (changed) refreshCampaign(view);
+      if (arrived && options.bringIntoView) options.bringIntoView(view.authBox, view.authorize);
     }
 
-    /** Where a turn goes in the newest-first list: before the first older one. */
+    /** Where a turn goes in the oldest-first list (it reads like a chat): before the first
+     * newer one. */
     function place(view) {
       const list = options.list;
       const created = view.turn.created_at;
       for (const other of list.children) {
         const otherView = state.views.get(other.dataset.turnId);
-        if (otherView && otherView.turn.created_at < created) {
+        if (otherView && otherView.turn.created_at > created) {
           list.insertBefore(view.item, other);
           return;
         }
@@ -349,13 +363,32 @@
       if (!view) {
         view = createView(turn);
         state.views.set(turn.id, view);
+        place(view);  // in the page first: what it shows may be brought into view
         updateView(view, turn);
-        place(view);
       } else if (view.state !== "LOST") {
         updateView(view, turn);
       }
       showEmpty();
       startTicker();
+      if (options.onChanged) options.onChanged();
+    }
+
+    /** The newest turn that can still be stopped (Esc), or null. */
+    function newestLive() {
+      let newest = null;
+      for (const view of state.views.values()) {
+        if (!LIVE.has(view.state)) continue;
+        if (newest === null || view.turn.created_at > newest.turn.created_at) newest = view;
+      }
+      return newest;
+    }
+
+    /** Esc: cancel the newest live turn; false when none runs. */
+    function stopNewest() {
+      const view = newestLive();
+      if (view === null || view.cancel.hidden || view.cancel.disabled) return false;
+      cancelTurn(view);
+      return true;
     }
 
     /** A turn the page knew as live that the server no longer has: say so where it was. */
@@ -446,7 +479,9 @@
       showEmpty();
     }
 
-    return Object.freeze({ apply: applyTurn, lost: showLost, remembered, keepOnly, clear });
+    return Object.freeze({
+      apply: applyTurn, lost: showLost, remembered, keepOnly, clear, stopNewest,
+    });
   }
 
   window.labfyTurns = Object.freeze({ create, LIVE });

@@ -51,7 +51,7 @@ def open_engine(page: Page, specimen: Path, provider_factory: ProviderFactory,
     page.base_url = server.url
     page.open("/cordis")
     page.login(LAUNCH_CODE)
-    page.wait(lambda: page.text("bridge-status") == "Engine bridge ready",
+    page.wait(lambda: page.find("bridge-status").get_attribute("data-state") == "ready",
               what="the bridge ready")
     return server
 
@@ -79,6 +79,15 @@ def turn_over(page: Page) -> None:
     """Wait until no turn runs: Send enabled again and Stop hidden."""
     page.wait(lambda: page.find("message-send").is_enabled()
               and not page.all("stop-turn")[0].is_displayed(), timeout=30, what="the turn's end")
+
+
+def unfold_activity(page: Page) -> None:
+    """Open every exchange's folded tool activity (its cards are in the DOM either way)."""
+    for activity in page.all("tool-activity"):
+        if activity.get_attribute("open") is None:
+            activity.find_element(By.TAG_NAME, "summary").click()
+    page.wait(lambda: all(a.get_attribute("open") is not None
+                          for a in page.all("tool-activity")), what="the activity open")
 
 
 def call_card(page: Page, call_id: str) -> WebElement:

@@ -51,13 +51,22 @@ def send_message(page: Page, message: str) -> WebElement:
     before = len(page.all("turn"))
     page.type("composer-input", message, submit=True)
     page.wait(lambda: len(page.all("turn")) == before + 1, what="the new turn")
-    return page.all("turn")[0]
+    return page.all("turn")[-1]  # oldest first, like a chat: the newest is last
 
 
 def wait_state(page: Page, turn: WebElement, state: str, timeout: float = 20) -> WebElement:
     """Wait until ``turn`` is in ``state`` (its ``data-state``); the turn."""
     page.wait(lambda: turn.get_attribute("data-state") == state, timeout=timeout,
               what=f"turn {state}")
+    return turn
+
+
+def unfold(page: Page, turn: WebElement) -> WebElement:
+    """Open ``turn``'s folded tool activity (its cards are in the DOM either way); the turn."""
+    activity = page.find("turn-activity", within=turn)
+    if activity.get_attribute("open") is None:
+        activity.find_element(By.TAG_NAME, "summary").click()
+    page.wait(lambda: activity.get_attribute("open") is not None, what="the activity open")
     return turn
 
 

@@ -27,6 +27,7 @@ from qualification.browser.engine_page import (
     send,
     tool_call,
     turn_over,
+    unfold_activity,
 )
 from qualification.browser.page import Page
 from qualification.conftest import ProviderFactory, ServerFactory, composition_without, local_agent
@@ -193,6 +194,9 @@ def test_a_turn_streams_tools_and_markdown_copies_exactly_and_survives_a_reload(
     turn_over(page)
     cards = page.all("tool-call")
     assert len(cards) == 1
+    assert not cards[0].is_displayed(), "the tool activity is folded under the reply"
+    assert "Tool activity · 1 call" in Page.content(page.find("tool-activity"))
+    unfold_activity(page)
     call_id = cards[0].get_attribute("data-call-id")
     assert call_id and "files.list" in cards[0].text and '"notes"' in cards[0].text
     _assert_result_attached(page, call_id)

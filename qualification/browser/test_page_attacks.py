@@ -46,6 +46,7 @@ from qualification.browser.runtime_page import (
     logged_in,
     scripted,
     send_message,
+    unfold,
     wait_state,
 )
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
@@ -271,7 +272,7 @@ def test_a_runtime_card_shows_a_direction_override_in_a_path(
         answer_action(type="final", text="Not written: \u2066nur.txt\u2069")))
     logged_in(page, server_factory(specimen, **local_agent(provider.base_url)))
     turn = wait_state(page, send_message(page, "write \u202eit"), "COMPLETED")
-    card = page.find("activity-card", within=turn)
+    card = page.find("activity-card", within=unfold(page, turn))
     arguments = card.find_element(By.CSS_SELECTOR, ".card-line span:not(.card-key)")
     assert BIDI_MARK in arguments.text, arguments.text
     _reads_in_order(page, arguments)
@@ -352,7 +353,8 @@ def test_logout_forgets_the_draft_and_the_open_session(
     assert left[0] == "", "the draft"
     assert "secret" not in left[1] and "ses_" not in left[1], "no message, title or context"
     page.login(LAUNCH_CODE)
-    page.wait(lambda: page.text("bridge-status") == "Engine bridge ready", what="logged in again")
+    page.wait(lambda: page.find("bridge-status").get_attribute("data-state") == "ready",
+              what="logged in again")
     page.wait(lambda: page.all("session-item"), what="the session list")
     assert page.driver.find_element(By.ID, "chat-title").text.startswith("No session open")
     assert page.all("assistant-message") == [], "no session reopened by itself"

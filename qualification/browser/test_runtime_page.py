@@ -32,6 +32,7 @@ from qualification.browser.runtime_page import (
     logged_in,
     scripted,
     send_message,
+    unfold,
     wait_state,
 )
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent, scenario
@@ -132,7 +133,8 @@ def test_login_a_tool_call_and_its_card(page: Page, specimen: Path,
     sent = provider.chat_requests()[0].json()["messages"]
     assert any(chosen in str(m.get("content")) for m in sent if m["role"] == "user")
     assert card_states(page, turn) == [("workspace.list_objects", "ok")]
-    card = page.find("activity-card", within=turn)
+    assert not page.all("activity-card", within=turn)[0].is_displayed(), "folded at first"
+    card = page.find("activity-card", within=unfold(page, turn))
     assert "workspace.list_objects" in card.text and "Done" in card.text
     assert "objects:" in card.text, "the result summary names what came back"
     final = page.find("final-text", within=turn)
@@ -190,6 +192,7 @@ def test_hostile_content_stays_inert_through_authorize_and_resume(
     turn = send_message(page, "Read the hostile note and file " + HOSTILE)
     wait_state(page, turn, "AUTHORIZATION_REQUIRED")
     page.wait(lambda: len(page.all("activity-card", within=turn)) == 5, what="five cards")
+    unfold(page, turn)
     assert card_states(page, turn) == [
         ("workspace.list_objects", "ok"), ("workspace.read_object", "ok"),
         ("files.read", "ok"), ("files.write", "refused"), ("research.prepare", "ok")]

@@ -46,7 +46,7 @@ def test_the_runtime_page_runs_a_turn_on_the_target(page: Page, model_target: Se
 def test_the_engine_page_streams_a_tool_call_and_a_reply_on_the_target(
         page: Page, model_target: Served) -> None:
     _log_in(page, model_target, "/cordis")
-    page.wait(lambda: page.text("bridge-status") == "Engine bridge ready",
+    page.wait(lambda: page.find("bridge-status").get_attribute("data-state") == "ready",
               what="the bridge ready")
     new_session(page)
     send(page, f"What is in notes? {marker('files-list')}")

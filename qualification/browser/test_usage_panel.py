@@ -38,7 +38,8 @@ def _count(value: int | None) -> str:
 
 def _totals_rows(totals: list[dict[str, Any]], name: str) -> list[list[str]]:
     return [[t[name], str(t["calls"]), _count(t["prompt_tokens"]),
-             _count(t["completion_tokens"]), _count(t["cached_tokens"]), str(t["errors"])]
+             _count(t["completion_tokens"]), _count(t["cached_tokens"]), str(t["errors"]),
+             str(t["cancelled"])]
             for t in totals]
 
 
@@ -107,7 +108,7 @@ def test_the_usage_panel_shows_the_ledgers_totals_and_last_calls(
     body = _panel_equals_api(page, client, 3)
     assert (body["usage"][0]["outcome"], body["usage"][0]["prompt_tokens"]) == \
         ("MODEL_UNAVAILABLE", None)
-    assert _shown(page, "usage-model-row")[0][-1] == "1", "one error"
+    assert _shown(page, "usage-model-row")[0][-2:] == ["1", "0"], "one error, none cancelled"
 
     turn = client.start_turn("From the runtime, please.")  # not through this page
     client.wait_state(turn["id"], {"COMPLETED"})
@@ -145,7 +146,8 @@ def test_a_chat_client_completion_leaves_no_session_on_the_page_only_its_usage(
     assert [r["caller"] for r in body["usage"]] == ["transient"]
     assert page.all("session-item") == [], "a chat request is never a listed session"
     page.reload()
-    page.wait(lambda: page.text("bridge-status") == "Engine bridge ready", what="the bridge ready")
+    page.wait(lambda: page.find("bridge-status").get_attribute("data-state") == "ready",
+              what="the bridge ready")
     _panel_equals_api(page, server.client(), 1)
     assert page.all("session-item") == []
     assert server.client().get("/api/cordis/sessions").json()["sessions"] == []
