@@ -50,6 +50,7 @@
     setText($("workspace-line"),
       `Workspace: ${ws.name} (${ws.kind}) · permission: ${status.permission_mode}`);
     $("composer-input").maxLength = status.limits.max_message_chars;
+    $("pages-nav").hidden = !(status.bridge && status.bridge.enabled);  // /cordis serves then
   }
 
   async function refreshStatus(generation) {

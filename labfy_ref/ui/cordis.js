@@ -45,6 +45,7 @@
     tools: null,
     usageReads: 0,     // numbers the usage reads: only the newest one is shown
     models: null,      // the engine's models ({default, models}), null until read
+    chosenModel: null, // the model picked with no session open: the next new session's
     modelReads: 0,     // numbers the model reads: only the newest one is shown
     modelTimer: null,
   };
@@ -203,17 +204,18 @@
       bridgeState("model-unavailable", `Model unavailable: ${failure.message} — a message `
         + "sent now ends with this error; the page asks again every 15 s.");
     } else {
+      const changed = JSON.stringify(body) !== JSON.stringify(state.models);
       state.models = body;
-      renderModels();
+      if (changed) renderModels();  // an open selector is not closed under the reader
       bridgeState("ready", `Ready · ${currentModel()}`);
     }
-    state.modelTimer = setTimeout(() => { if (!state.turn) loadModels(); }, MODEL_CHECK_MS);
+    state.modelTimer = setTimeout(loadModels, MODEL_CHECK_MS);
   }
 
   /** The model a message goes to now: the open session's, else the engine's default. */
   function currentModel() {
     if (state.session) return state.session.settings.model;
-    return state.models ? state.models.default : "";
+    return state.chosenModel || (state.models ? state.models.default : "");
   }
 
   function renderModels() {
@@ -237,7 +239,7 @@
   async function changeModel() {
     ui.composerError.textContent = "";
     if (!state.session) {  // no session yet: the next new one is made with it
-      if (state.models) state.models = { ...state.models, default: ui.model.value };
+      state.chosenModel = ui.model.value;
       return;
     }
     try {
@@ -419,7 +421,7 @@
 
   async function openSession(sessionId) {
     if (busy()) return;
-    ui.turnStatus.textContent = "";
+    setTurnStatus("", "");
     ui.composerError.textContent = "";
     let session;
     try {
@@ -440,8 +442,8 @@
     renderMessages(session.messages);
     markOpen();
     if (session.active_turn) {
-      ui.turnStatus.textContent = "A turn started elsewhere is running in this session; "
-        + "reopen the session after it ends to see its messages.";
+      setTurnStatus("working", "A turn started elsewhere is running in this session; "
+        + "reopen the session after it ends to see its messages.");
     }
   }
 
@@ -452,7 +454,8 @@
     ui.title.textContent = "No session open: create one or pick one from the list.";
     ui.contextSettings.replaceChildren();
     ui.conversation.replaceChildren();
-    ui.turnStatus.textContent = "";
+    setTurnStatus("", "");
+    if (state.models) renderModels();
     markOpen();
   }
 
@@ -472,7 +475,7 @@
         { permission_mode: ui.scope.value });
       state.session.settings = session.settings;
       renderContext(state.session);
-      ui.turnStatus.textContent = `Permission scope: ${SCOPES[session.settings.permission_mode]}`;
+      setTurnStatus("", `Permission scope: ${SCOPES[session.settings.permission_mode]}`);
     } catch (error) {
       setText(ui.composerError, error.message);
       ui.scope.value = state.session.settings.permission_mode;
@@ -801,6 +804,7 @@
     ui.workspace.hidden = true;
     ui.status.classList.remove("refused");
     state.models = null;
+    state.chosenModel = null;
     state.modelReads += 1;
     clearTimeout(state.modelTimer);
     bridgeState("checking", "Checking the engine bridge…");

@@ -1,7 +1,7 @@
-// labfy-ref: light or dark (UI-10). Loaded without defer in <head>, so the remembered
-// choice applies before the first paint; the header's toggle (any [data-theme-toggle]
-// button) switches and remembers it per browser. Without a choice the system's
-// prefers-color-scheme decides (theme.css).
+// labfy-ref: light or dark (UI-10). Loaded without defer in <head>, so data-theme is set on
+// <html> before the first paint — the reader's remembered choice, else the system's
+// prefers-color-scheme; the header's toggle (any [data-theme-toggle] button) switches and
+// remembers it per browser.
 "use strict";
 
 (function defineTheme() {
@@ -40,8 +40,7 @@
     for (const button of document.querySelectorAll("[data-theme-toggle]")) label(button);
   }
 
-  const chosen = stored();
-  if (chosen) root.dataset.theme = chosen;
+  root.dataset.theme = current();  // before the first paint: the CSS reads only this
 
   document.addEventListener("DOMContentLoaded", () => {
     for (const button of document.querySelectorAll("[data-theme-toggle]")) {
@@ -50,6 +49,8 @@
     }
     if (window.matchMedia) {
       window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => {
+        if (stored()) return;  // a choice made here outranks the system's
+        root.dataset.theme = current();
         for (const button of document.querySelectorAll("[data-theme-toggle]")) label(button);
       });
     }

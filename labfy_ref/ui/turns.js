@@ -418,6 +418,7 @@
         + `no longer has it (it restarted or dropped it) while it ${was}. Nothing more will happen in it.`);
       view.message.after(view.errorNode);  // said first, where the turn's state was
       updateAuthorization(view, "LOST", turn.authorization);
+      showEmpty();  // a lost turn is a turn: "No turns yet" never sits above it
       if (!view.dismiss) {
         view.dismiss = el("button", "secondary", "Dismiss");
         view.dismiss.type = "button";

@@ -47,12 +47,17 @@ def open_engine(page: Page, specimen: Path, provider_factory: ProviderFactory,
                 server_factory: ServerFactory, *answers: Answer) -> LiveServer:
     """A bridge server on a fake provider scripted with ``answers``; the page logged in."""
     provider = provider_factory(Scenario(name="engine-page", answers=answers))
-    server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
+    return log_in_to_engine(page, server_factory(specimen, bridge=True,
+                                                 **local_agent(provider.base_url)))
+
+
+def log_in_to_engine(page: Page, server: LiveServer, *, state: str = "ready") -> LiveServer:
+    """Open ``/cordis`` on ``server``, log in, wait until the bridge's line says ``state``."""
     page.base_url = server.url
     page.open("/cordis")
     page.login(LAUNCH_CODE)
-    page.wait(lambda: page.find("bridge-status").get_attribute("data-state") == "ready",
-              what="the bridge ready")
+    page.wait(lambda: page.find("bridge-status").get_attribute("data-state") == state,
+              what=f"the bridge {state}")
     return server
 
 

@@ -19,6 +19,7 @@ from selenium.webdriver.remote.webelement import WebElement
 from fake_provider import Answer, Scenario
 from qualification.browser.engine_page import (
     final_action,
+    log_in_to_engine,
     new_session,
     open_engine,
     send,
@@ -28,7 +29,6 @@ from qualification.browser.engine_page import (
 from qualification.browser.page import Page
 from qualification.browser.runtime_page import logged_in, send_message, unfold, wait_state
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
-from qualification.harness import LAUNCH_CODE
 
 _RECT = "const r = arguments[0].getBoundingClientRect(); return [r.top, r.bottom, r.left];"
 _AT_END = ("const b = document.getElementById(arguments[0]);"
@@ -63,9 +63,9 @@ def _background(page: Page) -> str:
 @pytest.mark.req("UI-09", "UI-08", "RT-10")
 def test_the_runtime_page_reads_like_a_chat_with_the_answer_first(
         page: Page, specimen: Path, server_factory: ServerFactory) -> None:
-    server = server_factory(specimen)
+    server = server_factory(specimen, bridge=True)
     logged_in(page, server)
-    page.find("engine-link")  # the other page is one click away
+    page.find("engine-link")  # with the bridge on, the engine page is one click away
     first = wait_state(page, send_message(page, "Which bees visit lavender?"), "COMPLETED")
     second = wait_state(page, send_message(page, "Tell me about the nest boxes."), "COMPLETED")
     turns = page.all("turn")
@@ -99,6 +99,8 @@ def test_an_approval_is_brought_into_view_and_focused_and_scrolling_up_stops_fol
         page: Page, specimen: Path, server_factory: ServerFactory) -> None:
     server = server_factory(specimen)
     logged_in(page, server)
+    page.wait(lambda: "Deterministic demo agent" in page.text("mode-label"), what="the status")
+    assert not page.all("engine-link")[0].is_displayed(), "no bridge: no link to a dead page"
     for index in range(4):  # enough to scroll
         wait_state(page, send_message(page, f"Where is the study area? ({index})"), "COMPLETED")
     page.driver.execute_script("document.getElementById('turns-panel').scrollTop = 0")
@@ -222,11 +224,7 @@ def test_a_model_that_does_not_answer_is_said_with_its_reason(
     provider = provider_factory(Scenario(name="down", answers=()))
     server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
     provider.stop()  # gone before the page asks
-    page.base_url = server.url
-    page.open("/cordis")
-    page.login(LAUNCH_CODE)
-    page.wait(lambda: _status(page, "bridge-status")[0] == "model-unavailable",
-              what="the model said unavailable")
+    log_in_to_engine(page, server, state="model-unavailable")
     text = _status(page, "bridge-status")[1]
     assert text.startswith("Model unavailable: ") and "connection" in text, text
     page.at_widths("engine page: model unavailable")
@@ -239,10 +237,8 @@ def test_stop_right_after_send_never_duplicates_the_message(
     provider = provider_factory(Scenario(name="slow", answers=(
         Answer(content=final_action("slow " * 100), chunk_chars=2, chunk_delay=0.05),
         Answer(content=final_action("second")))))
-    server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
-    page.base_url = server.url
-    page.open("/cordis")
-    page.login(LAUNCH_CODE)
+    server = log_in_to_engine(page, server_factory(specimen, bridge=True,
+                                                   **local_agent(provider.base_url)))
     session_id = new_session(page)
     page.type("message-input", "only once")
     page.click("message-send")
@@ -268,11 +264,8 @@ def test_the_model_selector_lists_the_engines_models_and_waits_for_the_turn(
     provider = provider_factory(Scenario(name="two-models", answers=(
         Answer(content=final_action("slow " * 60), chunk_chars=2, chunk_delay=0.05),),
         models=("fake-model", "other-model")))
-    server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
-    page.base_url = server.url
-    page.open("/cordis")
-    page.login(LAUNCH_CODE)
-    page.wait(lambda: _status(page, "bridge-status")[0] == "ready", what="ready")
+    server = log_in_to_engine(page, server_factory(specimen, bridge=True,
+                                                   **local_agent(provider.base_url)))
     selector = page.find("model-select")
     options = selector.find_elements(By.TAG_NAME, "option")
     served: list[dict[str, Any]] = server.client().get("/api/cordis/models").json()["models"]

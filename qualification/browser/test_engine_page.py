@@ -22,6 +22,7 @@ from qualification.browser.engine_page import (
     copied,
     fake_clipboard,
     final_action,
+    log_in_to_engine,
     new_session,
     open_engine,
     send,
@@ -282,10 +283,8 @@ def test_stop_cancels_a_running_turn(
     provider = provider_factory(Scenario(name="paced", answers=(
         Answer(content=final_action("slow " * 200), chunk_chars=2, chunk_delay=0.05),
         Answer(content=final_action("never requested")))))
-    server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
-    page.base_url = server.url
-    page.open("/cordis")
-    page.login(LAUNCH_CODE)
+    server = log_in_to_engine(page, server_factory(specimen, bridge=True,
+                                                   **local_agent(provider.base_url)))
     session_id = new_session(page)
     send(page, "Take your time.")
     page.wait(lambda: page.find("assistant-message").text.startswith("slow"),
