@@ -72,6 +72,10 @@ MAX_SESSION_SECONDS = 366 * 86400
 MAX_SLOTS = 16
 #: BR-20: a chat client's SSE stream is never silent longer (proxies close idle ones).
 DEFAULT_KEEPALIVE_SECONDS = 15.0
+#: SV-13: after the first stop signal, how long the server waits for its connections to end
+#: (every turn is cancelled and every stream ended at once); a second signal exits at once.
+DEFAULT_SHUTDOWN_GRACE_SECONDS = 5.0
+MAX_SHUTDOWN_GRACE_SECONDS = 60.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -118,6 +122,8 @@ class ServeConfig:
     #: SV-11: a session ends this long after its last request, and this long after login.
     session_idle_seconds: float = DEFAULT_IDLE_SECONDS
     session_max_seconds: float = DEFAULT_MAX_SESSION_SECONDS
+    #: SV-13: the bounded wait for connections after a stop signal.
+    shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS
 
     def as_json(self) -> dict[str, Any]:
         """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
@@ -139,6 +145,7 @@ class ServeConfig:
                 "open_browser": self.open_browser,
                 "session_idle_seconds": self.session_idle_seconds,
                 "session_max_seconds": self.session_max_seconds,
+                "shutdown_grace_seconds": self.shutdown_grace_seconds,
             },
             "agent": {
                 "mode": agent.mode.value,
@@ -196,6 +203,7 @@ class RawOptions:
     open_browser: bool = False
     session_idle: str | None = None
     session_max: str | None = None
+    shutdown_grace: str | None = None
 
 
 def _pick(flag: str | None, env_name: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
@@ -427,6 +435,9 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         keepalive_seconds=keepalive_option(raw.sse_keepalive),
         open_browser=raw.open_browser,
         **session_options(raw.session_idle, raw.session_max),
+        shutdown_grace_seconds=(DEFAULT_SHUTDOWN_GRACE_SECONDS if raw.shutdown_grace is None
+                                else _seconds(raw.shutdown_grace, "--shutdown-grace",
+                                              MAX_SHUTDOWN_GRACE_SECONDS)),
     )
 
 

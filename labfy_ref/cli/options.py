@@ -13,11 +13,13 @@ import argparse
 from labfy_ref.config import (
     DEFAULT_KEEPALIVE_SECONDS,
     DEFAULT_PORT,
+    DEFAULT_SHUTDOWN_GRACE_SECONDS,
     DEFAULT_TIMEOUT_SECONDS,
     ENV_AGENT_ENDPOINT,
     ENV_AGENT_MODE,
     ENV_AGENT_MODEL,
     ENV_AGENT_TIMEOUT,
+    MAX_SHUTDOWN_GRACE_SECONDS,
     RawOptions,
     WorkerOptions,
 )
@@ -81,6 +83,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     server.add_argument("--session-max", metavar="SECONDS",
                         help="and this long after the login, whatever the use; default: "
                              f"{DEFAULT_MAX_SESSION_SECONDS:g} (7 days)")
+    server.add_argument("--shutdown-grace", metavar="SECONDS",
+                        help="after Ctrl-C or SIGTERM every turn is cancelled and every stream "
+                             "ended at once, then open connections get this long to close "
+                             "(SV-13; a second signal exits at once); at most "
+                             f"{MAX_SHUTDOWN_GRACE_SECONDS:g}; default: "
+                             f"{DEFAULT_SHUTDOWN_GRACE_SECONDS:g}")
     server.add_argument("--sse-keepalive", metavar="SECONDS",
                         help="the longest a chat client's completion stream stays silent "
                              "while the engine works: an SSE comment is sent then (BR-20); "
@@ -178,5 +186,5 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         debug=getattr(args, "debug", False), work_db=args.work_db,
         approval_timeout=args.approval_timeout, sse_keepalive=args.sse_keepalive,
         open_browser=args.open_browser, session_idle=args.session_idle,
-        session_max=args.session_max,
+        session_max=args.session_max, shutdown_grace=args.shutdown_grace,
     )

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import webbrowser
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -35,7 +36,7 @@ from fastapi import FastAPI
 from labfy_ref.assemble import AgentModel, open_agent_model
 from labfy_ref.bridge.service import Bridge
 from labfy_ref.clock import iso, utcnow
-from labfy_ref.config import DEFAULT_PORT, ServeConfig
+from labfy_ref.config import DEFAULT_PORT, DEFAULT_SHUTDOWN_GRACE_SECONDS, ServeConfig
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import default_composition, load_composition
@@ -137,7 +138,8 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
 
 
 def uvicorn_config(app: FastAPI, log_level: str = "warning",
-                   limits: ConnectionLimits = DEFAULT_LIMITS) -> uvicorn.Config:
+                   limits: ConnectionLimits = DEFAULT_LIMITS,
+                   grace: float = DEFAULT_SHUTDOWN_GRACE_SECONDS) -> uvicorn.Config:
     """How uvicorn runs our app: no access log (no URLs in logs), no Server header, h11
     with SV-09's deadlines and connection cap (no WebSocket: the app serves none).
 
@@ -146,7 +148,8 @@ def uvicorn_config(app: FastAPI, log_level: str = "warning",
     """
     return uvicorn.Config(app, log_level=log_level, log_config=None, access_log=False,
                           lifespan="on", server_header=False, http=guarded_protocol(limits),
-                          ws="none", timeout_keep_alive=math.ceil(limits.idle_seconds))
+                          ws="none", timeout_keep_alive=math.ceil(limits.idle_seconds),
+                          timeout_graceful_shutdown=grace)  # type: ignore[arg-type]
 
 
 def _failed(message: str) -> LabfyError:
@@ -370,8 +373,9 @@ def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
             if state.client is not None and supervised is None:
                 checks.append(asyncio.get_running_loop().create_task(_warn_if_down(state)))
 
-        server = uvicorn.Server(uvicorn_config(create_app(state, on_started=announce),
-                                               uvicorn_level, connection_limits()))
+        server = StoppingServer(uvicorn_config(create_app(state, on_started=announce),
+                                               uvicorn_level, connection_limits(),
+                                               config.shutdown_grace_seconds), state)
         try:
             asyncio.run(_run(server, sock))
         except SystemExit:  # uvicorn exits 3 when the app's startup fails; it logged why
@@ -404,6 +408,44 @@ async def _warn_if_down(state: ServerState) -> None:
         print(f"labfy-ref: warning: the model endpoint{where} does not answer "
               f"({terminal(diagnostic, limit=200)}); turns end MODEL_UNAVAILABLE until it does",
               flush=True)
+
+
+class StoppingServer(uvicorn.Server):
+    """uvicorn's server, stopping as SV-13 says: the first SIGTERM or SIGINT stops accepting
+    and, at once, cancels every turn (no effect after the signal) and ends every open stream
+    (its interruption chunk, or ``[DONE]``) by closing the runtime and releasing the bridge's
+    host; open connections then get ``--shutdown-grace`` seconds. A second signal exits at
+    once. The lifespan's close runs either way (it stops a supervised llama-server)."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        super().__init__(config)
+        self.state = state
+        self._interrupting: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets=sockets)
+        if self.force_exit:  # the lifespan's close was skipped: the child must still stop
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.state.close(), FORCED_CLOSE_SECONDS)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        second = self.should_exit
+        super().handle_exit(sig, frame)
+        if second:
+            self.force_exit = True  # any second signal, not only a second Ctrl-C
+        elif self._loop is not None:
+            self._loop.call_soon_threadsafe(self._interrupt)
+
+    def _interrupt(self) -> None:
+        if self._interrupting is None:
+            self._interrupting = asyncio.get_running_loop().create_task(self.state.interrupt())
+
+
+#: After a second signal, how long the server still gives its close (a supervised child's
+#: stop: terminate, then kill) before it exits regardless.
+FORCED_CLOSE_SECONDS = 3.0
 
 
 async def _run(server: uvicorn.Server, sock: socket.socket) -> None:

@@ -48,6 +48,7 @@ class ServerState:
     refusals: Refusals = dataclasses.field(default_factory=Refusals)
     _availability: tuple[float, bool, str] = (0.0, True, "ready")
     _model_task: asyncio.Task[None] | None = None
+    _closing: asyncio.Future[None] | None = None
 
     async def availability(self) -> tuple[bool, str]:
         """Is the agent's model reachable? (Probed at most every few seconds.)"""
@@ -90,8 +91,20 @@ class ServerState:
         self.runtime.start()
         await self.bridge.start()
 
+    async def interrupt(self) -> None:
+        """A stop signal (SV-13): every turn cancelled, every stream ended — at once, before
+        the server waits for its connections; :meth:`close` follows."""
+        await self.runtime.close()
+        await self.bridge.stop()
+
     async def close(self) -> None:
-        """Stop the bridge and the runtime, then close the model client and the stores."""
+        """Stop the bridge and the runtime, then close the model client and the stores
+        (once: a second call waits for the first)."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
         await self.bridge.stop()
         await self.runtime.close()
         self.work.close()

@@ -7,7 +7,8 @@ A log is checked before it is projected (:func:`check_log`): a record that is
 JSON but not of its kind's shape (a settings event without settings, a message
 without a role, a number where text belongs) makes the log ``SESSION_INVALID``
 (409, BR-07) — never an exception in a route. Kinds this build does not know
-are left alone (a later build may add some).
+are left alone (a later build may add some), and so are fields it does not know, in a
+header, an event or the settings (an older release's persona fields: BR-21).
 """
 
 from __future__ import annotations
@@ -34,10 +35,15 @@ _SHAPES: dict[str, dict[str, type | tuple[type, ...]]] = {
 }
 
 
+#: The settings this release knows; any other field of a log's settings (an older
+#: release's ``persona_model``, a later one's) is read past, never shown nor used (BR-21).
+KNOWN_SETTINGS = ("model", "permission_mode")
+
+
 def _settings_ok(settings: Any, *, partial: bool) -> bool:
-    if not isinstance(settings, dict) or set(settings) - {"model", "permission_mode"}:
+    if not isinstance(settings, dict):
         return False
-    if not partial and set(settings) != {"model", "permission_mode"}:
+    if not partial and not set(KNOWN_SETTINGS) <= set(settings):
         return False
     if "permission_mode" in settings and settings["permission_mode"] not in _MODES:
         return False
@@ -97,12 +103,17 @@ def project_messages(events: Iterable[Event]) -> list[dict[str, Any]]:
 
 
 def project_settings(header: Event, events: Iterable[Event]) -> dict[str, Any]:
-    """The settings in force: the header's, updated by each settings event."""
-    settings = dict(header.get("settings", {}))
+    """The settings in force: the header's, updated by each settings event — the fields this
+    release knows only (an unknown one is ignored, the log left as it is)."""
+    settings = _known(header.get("settings", {}))
     for event in events:
         if event.get("kind") == "settings":
-            settings.update(event["settings"])
+            settings.update(_known(event["settings"]))
     return settings
+
+
+def _known(settings: dict[str, Any]) -> dict[str, Any]:
+    return {key: settings[key] for key in KNOWN_SETTINGS if key in settings}
 
 
 def chat_history(messages: Iterable[dict[str, Any]]) -> list[ChatMessage]:
