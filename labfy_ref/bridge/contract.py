@@ -110,6 +110,11 @@ class Engine(Protocol):
         """End the session (cancel, release) and remove its log."""
         ...
 
+    def session_context(self, session_id: str) -> dict[str, Any]:
+        """What the session's model is told besides its messages, as text: ``{"system_prompt",
+        "injected": [...]}`` (seed 003: shown in Session context, never as user messages)."""
+        ...
+
     def list_agents(self) -> list[dict[str, Any]]:
         """Active agents."""
         ...

@@ -137,6 +137,12 @@ class ReferenceEngine:
         """A session with its messages."""
         return self._view(self._state(session_id), messages=True)
 
+    def session_context(self, session_id: str) -> dict[str, Any]:
+        """The engine's system prompt and what the session injects (a durable session injects
+        nothing: only a transient one carries its client's system messages)."""
+        self._state(session_id)  # SESSION_NOT_FOUND for an unknown one
+        return {"system_prompt": self._loop.system_prompt, "injected": []}
+
     def list_agents(self) -> list[dict[str, Any]]:
         """The one root agent and the sessions it is running."""
         return [{"id": AGENT_ID, "role": "root",

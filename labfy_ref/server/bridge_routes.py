@@ -104,6 +104,13 @@ async def get_session(session_id: str, engine: EngineDep) -> dict[str, Any]:
     return {"session": engine.get_session(session_id)}
 
 
+@router.get("/sessions/{session_id}/context")
+async def session_context(session_id: str, engine: EngineDep) -> dict[str, Any]:
+    """What the session's model is told besides its messages: the system prompt, the
+    injected context (text, shown in the page's Session context)."""
+    return {"context": engine.session_context(session_id)}
+
+
 @router.delete("/sessions/{session_id}")
 async def delete_session(session_id: str, engine: EngineDep) -> dict[str, Any]:
     """Cancel, release, then remove the log."""

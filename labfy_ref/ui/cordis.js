@@ -28,6 +28,7 @@
     status: $("bridge-status"), workspace: $("workspace"), list: $("session-list"),
     more: $("sessions-more"), sessionsError: $("sessions-error"), newSession: $("session-new"),
     title: $("chat-title"), contextSettings: $("context-settings"), contextTools: $("context-tools"),
+    contextPrompt: $("context-prompt"), contextInjected: $("context-injected"),
     conversation: $("conversation"), turnStatus: $("turn-status"), composer: $("composer"),
     input: $("message-input"), scope: $("permission-scope"), send: $("message-send"),
     model: $("model-select"),
@@ -437,6 +438,7 @@
     setText(ui.title, item ? item.querySelector(".title").textContent : session.id);
     ui.scope.value = session.settings.permission_mode;
     renderContext(session);
+    loadContext(session.id);
     if (state.models) renderModels();
     if (ui.status.dataset.state === "ready") bridgeState("ready", `Ready · ${currentModel()}`);
     renderMessages(session.messages);
@@ -453,6 +455,8 @@
     if (!keepUrl) history.replaceState(null, "", location.pathname);
     ui.title.textContent = "No session open: create one or pick one from the list.";
     ui.contextSettings.replaceChildren();
+    ui.contextPrompt.textContent = "";
+    ui.contextInjected.replaceChildren();
     ui.conversation.replaceChildren();
     setTurnStatus("", "");
     if (state.models) renderModels();
@@ -465,6 +469,24 @@
       ["Permission scope", SCOPES[session.settings.permission_mode] || session.settings.permission_mode]];
     ui.contextSettings.replaceChildren(...rows.flatMap(([name, value]) =>
       [el("dt", "", name), el("dd", "", value)]));
+  }
+
+  /** What the model is told besides the messages: the engine's system prompt and the
+   *  session's injected context — as text, in Session context (closed by default). */
+  async function loadContext(sessionId) {
+    let context;
+    try {
+      context = (await api("GET", sessionPath(sessionId, "/context"))).context;
+    } catch (error) {
+      setText(ui.contextPrompt, error.message);
+      ui.contextInjected.replaceChildren();
+      return;
+    }
+    if (!state.session || state.session.id !== sessionId) return;  // another one opened since
+    setText(ui.contextPrompt, context.system_prompt);
+    ui.contextInjected.replaceChildren(...(context.injected.length
+      ? context.injected.map((text) => el("pre", "context-prompt", text))
+      : [el("p", "muted", "None: this session's messages are all the model is told besides the prompt.")]));
   }
 
   async function changeScope() {

@@ -182,7 +182,7 @@ def _assert_result_attached(page: Page, call_id: str) -> None:
     assert "field-log.txt" in Page.content(results[0])
 
 
-@pytest.mark.req("UI-04", "UI-05", "UI-06")
+@pytest.mark.req("UI-04", "UI-05", "BR-22")
 def test_a_turn_streams_tools_and_markdown_copies_exactly_and_survives_a_reload(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
@@ -209,6 +209,10 @@ def test_a_turn_streams_tools_and_markdown_copies_exactly_and_survives_a_reload(
     assert context.get_property("open") is False, "Session context is closed by default"
     tools = Page.content(context)
     assert "files.write (write)" in tools and "Read-only" in tools and session_id in tools
+    told = server.client().get(f"/api/cordis/sessions/{session_id}/context").json()["context"]
+    page.wait(lambda: told["system_prompt"] in Page.content(context),
+              what="the system prompt in Session context, as text")
+    assert "Injected context" in Page.content(context) and "None:" in Page.content(context)
     page.at_widths("engine page: finished turn with a tool and Markdown")
 
     fake_clipboard(page, fail=False)
