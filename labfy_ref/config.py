@@ -76,6 +76,9 @@ DEFAULT_KEEPALIVE_SECONDS = 15.0
 #: (every turn is cancelled and every stream ended at once); a second signal exits at once.
 DEFAULT_SHUTDOWN_GRACE_SECONDS = 5.0
 MAX_SHUTDOWN_GRACE_SECONDS = 60.0
+#: HO-07: the longest one composition row may take to activate before it is FAILED.
+DEFAULT_ROW_SECONDS = 30.0
+MAX_ROW_SECONDS = 600.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -124,6 +127,8 @@ class ServeConfig:
     session_max_seconds: float = DEFAULT_MAX_SESSION_SECONDS
     #: SV-13: the bounded wait for connections after a stop signal.
     shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS
+    #: HO-07: a row's activation deadline (the bridge settles in the background).
+    bridge_row_seconds: float = DEFAULT_ROW_SECONDS
 
     def as_json(self) -> dict[str, Any]:
         """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
@@ -146,6 +151,7 @@ class ServeConfig:
                 "session_idle_seconds": self.session_idle_seconds,
                 "session_max_seconds": self.session_max_seconds,
                 "shutdown_grace_seconds": self.shutdown_grace_seconds,
+                "bridge_row_timeout_seconds": self.bridge_row_seconds,
             },
             "agent": {
                 "mode": agent.mode.value,
@@ -204,6 +210,7 @@ class RawOptions:
     session_idle: str | None = None
     session_max: str | None = None
     shutdown_grace: str | None = None
+    bridge_row_timeout: str | None = None
 
 
 def _pick(flag: str | None, env_name: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
@@ -438,6 +445,9 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         shutdown_grace_seconds=(DEFAULT_SHUTDOWN_GRACE_SECONDS if raw.shutdown_grace is None
                                 else _seconds(raw.shutdown_grace, "--shutdown-grace",
                                               MAX_SHUTDOWN_GRACE_SECONDS)),
+        bridge_row_seconds=(DEFAULT_ROW_SECONDS if raw.bridge_row_timeout is None
+                            else _seconds(raw.bridge_row_timeout, "--bridge-row-timeout",
+                                          MAX_ROW_SECONDS)),
     )
 
 

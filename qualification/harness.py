@@ -81,10 +81,13 @@ class LiveServer:
         """``http://127.0.0.1:PORT``."""
         return f"http://{self.config.host.url_form}:{self.port}"
 
-    def start(self) -> Self:
-        """Start and wait until it accepts requests."""
+    def start(self, *, settled: bool = True) -> Self:
+        """Start and wait until it accepts requests — and, ``settled``, until its bridge
+        has settled (it settles in the background: HO-07)."""
         self._thread.start()
         wait_until(lambda: self.server.started)
+        if settled:
+            wait_until(lambda: self.state.bridge.state.value != "starting", timeout=30)
         return self
 
     def stop(self) -> None:
@@ -229,6 +232,16 @@ class ApiClient:
         return self.post("/api/v1/grants", {"campaign_id": campaign_id, **extra})
 
 
+def bridge_settled(url: str) -> bool:
+    """Has the bridge at ``url`` (``http://host:port/``) left ``starting``? (HO-07: it settles
+    in the background; ``GET /api/cordis/health`` is public.)"""
+    try:
+        answer = httpx.get(f"{url.rstrip('/')}/api/cordis/health", trust_env=False, timeout=5)
+    except httpx.HTTPError:
+        return False
+    return answer.status_code != 200 or answer.json().get("state") != "starting"
+
+
 class ServeProcess:
     """``labfy-ref serve`` as a real subprocess, with its ready file and output."""
 
@@ -236,6 +249,7 @@ class ServeProcess:
                  preexec_fn: Callable[[], None] | None = None,
                  default_port: bool = False) -> None:
         self.ready_file = ready_file
+        self.args = args
         # --port 0 unless the test names one or wants the default: parallel tests never
         # race for the default port (SV-12)
         port = () if "--port" in args or default_port else ("--port", "0")
@@ -247,7 +261,8 @@ class ServeProcess:
         self.ready: dict[str, Any] = {}
 
     def wait_ready(self, timeout: float = 30) -> dict[str, Any]:
-        """Wait for the ready file (or an early exit, which fails with the output)."""
+        """Wait for the ready file (or an early exit, which fails with the output); with
+        ``--bridge``, also until the bridge has settled, as the README flows do (HO-07)."""
         def ready() -> bool:
             return self.ready_file.exists() or self.process.poll() is not None
         wait_until(ready, timeout=timeout, interval=0.05)
@@ -255,6 +270,9 @@ class ServeProcess:
             out, err = self.process.communicate(timeout=5)
             raise AssertionError(f"serve exited {self.process.returncode}: {out}{err}")
         self.ready = json.loads(self.ready_file.read_text())
+        if "--bridge" in self.args:
+            wait_until(lambda: bridge_settled(str(self.ready["url"])), timeout=timeout,
+                       interval=0.05)
         return self.ready
 
     def stop(self) -> tuple[int, str, str]:

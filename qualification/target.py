@@ -10,6 +10,7 @@ target is known: not its workspace, its ready file or its process.
 from __future__ import annotations
 
 import dataclasses
+import time
 import urllib.parse
 from typing import Protocol
 
@@ -109,6 +110,21 @@ class RemoteTarget:
             raise TargetError(f"the target's GET /api/version answered HTTP "
                               f"{answer.status_code}, not a version document")
         return body
+
+    def wait_for_bridge(self, timeout: float = 60.0) -> None:
+        """Until the target's bridge has settled (HO-07: it settles in the background, its
+        public ``GET /api/cordis/health`` says ``starting`` meanwhile); bounded."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                answer = httpx.get(f"{self.base_url}/api/cordis/health", trust_env=False,
+                                   timeout=10)
+                if answer.status_code != 200 or answer.json().get("state") != "starting":
+                    return
+            except (httpx.HTTPError, ValueError, AttributeError):
+                return  # a target without the route: nothing to wait for
+            time.sleep(0.1)
+        raise TargetError(f"the target's bridge was still starting after {timeout:g} s")
 
     def status(self) -> object:
         """The target's ``GET /api/v1/agent-runtime/status`` as its admin sees it (QR-07)."""

@@ -35,10 +35,12 @@ _REFUSALS = {BridgeState.DISABLED: (ErrorCode.CORDIS_DISABLED,
 class Bridge:
     """Owns the composition host and hands out the engine."""
 
-    def __init__(self, composition: Composition, seed: dict[str, Any], *, enabled: bool) -> None:
+    def __init__(self, composition: Composition, seed: dict[str, Any], *, enabled: bool,
+                 row_seconds: float | None = None) -> None:
         self.state = BridgeState.STARTING if enabled else BridgeState.DISABLED
         self.detail: str | None = None
-        self.host = Host(composition, mandatory=MANDATORY, seed=seed) if enabled else None
+        self.host = (Host(composition, mandatory=MANDATORY, seed=seed, row_seconds=row_seconds)
+                     if enabled else None)
         self._engine: Engine | None = None
 
     async def start(self) -> None:

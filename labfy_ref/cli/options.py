@@ -13,12 +13,14 @@ import argparse
 from labfy_ref.config import (
     DEFAULT_KEEPALIVE_SECONDS,
     DEFAULT_PORT,
+    DEFAULT_ROW_SECONDS,
     DEFAULT_SHUTDOWN_GRACE_SECONDS,
     DEFAULT_TIMEOUT_SECONDS,
     ENV_AGENT_ENDPOINT,
     ENV_AGENT_MODE,
     ENV_AGENT_MODEL,
     ENV_AGENT_TIMEOUT,
+    MAX_ROW_SECONDS,
     MAX_SHUTDOWN_GRACE_SECONDS,
     RawOptions,
     WorkerOptions,
@@ -83,6 +85,11 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     server.add_argument("--session-max", metavar="SECONDS",
                         help="and this long after the login, whatever the use; default: "
                              f"{DEFAULT_MAX_SESSION_SECONDS:g} (7 days)")
+    server.add_argument("--bridge-row-timeout", metavar="SECONDS",
+                        help="the bridge settles in the background (its routes answer "
+                             "CORDIS_STARTING meanwhile); a composition row still activating "
+                             "after this long is FAILED with the reason (HO-07); at most "
+                             f"{MAX_ROW_SECONDS:g}; default: {DEFAULT_ROW_SECONDS:g}")
     server.add_argument("--shutdown-grace", metavar="SECONDS",
                         help="after Ctrl-C or SIGTERM every turn is cancelled and every stream "
                              "ended at once, then open connections get this long to close "
@@ -187,4 +194,5 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         approval_timeout=args.approval_timeout, sse_keepalive=args.sse_keepalive,
         open_browser=args.open_browser, session_idle=args.session_idle,
         session_max=args.session_max, shutdown_grace=args.shutdown_grace,
+        bridge_row_timeout=args.bridge_row_timeout,
     )

@@ -11,6 +11,7 @@ the rows that never activated: never an engine with empty lists.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import functools
 import importlib
@@ -110,8 +111,10 @@ class Host:
     """Composes rows into services, owned by one root scope."""
 
     def __init__(self, composition: Composition, *, mandatory: Iterable[str] = (),
-                 seed: dict[str, Any] | None = None) -> None:
+                 seed: dict[str, Any] | None = None, row_seconds: float | None = None) -> None:
         self.root = Scope("root")
+        #: HO-07: how long one row may take to activate (None: no deadline).
+        self.row_seconds = row_seconds
         self._rows = [_Row(spec) for spec in composition.rows if not spec.disabled]
         self._disabled = [spec.id for spec in composition.rows if spec.disabled]
         self._services: dict[str, tuple[str, Any]] = {}
@@ -192,7 +195,15 @@ class Host:
         row.state = RowState.LOADING
         row.scope = self.root.child(row.spec.id)
         try:
-            await row.plugin.activate(PluginContext(self, row, row.scope))
+            await asyncio.wait_for(row.plugin.activate(PluginContext(self, row, row.scope)),
+                                   self.row_seconds)
+        except TimeoutError:
+            row.state = RowState.FAILED
+            row.detail = f"did not activate within {self.row_seconds:g} s (--bridge-row-timeout)"
+            for name in row.plugin.provides:
+                self._failed.setdefault(name, (row.spec.id, row.detail))
+            await row.scope.aclose()
+            return
         except Exception as exc:
             row.state, row.detail = RowState.FAILED, _detail(exc)
             for name in row.plugin.provides:

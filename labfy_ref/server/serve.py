@@ -125,7 +125,7 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
                                   "agent_config": config.agent, "model_client": client,
                                   "runtime_limits": limits,
                                   "approval_seconds": config.approval_seconds},
-                    enabled=config.bridge)
+                    enabled=config.bridge, row_seconds=config.bridge_row_seconds)
     auth = Authenticator(launch_code, accounts, cookie=cookie_name(port),
                          idle_seconds=config.session_idle_seconds,
                          max_seconds=config.session_max_seconds)

@@ -49,6 +49,7 @@ class ServerState:
     _availability: tuple[float, bool, str] = (0.0, True, "ready")
     _model_task: asyncio.Task[None] | None = None
     _closing: asyncio.Future[None] | None = None
+    _bridge_task: asyncio.Task[None] | None = None
 
     async def availability(self) -> tuple[bool, str]:
         """Is the agent's model reachable? (Probed at most every few seconds.)"""
@@ -89,12 +90,23 @@ class ServerState:
         if self.supervised is not None and self.owns_model:
             self._model_task = asyncio.create_task(self.supervised.run(), name="llama-server")
         self.runtime.start()
-        await self.bridge.start()
+        # the bridge settles in the background (HO-07): the server answers at once, the
+        # engine routes say CORDIS_STARTING until it has
+        self._bridge_task = asyncio.create_task(self.bridge.start(), name="bridge-start")
 
     async def interrupt(self) -> None:
         """A stop signal (SV-13): every turn cancelled, every stream ended — at once, before
         the server waits for its connections; :meth:`close` follows."""
         await self.runtime.close()
+        await self._stop_bridge()
+
+    async def _stop_bridge(self) -> None:
+        """A bridge still settling stops settling; then its host is released."""
+        task = self._bridge_task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await self.bridge.stop()
 
     async def close(self) -> None:
@@ -105,7 +117,7 @@ class ServerState:
         await asyncio.shield(self._closing)
 
     async def _close(self) -> None:
-        await self.bridge.stop()
+        await self._stop_bridge()
         await self.runtime.close()
         self.work.close()
         if self.client is not None and self.owns_model:

@@ -258,8 +258,9 @@
 
   function bridgeRefused(error) {
     ui.workspace.hidden = true; // the reason, never an empty list
-    ui.status.classList.add("refused");
-    bridgeState("refused", error.message);
+    const starting = error.code === "CORDIS_STARTING";  // it settles in the background
+    ui.status.classList.toggle("refused", !starting);
+    bridgeState(starting ? "starting" : "refused", error.message);
     if (error.code === "CORDIS_STARTING" && state.startingTries < STARTING_RETRIES) {
       state.startingTries += 1;
       setTimeout(loadBridge, STARTING_RETRY_MS);

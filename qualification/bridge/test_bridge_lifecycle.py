@@ -25,7 +25,8 @@ CONTRACT = {"status", "model_configuration", "list_sessions", "get_session", "cr
             "update_session_settings", "decide_approval", "delete_session", "list_agents",
             "list_tools", "list_models", "send_message", "cancel",
             "run_transient",  # BR-13: one turn of a transient session
-            "list_direct_models", "run_direct"}  # BR-17: a provider model asked directly
+            "list_direct_models", "run_direct",  # BR-17: a provider model asked directly
+            "session_context"}  # BR-22: what the model is told besides the messages
 
 
 @pytest.mark.req("BR-01")

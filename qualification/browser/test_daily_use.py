@@ -28,7 +28,13 @@ from qualification.browser.engine_page import (
 )
 from qualification.browser.page import Page
 from qualification.browser.runtime_page import logged_in, send_message, unfold, wait_state
-from qualification.conftest import ProviderFactory, ServerFactory, local_agent
+from qualification.conftest import (
+    ProviderFactory,
+    ServerFactory,
+    composition_with_slow_row,
+    local_agent,
+)
+from qualification.harness import LAUNCH_CODE, LiveServer
 
 _RECT = "const r = arguments[0].getBoundingClientRect(); return [r.top, r.bottom, r.left];"
 _AT_END = ("const b = document.getElementById(arguments[0]);"
@@ -215,6 +221,27 @@ def test_the_engine_page_says_working_then_waiting_for_you_then_ready(
     assert _status(page, "turn-status")[0] == "idle"
     title = page.driver.find_element(By.ID, "chat-title")
     page.wait(lambda: title.text == "write a file", what="the session titled by its message")
+
+
+@pytest.mark.req("HO-07", "UI-04")
+def test_the_engine_page_says_starting_then_shows_the_sessions(
+        page: Page, specimen: Path, tmp_path: Path) -> None:
+    slow = composition_with_slow_row(tmp_path, seconds=4)
+    server = LiveServer(specimen, bridge=True, composition=str(slow)).start(settled=False)
+    try:
+        page.base_url = server.url
+        page.open("/cordis")
+        page.login(LAUNCH_CODE)
+        page.wait(lambda: _status(page, "bridge-status")[0] == "starting",
+                  what="the bridge said starting")
+        assert "CORDIS_STARTING" in _status(page, "bridge-status")[1]
+        assert not page.driver.find_element(By.ID, "workspace").is_displayed()
+        page.at_widths("engine page: starting")
+        page.wait(lambda: _status(page, "bridge-status")[0] == "ready", timeout=30,
+                  what="ready once settled")
+        page.find("session-new")
+    finally:
+        server.stop()
 
 
 @pytest.mark.req("UI-11", "MC-02")

@@ -92,6 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     try:
         version = remote.version()
+        remote.wait_for_bridge()
     except TargetError as exc:
         raise pytest.UsageError(str(exc)) from exc
     if remote.provider_url is not None:  # QR-07: a target that ignores its profile fails

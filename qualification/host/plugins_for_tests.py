@@ -27,6 +27,17 @@ class Base:
                             f"journal {context.row_id}")
 
 
+class Slow(Base):
+    """A row that takes its time (``config.seconds``) before it provides ``slow_thing``: the
+    bridge settles in the background meanwhile, and a deadline fails a row that never ends."""
+
+    provides = ("slow_thing",)
+
+    async def activate(self, context: PluginContext) -> None:
+        await asyncio.sleep(float(context.config.get("seconds", 1)))
+        await super().activate(context)
+
+
 class SystemPrompt(Base):
     provides = ("system_prompt",)
 
