@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from labfy_ref.bridge.service import BridgeState
 from labfy_ref.config import AgentConfig, ServeConfig, SupervisedModel
 from labfy_ref.errors import ConfigRefused, LabfyError
 from labfy_ref.eval.tasks import degenerate, grounded
@@ -196,6 +197,10 @@ async def serve_workspace(config: ServeConfig, model: SupervisedLlama | None, *,
             await asyncio.sleep(0.01)
         if not server.started:
             raise SmokeFailed("the workspace server did not start")
+        for _ in range(6000):  # the bridge settles in the background (HO-07): 60 s at most
+            if state.bridge.state is not BridgeState.STARTING:
+                break
+            await asyncio.sleep(0.01)
         yield f"http://127.0.0.1:{port}", code
     finally:
         server.should_exit = True

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from labfy_ref.workspace import init_workspace
-from qualification.harness import ApiClient, wait_until
+from qualification.harness import ApiClient, bridge_settled, wait_until
 
 FAKE_MODEL = "fake-model"
 
@@ -90,6 +90,8 @@ class Served:
         try:
             ready = self.child.wait_ready()
             self.url = str(ready["url"]).rstrip("/")
+            if "--bridge" in args:  # it settles in the background (HO-07)
+                wait_until(lambda: bridge_settled(self.url), timeout=60, interval=0.05)
             self.api = ApiClient(self.url)
             self.api.http.timeout = httpx.Timeout(120)
             assert self.api.login(str(ready["token"])).status_code == 200
