@@ -28,7 +28,7 @@ _ENDED = {"COMPLETED", "FAILED", "CANCELLED", "MODEL_UNAVAILABLE", "MODEL_PROTOC
 
 def runtime_turn(server: Served, index: int) -> None:
     """Start a demo turn, wait for its pause, cancel it."""
-    turn = server.api.start_turn(f"Is the early ivy bee record real? ({index})")
+    turn = server.api.start_turn(f"Check whether the early ivy bee record is real. ({index})")
     seen = server.api.wait_state(turn["id"], _PAUSED | _ENDED, timeout=60, interval=0.002)
     if seen["state"] not in _PAUSED:
         raise RuntimeError(f"runtime turn ended {seen['state']}: {seen.get('error')}")
