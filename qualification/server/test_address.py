@@ -18,8 +18,15 @@ import pytest
 from labfy_ref.config import DEFAULT_PORT
 from labfy_ref.errors import ConfigRefused
 from labfy_ref.netutil import RESERVED_PORTS
+from labfy_ref.server import registry
 from labfy_ref.server import serve as serving
-from labfy_ref.server.registry import ENV_RUNTIME_DIR, RunningServer, register, running
+from labfy_ref.server.registry import (
+    ENV_RUNTIME_DIR,
+    RunningServer,
+    register,
+    registry_dir,
+    running,
+)
 from qualification.harness import ServeProcess
 
 
@@ -167,3 +174,50 @@ def test_a_browser_at_a_foreign_host_gets_a_page_saying_which_are_served(
     admin = server.client()
     refusals = admin.get("/api/v1/agent-runtime/status").json()["refusals"]
     assert refusals["HOST_NOT_ALLOWED"] == 3, "the page counts as a refusal too"
+
+
+@pytest.mark.req("SV-12")
+def test_the_list_lives_where_the_module_says_for_each_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LABFY_RUNTIME_DIR, else $XDG_RUNTIME_DIR/labfy-ref (when it is a directory), else
+    ~/.local/state/labfy-ref/servers — each folder 0700, each file 0600."""
+    server = RunningServer("/ws", "http://127.0.0.1:8421/", os.getpid(), "2026-12-06T00:00:00Z")
+    explicit, xdg, home = tmp_path / "explicit", tmp_path / "xdg", tmp_path / "home"
+    xdg.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    cases = [({ENV_RUNTIME_DIR: str(explicit), "XDG_RUNTIME_DIR": str(xdg)}, explicit),
+             ({"XDG_RUNTIME_DIR": str(xdg)}, xdg / "labfy-ref"),
+             ({"XDG_RUNTIME_DIR": str(tmp_path / "absent")},
+              home / ".local" / "state" / "labfy-ref" / "servers"),
+             ({}, home / ".local" / "state" / "labfy-ref" / "servers")]
+    for environ, folder in cases:
+        assert registry_dir(environ) == folder, environ
+        path = register(server, environ)
+        assert path == folder / f"{os.getpid()}-8421.json"
+        assert json.loads(path.read_text("utf-8"))["url"] == server.url
+        assert oct(path.stat().st_mode & 0o777) == "0o600"
+        assert oct(folder.stat().st_mode & 0o777) == "0o700"
+        assert [s.url for s in running(environ)] == [server.url]
+        path.unlink()
+
+
+@pytest.mark.req("SV-12")
+def test_a_file_planted_in_the_list_is_never_written_through(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The temporary name is created new (O_EXCL) and never through a link (O_NOFOLLOW)."""
+    folder = tmp_path / "servers"
+    folder.mkdir(mode=0o700)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    server = RunningServer("/ws", "http://127.0.0.1:8421/", os.getpid(), "2026-12-06T00:00:00Z")
+    monkeypatch.setattr(registry.secrets, "token_hex", lambda _n: "fixed")  # type: ignore[attr-defined]
+    temp = folder / f".{os.getpid()}-8421.json.fixed.tmp"
+    for planted in ("link", "file"):
+        if planted == "link":
+            temp.symlink_to(victim)
+        else:
+            temp.write_text("someone else's")
+        with pytest.raises(FileExistsError):
+            register(server, {ENV_RUNTIME_DIR: str(folder)})
+        assert victim.read_text() == "untouched"
+        temp.unlink()
