@@ -142,3 +142,16 @@ def test_finished_turns_keep_no_conversation_and_retention_is_bounded(
     assert len(retained) == 3 and set(retained) == set(ids[2:])
     assert all(len(t.conversation.messages) == 0 for t in runtime.list_turns())
     assert client.get(f"/api/v1/agent-runtime/turns/{ids[0]}").status_code == 404
+
+
+@pytest.mark.req("RT-06")
+def test_a_page_of_events_holds_100_unless_asked_otherwise() -> None:
+    log = EventLog(capacity=500)
+    for number in range(150):
+        log.append("turn_x", "turn.state", {"n": number})
+    first = log.page(0)
+    assert [e["seq"] for e in first["events"]] == list(range(1, 101))
+    assert first["next_cursor"] == 100 and first["missed"] is False
+    rest = log.page(first["next_cursor"])
+    assert [e["seq"] for e in rest["events"]] == list(range(101, 151))
+    assert [e["seq"] for e in log.page(0, limit=7)["events"]] == list(range(1, 8))

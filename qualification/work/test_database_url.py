@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from labfy_ref.errors import ErrorCode, LabfyError
-from labfy_ref.work import ENV_VAR, WorkStore, parse_database_url, resolve_database_url
+from labfy_ref.work import (
+    ENV_VAR,
+    WorkStore,
+    parse_database_url,
+    resolve_database_url,
+    sqlite_url,
+)
+from labfy_ref.work.store.url import owns_database
 from qualification.work.wire import STORE_WORKSPACE
 
 SECRET = "s3cr3t-Pa55"
@@ -74,6 +81,10 @@ REFUSED = [
      "application_name, connect_timeout, host, sslcert, sslkey, sslmode, sslrootcert, "
      "target_session_attrs)"),
     (f"postgresql://u:{SECRET}@h:70000/db", "the work database port must be 1-65535"),
+    ("postgresql://u@h/db?" + "k" * 60 + "=1",  # a long key is shown cut to 40 characters
+     f"the work database URL's query key {'k' * 40!r} is not admitted (admitted: "
+     "application_name, connect_timeout, host, sslcert, sslkey, sslmode, sslrootcert, "
+     "target_session_attrs)"),
 ]
 
 
@@ -153,3 +164,20 @@ def test_a_sqlite_file_that_is_not_a_database_or_has_no_directory_is_unavailable
         assert refused.value.code is ErrorCode.WORK_DB_UNAVAILABLE
         assert refused.value.message == f"work database sqlite:///{target}: {reason}"
     assert garbage.read_bytes() == b"not a database " * 400  # left as it was
+
+
+@pytest.mark.req("WK-11", "WK-07")
+def test_a_workspace_owns_its_own_work_sqlite_by_any_path_and_nothing_else(
+        tmp_path: Path) -> None:
+    """WK-11's adoption rule: tasks from before tasks recorded their workspace are the
+    workspace's only when the database is that workspace's own work.sqlite."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (tmp_path / "alias").symlink_to(workspace)
+    assert owns_database(workspace, sqlite_url(workspace / "work.sqlite"))
+    assert owns_database(workspace, sqlite_url(tmp_path / "alias" / "work.sqlite")), \
+        "the same file by another path"
+    for other in (tmp_path / "another.sqlite", tmp_path / "zz" / "work.sqlite",
+                  workspace / "work.sqlite-copy"):
+        assert not owns_database(workspace, sqlite_url(other)), other
+    assert not owns_database(workspace, parse_database_url("postgresql://u@h/db"))
