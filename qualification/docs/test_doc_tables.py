@@ -1,4 +1,7 @@
-"""DOC-01, UI-09: the README's page-hooks table is the pages' hooks, no more and no fewer.
+"""DOC-01, UI-09, RT-03: the tables the docs hold equal what they describe.
+
+The README's page-hooks table is the pages' hooks, no more and no fewer, and docs/api.md's
+runtime-limits table is what the status reports.
 
 Every hook the table names is spelled in the pages' sources, every hook a page sets as a
 literal (``data-testid="…"`` in HTML, ``dataset.testid = "…"`` in JS) is in the table, and
@@ -8,9 +11,11 @@ the SPEC §15 column is exactly the specification's list.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
+from qualification.conftest import ServerFactory
 from qualification.docs.pages import REPO
 
 UI = REPO / "labfy_ref" / "ui"
@@ -61,3 +66,21 @@ def test_the_pinned_column_is_the_specifications_list() -> None:
                                                           "data-status", "/"}
     assert rows["/cordis"][0] == set(_HOOK.findall(engine)) - {"data-session-id",
                                                                "data-call-id", "/cordis"}
+
+
+_LIMITS = re.compile(r"<!-- runtime-limits:start -->\n(.*?)<!-- runtime-limits:end -->", re.S)
+
+
+@pytest.mark.req("DOC-01", "RT-03")
+def test_the_documented_limits_are_the_ones_the_status_reports(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    found = _LIMITS.search((REPO / "docs" / "api.md").read_text("utf-8"))
+    assert found, "docs/api.md has no runtime-limits table"
+    documented = {}
+    for line in found.group(1).splitlines()[2:]:
+        name, default, _when = (cell.strip() for cell in line.strip("|").split("|"))
+        documented[name.strip("`")] = int(default)
+    limits = server_factory(specimen).client().get("/api/v1/agent-runtime/status").json()[
+        "limits"]
+    reported = {k: v for k, v in limits.items() if isinstance(v, int) and k.startswith("max_")}
+    assert documented == reported
