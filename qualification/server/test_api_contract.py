@@ -42,6 +42,16 @@ def test_exact_field_sets_or_422(demo_client: ApiClient, body: Any, code: str) -
     assert _error(response)["code"] == code
 
 
+@pytest.mark.req("SV-05")
+def test_a_body_wrong_in_two_fields_names_the_first(demo_client: ApiClient) -> None:
+    """The refusal names one field, and always the first the body schema declares."""
+    for body in ({"message": 5, "client_request_id": 7},
+                 {"client_request_id": 7, "message": 5}):
+        response = demo_client.post("/api/v1/agent-runtime/turns", body)
+        assert response.status_code == 422
+        assert _error(response)["message"].startswith("message: "), response.text
+
+
 @pytest.mark.conformance
 @pytest.mark.req("SV-05")
 @pytest.mark.parametrize("raw", [b'{"message":"a","message":"b"}', b'{"message":NaN}',
