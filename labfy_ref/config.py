@@ -442,12 +442,11 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         keepalive_seconds=keepalive_option(raw.sse_keepalive),
         open_browser=raw.open_browser,
         **session_options(raw.session_idle, raw.session_max),
-        shutdown_grace_seconds=(DEFAULT_SHUTDOWN_GRACE_SECONDS if raw.shutdown_grace is None
-                                else _seconds(raw.shutdown_grace, "--shutdown-grace",
-                                              MAX_SHUTDOWN_GRACE_SECONDS)),
-        bridge_row_seconds=(DEFAULT_ROW_SECONDS if raw.bridge_row_timeout is None
-                            else _seconds(raw.bridge_row_timeout, "--bridge-row-timeout",
-                                          MAX_ROW_SECONDS)),
+        shutdown_grace_seconds=_seconds_or(raw.shutdown_grace, "--shutdown-grace",
+                                           DEFAULT_SHUTDOWN_GRACE_SECONDS,
+                                           MAX_SHUTDOWN_GRACE_SECONDS),
+        bridge_row_seconds=_seconds_or(raw.bridge_row_timeout, "--bridge-row-timeout",
+                                       DEFAULT_ROW_SECONDS, MAX_ROW_SECONDS),
     )
 
 
@@ -502,8 +501,9 @@ class WorkerConfig:
     max_runs: int | None = None
 
 
-def _seconds_or(value: str | None, flag: str, default: float) -> float:
-    return default if value is None else _seconds(value, flag, MAX_LEASE_SECONDS)
+def _seconds_or(value: str | None, flag: str, default: float,
+                most: float = MAX_LEASE_SECONDS) -> float:
+    return default if value is None else _seconds(value, flag, most)
 
 
 def _max_runs(value: str | None) -> int | None:

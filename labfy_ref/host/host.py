@@ -194,18 +194,14 @@ class Host:
         assert row.plugin is not None
         row.state = RowState.LOADING
         row.scope = self.root.child(row.spec.id)
+        deadline = asyncio.timeout(self.row_seconds)
         try:
-            await asyncio.wait_for(row.plugin.activate(PluginContext(self, row, row.scope)),
-                                   self.row_seconds)
-        except TimeoutError:
-            row.state = RowState.FAILED
-            row.detail = f"did not activate within {self.row_seconds:g} s (--bridge-row-timeout)"
-            for name in row.plugin.provides:
-                self._failed.setdefault(name, (row.spec.id, row.detail))
-            await row.scope.aclose()
-            return
+            async with deadline:
+                await row.plugin.activate(PluginContext(self, row, row.scope))
         except Exception as exc:
-            row.state, row.detail = RowState.FAILED, _detail(exc)
+            row.state = RowState.FAILED
+            row.detail = (f"did not activate within {self.row_seconds:g} s (--bridge-row-timeout)"
+                          if deadline.expired() else _detail(exc))  # a plugin's own: its words
             for name in row.plugin.provides:
                 self._failed.setdefault(name, (row.spec.id, row.detail))
             await row.scope.aclose()

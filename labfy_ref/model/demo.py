@@ -68,7 +68,7 @@ READS = 3
 SEARCHES = 2
 #: A quoted passage is cut at this many characters.
 QUOTE_CHARS = 300
-#: The ``match`` argument's bound (the catalog's ``maxLength``).
+#: The ``match`` argument's bound (the catalog's ``maxLength``): no question word is longer.
 MATCH_CHARS = 100
 _WORD = re.compile(r"[^\W_]+")
 
@@ -157,7 +157,8 @@ def question_words(text: str) -> tuple[str, ...]:
                 or word in RESEARCH_WORDS):
             continue
         plural = len(word) > 3 and word.endswith("s") and not word.endswith("ss")
-        stem = word[:-1] if plural else word
+        # within the search's bound: a cut word still matches as the prefix it is
+        stem = (word[:-1] if plural else word)[:MATCH_CHARS]
         if stem not in words:
             words.append(stem)
     return tuple(words)
@@ -177,15 +178,6 @@ def overlap(words: Sequence[str], text: str) -> int:
     """How many of the question's ``words`` some word of ``text`` starts with."""
     found = set(_WORD.findall(text.casefold()))
     return sum(1 for word in words if any(f.startswith(word) for f in found))
-
-
-def _search_text(words: Sequence[str]) -> str:
-    text = ""
-    for word in words:
-        if len(text) + len(word) + 1 > MATCH_CHARS:
-            break
-        text = f"{text} {word}" if text else word
-    return text
 
 
 def _call(tool_id: str, **arguments: Any) -> str:

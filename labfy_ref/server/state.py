@@ -94,6 +94,11 @@ class ServerState:
         # engine routes say CORDIS_STARTING until it has
         self._bridge_task = asyncio.create_task(self.bridge.start(), name="bridge-start")
 
+    async def settled(self) -> None:
+        """Wait until the bridge has settled (ready, failed, or never started: HO-07)."""
+        if self._bridge_task is not None:
+            await asyncio.shield(self._bridge_task)
+
     async def interrupt(self) -> None:
         """A stop signal (SV-13): every turn cancelled, every stream ended — at once, before
         the server waits for its connections; :meth:`close` follows."""

@@ -30,7 +30,6 @@ from typing import Any
 import httpx
 import uvicorn
 
-from labfy_ref.bridge.service import BridgeState
 from labfy_ref.config import AgentConfig, ServeConfig, SupervisedModel
 from labfy_ref.errors import ConfigRefused, LabfyError
 from labfy_ref.eval.tasks import degenerate, grounded
@@ -65,6 +64,8 @@ QUESTION = "Is the early ivy bee record real? Check the workspace, then prepare 
 TURN_SECONDS = 600.0
 POLL_SECONDS = 0.1
 MODEL_TIMEOUT_SECONDS = 300.0
+#: How long the served workspace's bridge may take to settle before the stage goes on.
+BRIDGE_SETTLE_SECONDS = 60.0
 _API = "/api/v1/agent-runtime"
 
 
@@ -197,10 +198,8 @@ async def serve_workspace(config: ServeConfig, model: SupervisedLlama | None, *,
             await asyncio.sleep(0.01)
         if not server.started:
             raise SmokeFailed("the workspace server did not start")
-        for _ in range(6000):  # the bridge settles in the background (HO-07): 60 s at most
-            if state.bridge.state is not BridgeState.STARTING:
-                break
-            await asyncio.sleep(0.01)
+        with contextlib.suppress(TimeoutError):  # the bridge settles in the background (HO-07)
+            await asyncio.wait_for(state.settled(), BRIDGE_SETTLE_SECONDS)
         yield f"http://127.0.0.1:{port}", code
     finally:
         server.should_exit = True

@@ -172,7 +172,6 @@
       return;
     }
     state.startingTries = 0;
-    ui.status.classList.remove("refused");
     bridgeState("checking", "Engine bridge up; asking its model…");
     ui.workspace.hidden = false;
     renderSessions(page, false);
@@ -208,9 +207,14 @@
       const changed = JSON.stringify(body) !== JSON.stringify(state.models);
       state.models = body;
       if (changed) renderModels();  // an open selector is not closed under the reader
-      bridgeState("ready", `Ready · ${currentModel()}`);
+      sayReady();
     }
     state.modelTimer = setTimeout(loadModels, MODEL_CHECK_MS);
+  }
+
+  /** Ready, naming the model a message goes to now. */
+  function sayReady() {
+    bridgeState("ready", `Ready · ${currentModel()}`);
   }
 
   /** The model a message goes to now: the open session's, else the engine's default. */
@@ -249,7 +253,7 @@
       state.session.settings = session.settings;
       renderContext(state.session);
       setTurnStatus("", `Model: ${session.settings.model}`);
-      if (ui.status.dataset.state === "ready") bridgeState("ready", `Ready · ${currentModel()}`);
+      if (ui.status.dataset.state === "ready") sayReady();
     } catch (error) {
       setText(ui.composerError, error.message);
       ui.model.value = state.session.settings.model;
@@ -258,9 +262,8 @@
 
   function bridgeRefused(error) {
     ui.workspace.hidden = true; // the reason, never an empty list
-    const starting = error.code === "CORDIS_STARTING";  // it settles in the background
-    ui.status.classList.toggle("refused", !starting);
-    bridgeState(starting ? "starting" : "refused", error.message);
+    // it settles in the background: starting is no refusal
+    bridgeState(error.code === "CORDIS_STARTING" ? "starting" : "refused", error.message);
     if (error.code === "CORDIS_STARTING" && state.startingTries < STARTING_RETRIES) {
       state.startingTries += 1;
       setTimeout(loadBridge, STARTING_RETRY_MS);
@@ -441,7 +444,7 @@
     renderContext(session);
     loadContext(session.id);
     if (state.models) renderModels();
-    if (ui.status.dataset.state === "ready") bridgeState("ready", `Ready · ${currentModel()}`);
+    if (ui.status.dataset.state === "ready") sayReady();
     renderMessages(session.messages);
     markOpen();
     if (session.active_turn) {
@@ -825,7 +828,6 @@
       ui.scope.selectedIndex = 0;
     }
     ui.workspace.hidden = true;
-    ui.status.classList.remove("refused");
     state.models = null;
     state.chosenModel = null;
     state.modelReads += 1;

@@ -20,13 +20,14 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, bindparam, cast, delete, func, insert, select
 from sqlalchemy.types import Integer
 
+from labfy_ref.errors import ErrorCode
 from labfy_ref.workspace.schema import usage
 
 #: How many usage records a workspace keeps (the newest; older ones are deleted on write).
 USAGE_RETENTION = 10_000
 
 #: The outcome of a call its caller cancelled (a user's Stop): counted apart, not an error.
-CANCELLED = "CANCELLED"
+CANCELLED = ErrorCode.CANCELLED.value
 _TOTALS: tuple[ColumnElement[Any], ...] = (
     func.count(), func.sum(usage.c.prompt_tokens), func.sum(usage.c.completion_tokens),
     func.sum(usage.c.cached_tokens),

@@ -261,11 +261,10 @@ def test_a_model_that_does_not_answer_is_said_with_its_reason(
 def test_stop_right_after_send_never_duplicates_the_message(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
-    provider = provider_factory(Scenario(name="slow", answers=(
-        Answer(content=final_action("slow " * 100), chunk_chars=2, chunk_delay=0.05),
-        Answer(content=final_action("second")))))
-    server = log_in_to_engine(page, server_factory(specimen, bridge=True,
-                                                   **local_agent(provider.base_url)))
+    server = open_engine(page, specimen, provider_factory, server_factory,
+                         Answer(content=final_action("slow " * 100), chunk_chars=2,
+                                chunk_delay=0.05),
+                         Answer(content=final_action("second")))
     session_id = new_session(page)
     page.type("message-input", "only once")
     page.click("message-send")

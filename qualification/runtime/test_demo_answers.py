@@ -1,6 +1,6 @@
 """RT-07, RT-10: the demo agent answers the question asked, by its documented rule.
 
-It is a demo, not a model: every answer says so; it reads the objects whose
+It is a demo_client, not a model: every answer says so; it reads the objects whose
 words overlap the question most and quotes them, lists the workspace when
 nothing matches, and prepares research (a human grant first) only when the
 question asks to look something up or check it. The same rule holds on any
@@ -10,12 +10,11 @@ workspace: the second half of the tests makes its own objects.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from labfy_ref.model.demo import SAYS, DemoAgent, asks_research, overlap, question_words
@@ -23,17 +22,6 @@ from labfy_ref.workspace import init_workspace, open_workspace
 from qualification.harness import TERMINAL, ApiClient, LiveServer
 
 PAUSED = {"AUTHORIZATION_REQUIRED"}
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiClient]:
-    path = tmp_path_factory.mktemp("demo") / "specimen"
-    init_workspace(path, specimen=True)
-    server = LiveServer(path).start()
-    try:
-        yield server.client()
-    finally:
-        server.stop()
 
 
 def _ask(client: ApiClient, question: str, states: set[str] = TERMINAL) -> dict[str, Any]:
@@ -59,8 +47,8 @@ def _titles(turn: dict[str, Any]) -> list[str]:
     ("How is each survey walk timed?", "Survey protocol", "20-minute timed walk"),
 ])
 def test_a_question_is_answered_by_quoting_the_objects_that_match_it(
-        demo: ApiClient, question: str, title: str, quoted: str) -> None:
-    done = _ask(demo, question)
+        demo_client: ApiClient, question: str, title: str, quoted: str) -> None:
+    done = _ask(demo_client, question)
     assert done["state"] == "COMPLETED", done
     text = str(done["final_text"])
     assert text.startswith(SAYS), "the demo says it is no model"
@@ -72,8 +60,8 @@ def test_a_question_is_answered_by_quoting_the_objects_that_match_it(
 @pytest.mark.req("RT-07", "RT-10")
 @pytest.mark.parametrize("question", ["hi", "What is in this workspace?", "xyzzy plugh"])
 def test_a_question_nothing_matches_gets_what_the_workspace_holds(
-        demo: ApiClient, question: str) -> None:
-    done = _ask(demo, question)
+        demo_client: ApiClient, question: str) -> None:
+    done = _ask(demo_client, question)
     assert done["state"] == "COMPLETED", done
     text = str(done["final_text"])
     assert text.startswith(SAYS)
@@ -90,8 +78,8 @@ def test_a_question_nothing_matches_gets_what_the_workspace_holds(
     ("Research something for me", None),
 ])
 def test_a_request_to_check_prepares_research_and_waits_for_the_grant(
-        demo: ApiClient, question: str, title: str | None) -> None:
-    paused = _ask(demo, question, PAUSED)
+        demo_client: ApiClient, question: str, title: str | None) -> None:
+    paused = _ask(demo_client, question, PAUSED)
     assert paused["state"] == "AUTHORIZATION_REQUIRED", paused
     calls = paused["tool_calls"]
     assert calls[-1]["tool_id"] == "research.prepare"
@@ -103,9 +91,9 @@ def test_a_request_to_check_prepares_research_and_waits_for_the_grant(
     else:  # nothing matched: a note, as a reader would start
         assert len(_titles(paused)) == 1
     campaign = paused["authorization"]["campaign_id"]
-    assert demo.grant(campaign).status_code == 201
-    assert demo.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume").status_code == 202
-    done = demo.wait_state(str(paused["id"]), TERMINAL)
+    assert demo_client.grant(campaign).status_code == 201
+    assert demo_client.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume").status_code == 202
+    done = demo_client.wait_state(str(paused["id"]), TERMINAL)
     assert done["state"] == "COMPLETED", done
     assert done["final_text"].startswith(SAYS + f"research campaign {campaign} is COMPLETED")
 
@@ -149,6 +137,7 @@ def test_the_words_rule_as_documented() -> None:
 @pytest.mark.req("RT-07", "RT-10")
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=300))
+@example("x" * 150 + " bees")  # a word past the search's bound
 def test_any_question_gets_one_valid_first_action(question: str) -> None:
     """Whatever is asked (lone surrogates, controls, any script), the first action is a
     listing whose search text is within the catalog's bound."""

@@ -93,7 +93,7 @@ def test_serve_warns_once_when_the_model_endpoint_does_not_answer(
 
 
 @pytest.mark.req("CLI-03")
-def test_serve_says_nothing_of_an_endpoint_that_answers_or_of_the_demo(
+def test_serve_warns_of_nothing_with_the_demo_agent(
         specimen: Path, tmp_path: Path) -> None:
     server = ServeProcess("--workspace", str(specimen), "--port", "0",
                           ready_file=tmp_path / "ready.json")
