@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,38 @@ def test_an_append_waiting_on_its_log_stalls_no_other_stream(
     assert chunks[-1]["reason"] == "completed"
     assert _kinds(specimen / "sessions" / f"{held}.jsonl") == ["message:user",
                                                                 "message:assistant"]
+
+
+@pytest.mark.req("AV-06", "BR-06")
+def test_a_held_log_holds_up_the_writes_of_no_other_log(tmp_path: Path) -> None:
+    # Locks shared by several logs (a stripe per id hash) made a write waiting on one
+    # log stall whichever others hashed alike: with 300 logs some always would.
+    root = tmp_path / "sessions"
+    root.mkdir()
+    store = JsonlSessionStore(root)
+    held, *others = (new_id("ses") for _ in range(301))
+    for sid in (held, *others):
+        store.create(sid, HEADER)
+    written: list[str] = []
+
+    def write_all() -> None:
+        for sid in others:
+            store.append(sid, {"kind": "message", "role": "user", "text": "go"})
+            written.append(sid)
+
+    with store.holding(held):
+        writer = threading.Thread(target=write_all, daemon=True)
+        writer.start()
+        writer.join(timeout=30)
+        assert written == others, f"{len(others) - len(written)} writes waited on the held log"
+        blocked = threading.Thread(
+            target=store.append, args=(held, {"kind": "message", "role": "user", "text": "x"}),
+            daemon=True)
+        blocked.start()
+        blocked.join(timeout=0.2)
+        assert blocked.is_alive(), "the held log's own write waits"
+    blocked.join(timeout=30)
+    assert not blocked.is_alive()
 
 
 @pytest.mark.req("AV-06", "BR-06", "BR-02")

@@ -34,7 +34,7 @@ import os
 import secrets
 import stat
 import threading
-import zlib
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -61,8 +61,6 @@ _SUFFIX = ".jsonl"
 _OPEN = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 #: How far back one read goes while looking for the end of the last complete line.
 _SCAN_CHUNK = 1024 * 1024
-#: Writes to one log are serialised by one of these locks (bounded, whatever the sessions).
-_STRIPES = 64
 
 
 class Stamp(NamedTuple):
@@ -115,7 +113,11 @@ class JsonlSessionStore:
         self.max_record_bytes = max_record_bytes
         self.max_log_bytes = max_log_bytes
         self._dir = os.open(root, os.O_RDONLY | os.O_DIRECTORY | _OPEN)
-        self._locks = tuple(threading.Lock() for _ in range(_STRIPES))
+        # One lock per log, alive while someone holds it: a write waiting on one log
+        # (a disk that does not answer) never holds up another's (a shared stripe did).
+        self._locks: weakref.WeakValueDictionary[str, threading.Lock] = (
+            weakref.WeakValueDictionary())
+        self._locks_guard = threading.Lock()
 
     def close(self) -> None:
         """Release the directory descriptor; idempotent."""
@@ -153,7 +155,11 @@ class JsonlSessionStore:
         return fd
 
     def _lock(self, session_id: str) -> threading.Lock:
-        return self._locks[zlib.crc32(session_id.encode()) % _STRIPES]
+        with self._locks_guard:
+            lock = self._locks.get(session_id)
+            if lock is None:
+                lock = self._locks[session_id] = threading.Lock()
+            return lock
 
     @contextlib.contextmanager
     def holding(self, session_id: str) -> Iterator[None]:
