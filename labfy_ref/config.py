@@ -30,6 +30,7 @@ from labfy_ref.modes import (
     DEFAULT_MAX_SESSION_SECONDS,
     MAX_APPROVAL_SECONDS,
     AgentMode,
+    BridgeToggle,
     PermissionMode,
 )
 from labfy_ref.netutil import RESERVED_PORTS
@@ -129,6 +130,8 @@ class ServeConfig:
     shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS
     #: HO-07: a row's activation deadline (the bridge settles in the background).
     bridge_row_seconds: float = DEFAULT_ROW_SECONDS
+    #: BR-16: may the admin disable, enable and reload the bridge without a restart?
+    bridge_toggle: BridgeToggle = BridgeToggle.UNLOCKED
 
     def as_json(self) -> dict[str, Any]:
         """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
@@ -152,6 +155,7 @@ class ServeConfig:
                 "session_max_seconds": self.session_max_seconds,
                 "shutdown_grace_seconds": self.shutdown_grace_seconds,
                 "bridge_row_timeout_seconds": self.bridge_row_seconds,
+                "bridge_toggle": self.bridge_toggle.value,
             },
             "agent": {
                 "mode": agent.mode.value,
@@ -211,6 +215,7 @@ class RawOptions:
     session_max: str | None = None
     shutdown_grace: str | None = None
     bridge_row_timeout: str | None = None
+    bridge_toggle: str | None = None
 
 
 def _pick(flag: str | None, env_name: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
@@ -447,7 +452,16 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
                                            MAX_SHUTDOWN_GRACE_SECONDS),
         bridge_row_seconds=_seconds_or(raw.bridge_row_timeout, "--bridge-row-timeout",
                                        DEFAULT_ROW_SECONDS, MAX_ROW_SECONDS),
+        bridge_toggle=bridge_toggle_option(raw.bridge_toggle),
     )
+
+
+def bridge_toggle_option(value: str | None) -> BridgeToggle:
+    """``--bridge-toggle`` (default ``unlocked``)."""
+    try:
+        return BridgeToggle(value or BridgeToggle.UNLOCKED.value)
+    except ValueError:
+        raise _refuse("--bridge-toggle must be 'locked' or 'unlocked'") from None
 
 
 def session_options(idle: str | None, most: str | None) -> dict[str, float]:

@@ -23,6 +23,13 @@ class PermissionMode(enum.StrEnum):
     WORKSPACE_WRITE = "workspace-write"
 
 
+class BridgeToggle(enum.StrEnum):
+    """May the admin disable, enable and reload the bridge while serving (BR-16)?"""
+
+    LOCKED = "locked"
+    UNLOCKED = "unlocked"
+
+
 #: BR-12: how long a bridge approval waits for its human unless ``--approval-timeout``
 #: says otherwise, and the most it may say; an unanswered approval expires (rejected).
 DEFAULT_APPROVAL_SECONDS = 300.0

@@ -17,10 +17,10 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from http.cookies import SimpleCookie
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 import uvicorn
@@ -35,6 +35,8 @@ from labfy_ref.server.connections import DEFAULT_LIMITS, ConnectionLimits
 from labfy_ref.server.serve import bind_socket, build_state, uvicorn_config
 from labfy_ref.server.state import ServerState
 from labfy_ref.workspace import open_workspace
+
+T = TypeVar("T")
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "MODEL_UNAVAILABLE", "MODEL_PROTOCOL_ERROR",
             "BUDGET_EXHAUSTED"}
@@ -67,14 +69,24 @@ class LiveServer:
             raise
         self.server = uvicorn.Server(uvicorn_config(create_app(self.state),
                                                     limits=connections))
-        self._thread = threading.Thread(target=lambda: asyncio.run(
-            self.server.serve(sockets=[self.sock])), daemon=True)
+        #: The server's event loop, once it runs (what :meth:`on_loop` runs on).
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
         self._clients: list[ApiClient] = []
         #: The codes the suite logs in with (a conformance target's are given on the command line).
         self.admin_token = LAUNCH_CODE
         self.user_token: str | None = None
         #: The conformance kit's provider, when this server's agent answers with it.
         self.provider_url: str | None = None
+
+    async def _serve(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.server.serve(sockets=[self.sock])
+
+    def on_loop(self, make: Callable[[], Coroutine[Any, Any, T]], timeout: float = 30) -> T:
+        """Run a coroutine on the server's own event loop; its result."""
+        assert self.loop is not None, "the server is not running"
+        return asyncio.run_coroutine_threadsafe(make(), self.loop).result(timeout)
 
     @property
     def url(self) -> str:

@@ -90,6 +90,10 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                              "CORDIS_STARTING meanwhile); a composition row still activating "
                              "after this long is FAILED with the reason (HO-07); at most "
                              f"{MAX_ROW_SECONDS:g}; default: {DEFAULT_ROW_SECONDS:g}")
+    server.add_argument("--bridge-toggle", choices=("locked", "unlocked"),
+                        help="unlocked (the default): the admin may disable, enable and reload "
+                             "the bridge without a restart (POST /api/cordis/admin/…, the "
+                             "engine page's buttons); locked refuses them (BR-16)")
     server.add_argument("--shutdown-grace", metavar="SECONDS",
                         help="after Ctrl-C or SIGTERM every turn is cancelled and every stream "
                              "ended at once, then open connections get this long to close "
@@ -195,4 +199,5 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         open_browser=args.open_browser, session_idle=args.session_idle,
         session_max=args.session_max, shutdown_grace=args.shutdown_grace,
         bridge_row_timeout=args.bridge_row_timeout,
+        bridge_toggle=args.bridge_toggle,
     )

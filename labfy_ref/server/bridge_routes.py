@@ -45,7 +45,14 @@ def admin_usage(request: Request) -> UsageService:
     return ledger
 
 
+def admin_bridge(request: Request) -> Bridge:
+    """The bridge itself, for the admin's toggle only (BR-16; 403 for ``user``)."""
+    require_admin(request.state, "the engine bridge's toggle")
+    return bridge_of(request)
+
+
 EngineDep = Annotated[Engine, Depends(admin_engine)]
+BridgeDep = Annotated[Bridge, Depends(admin_bridge)]
 UsageDep = Annotated[UsageService, Depends(admin_usage)]
 router = APIRouter(prefix="/api/cordis")
 
@@ -66,6 +73,10 @@ class MessageBody(Strict):
 
     text: str  # its length is the engine's to check
     headless: bool = False
+
+
+class ToggleBody(Strict):
+    """``POST /api/cordis/admin/disable|enable|reload``: ``{}`` (or no body)."""
 
 
 class DecisionBody(Strict):
@@ -184,3 +195,25 @@ async def usage(ledger: UsageDep, since: str | None = None, limit: int = USAGE_P
     when refused: the ledger's to check).
     """
     return JSONResponse(ledger.report(since, limit, cursor))
+
+
+# -- the admin's toggle (BR-16): release and build again without a restart -----------------
+
+@router.post("/admin/disable")
+async def disable(bridge: BridgeDep, body: ToggleBody | None = None) -> dict[str, Any]:
+    """Release the host (open streams end ``interrupted``); the engine routes answer
+    ``CORDIS_DISABLED`` until it is enabled again."""
+    return {"bridge": await bridge.disable()}
+
+
+@router.post("/admin/enable")
+async def enable(bridge: BridgeDep, body: ToggleBody | None = None) -> dict[str, Any]:
+    """Build the host from its composition document (``starting`` while it settles); an
+    enabled bridge is left as it is."""
+    return {"bridge": await bridge.enable()}
+
+
+@router.post("/admin/reload")
+async def reload(bridge: BridgeDep, body: ToggleBody | None = None) -> dict[str, Any]:
+    """Release the host and build it again from its document, read anew."""
+    return {"bridge": await bridge.reload()}

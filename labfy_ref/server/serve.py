@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import html
 import json
 import logging
@@ -27,6 +28,7 @@ import socket
 import sys
 import tempfile
 import webbrowser
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -39,10 +41,11 @@ from labfy_ref.clock import iso, utcnow
 from labfy_ref.config import DEFAULT_PORT, DEFAULT_SHUTDOWN_GRACE_SECONDS, ServeConfig
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError
 from labfy_ref.gateway import AgentGateway
-from labfy_ref.host import default_composition, load_composition
+from labfy_ref.host import Composition, default_composition, load_composition
 from labfy_ref.logs import configure, debug_enabled, one_line
 from labfy_ref.model.gguf import Progress, open_gguf
 from labfy_ref.model.supervised import SupervisedLlama, fitting_slots, supervised_llama
+from labfy_ref.modes import BridgeToggle
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol import ChatModel
 from labfy_ref.runtime import AgentRuntime, RuntimeLimits
@@ -110,8 +113,10 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
     ``agent`` answers turns instead of any model (``labfy-ref eval``'s control).
     """
     accounts = load_accounts(config.accounts) if config.accounts else ()
-    composition = (load_composition(config.composition) if config.composition is not None
-                   else default_composition())
+    load: Callable[[], Composition] = (
+        functools.partial(load_composition, config.composition)
+        if config.composition is not None else default_composition)
+    load()  # a document that does not read stops serve here, not later in the background
     store = workspace.open_store()
     limits = limits or RuntimeLimits(conclude_after=config.conclude_after)
     gateway = AgentGateway(workspace, store, max_result_bytes=limits.max_result_bytes)
@@ -121,11 +126,12 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
     model, client, label = opened.model, opened.client, opened.label
     runtime = AgentRuntime(model, gateway, label=label, permission_mode=config.permission_mode,
                            limits=limits)
-    bridge = Bridge(composition, {"workspace": workspace, "gateway": gateway,
+    bridge = Bridge(load, {"workspace": workspace, "gateway": gateway,
                                   "agent_config": config.agent, "model_client": client,
                                   "runtime_limits": limits,
                                   "approval_seconds": config.approval_seconds},
-                    enabled=config.bridge, row_seconds=config.bridge_row_seconds)
+                    enabled=config.bridge, row_seconds=config.bridge_row_seconds,
+                    toggle_locked=config.bridge_toggle is BridgeToggle.LOCKED)
     auth = Authenticator(launch_code, accounts, cookie=cookie_name(port),
                          idle_seconds=config.session_idle_seconds,
                          max_seconds=config.session_max_seconds)

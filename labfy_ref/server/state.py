@@ -9,7 +9,7 @@ import dataclasses
 import time
 from typing import Any
 
-from labfy_ref.bridge.service import Bridge
+from labfy_ref.bridge.service import Bridge, BridgeState
 from labfy_ref.config import ServeConfig
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.model import LocalModelClient
@@ -49,7 +49,6 @@ class ServerState:
     _availability: tuple[float, bool, str] = (0.0, True, "ready")
     _model_task: asyncio.Task[None] | None = None
     _closing: asyncio.Future[None] | None = None
-    _bridge_task: asyncio.Task[None] | None = None
 
     async def availability(self) -> tuple[bool, str]:
         """Is the agent's model reachable? (Probed at most every few seconds.)"""
@@ -78,7 +77,9 @@ class ServerState:
             **({"llama_server": self.supervised.describe()} if self.supervised else {}),
             **self.runtime.status(),
             # what a launch profile set (QR-07): a conformance kit checks it before it runs
-            "bridge": {"enabled": self.config.bridge,
+            "bridge": {"enabled": self.bridge.state is not BridgeState.DISABLED,
+                       "state": self.bridge.state.value,
+                       "toggle": "locked" if self.bridge.toggle_locked else "unlocked",
                        "approval_timeout_seconds": self.config.approval_seconds},
             "session": {"idle_seconds": self.config.session_idle_seconds,
                         "max_seconds": self.config.session_max_seconds},
@@ -92,27 +93,17 @@ class ServerState:
         self.runtime.start()
         # the bridge settles in the background (HO-07): the server answers at once, the
         # engine routes say CORDIS_STARTING until it has
-        self._bridge_task = asyncio.create_task(self.bridge.start(), name="bridge-start")
+        self.bridge.begin()
 
     async def settled(self) -> None:
         """Wait until the bridge has settled (ready, failed, or never started: HO-07)."""
-        if self._bridge_task is not None:
-            await asyncio.shield(self._bridge_task)
+        await self.bridge.settled()
 
     async def interrupt(self) -> None:
         """A stop signal (SV-13): every turn cancelled, every stream ended — at once, before
         the server waits for its connections; :meth:`close` follows."""
         await self.runtime.close()
-        await self._stop_bridge()
-
-    async def _stop_bridge(self) -> None:
-        """A bridge still settling stops settling; then its host is released."""
-        task = self._bridge_task
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self.bridge.stop()
+        await self.bridge.stop()  # a bridge still settling stops settling, then is released
 
     async def close(self) -> None:
         """Stop the bridge and the runtime, then close the model client and the stores
@@ -122,7 +113,7 @@ class ServerState:
         await asyncio.shield(self._closing)
 
     async def _close(self) -> None:
-        await self._stop_bridge()
+        await self.bridge.stop()
         await self.runtime.close()
         self.work.close()
         if self.client is not None and self.owns_model:

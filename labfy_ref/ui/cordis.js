@@ -35,6 +35,8 @@
     stop: $("stop-turn"), composerError: $("composer-error"),
     usageStatus: $("usage-status"), usageRefresh: $("usage-refresh"),
     usageModels: $("usage-models"), usageDays: $("usage-days"), usageCalls: $("usage-calls"),
+    toggle: $("bridge-toggle"), disable: $("bridge-disable"), enable: $("bridge-enable"),
+    reload: $("bridge-reload"), toggleError: $("bridge-toggle-error"),
   };
 
   const conversationScroll = window.labfyScroll.create(ui.conversation);
@@ -165,6 +167,7 @@
   /** First page of sessions; a 503 names why the bridge cannot serve (CORDIS_*). */
   async function loadBridge() {
     let page;
+    showToggle();
     try {
       page = await api("GET", `/api/cordis/sessions?limit=${PAGE_SIZE}`);
     } catch (error) {
@@ -180,6 +183,42 @@
     loadModels();
     const wanted = location.hash.slice(1);
     if (SESSION_ID.test(wanted)) openSession(wanted);
+  }
+
+  // -- the admin's toggle (BR-16): off, on, reload, without restarting the server ---------
+
+  /** The buttons that apply now (none when serve runs with --bridge-toggle locked). */
+  async function showToggle() {
+    let health = null;
+    try {
+      health = await api("GET", "/api/cordis/health");
+    } catch (_) {
+      health = null;
+    }
+    const session = window.labfySession.session;
+    const usable = health && health.toggle === "unlocked" && session && session.role === "admin";
+    ui.toggle.hidden = !usable;
+    if (!usable) return;
+    const off = health.state === "disabled";
+    ui.disable.hidden = off;
+    ui.reload.hidden = off;
+    ui.enable.hidden = !(off || health.state === "failed");
+  }
+
+  /** Send one toggle; the page then reads the bridge again, as after a login. */
+  async function toggle(action) {
+    ui.toggleError.textContent = "";
+    for (const control of [ui.disable, ui.enable, ui.reload]) control.disabled = true;
+    try {
+      await api("POST", `/api/cordis/admin/${action}`, {});
+    } catch (error) {
+      setText(ui.toggleError, error.message);
+    } finally {
+      for (const control of [ui.disable, ui.enable, ui.reload]) control.disabled = false;
+    }
+    reset("bridge");  // the open session stays named in the URL: it reopens once ready
+    state.startingTries = 0;
+    loadBridge();
   }
 
   /** The bridge's line says one state: checking, ready, model unavailable (why), refused. */
@@ -262,6 +301,7 @@
 
   function bridgeRefused(error) {
     ui.workspace.hidden = true; // the reason, never an empty list
+    if (error.code !== "CORDIS_STARTING") showToggle();  // it settled: say what applies
     // it settles in the background: starting is no refusal
     bridgeState(error.code === "CORDIS_STARTING" ? "starting" : "refused", error.message);
     if (error.code === "CORDIS_STARTING" && state.startingTries < STARTING_RETRIES) {
@@ -810,8 +850,8 @@
    * The session ended: nothing of it stays in the page (the list, the open session's
    * title, context and conversation, the tools, any error). A logout also forgets the
    * draft, the scope chosen and the open session's id in the URL (the next login would
-   * reopen it); a session that merely expired (a restart, a 401) keeps those two, so
-   * the reader who logs in again goes on where they were.
+   * reopen it); a session that merely expired (a restart, a 401) — or a bridge turned off
+   * and on (BR-16) — keeps those two, so the reader goes on where they were.
    */
   function reset(reason) {
     if (state.turn) state.turn.controller.abort();
@@ -826,6 +866,8 @@
     if (logout) {
       ui.input.value = "";
       ui.scope.selectedIndex = 0;
+      ui.toggle.hidden = true;
+      ui.toggleError.textContent = "";
     }
     ui.workspace.hidden = true;
     state.models = null;
@@ -840,6 +882,11 @@
   live(ui.newSession);
   live(ui.more);
   live(ui.usageRefresh);
+  for (const [control, action] of [[ui.disable, "disable"], [ui.enable, "enable"],
+    [ui.reload, "reload"]]) {
+    live(control);
+    control.addEventListener("click", () => toggle(action));
+  }
   ui.usageRefresh.addEventListener("click", loadUsage);
   ui.newSession.addEventListener("click", newSession);
   ui.more.addEventListener("click", loadMore);

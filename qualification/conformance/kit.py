@@ -53,6 +53,7 @@ def launch_profile(provider_url: str) -> dict[str, Any]:
     return {"flags": [*agent_flags(provider_url), "--bridge",
                       "--approval-timeout", f"{KIT_APPROVAL_SECONDS:g}"],
             "status": {"mode": "local-model", "model": KIT_MODEL, "bridge.enabled": True,
+                       "bridge.toggle": "unlocked",
                        "bridge.approval_timeout_seconds": KIT_APPROVAL_SECONDS},
             "worker": [*agent_flags(provider_url), "--heartbeat-seconds", "1"],
             "worker_seconds": KIT_WORKER_SECONDS}

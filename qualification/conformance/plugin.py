@@ -13,6 +13,7 @@ local build.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -40,6 +41,9 @@ from qualification.harness import LiveServer
 from qualification.target import RemoteTarget, Served, TargetError, normalise_url
 
 MARK = "conformance"
+#: A kit test that changes the whole target (the admin's bridge toggle, BR-16): against a
+#: shared ``--target-url`` it runs alone, no other kit test meanwhile on any worker.
+EXCLUSIVE = "exclusive"
 #: Why a test is not run against another implementation.
 LOCAL_ONLY = (f"{LOCAL_BUILD}: it reads our store files, starts its own servers or "
               "processes, or calls our objects in-process")
@@ -86,6 +90,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARK}: runs against --target-url through the target fixtures (QR-03); "
         "every other test needs a local build")
+    config.addinivalue_line(
+        "markers", f"{EXCLUSIVE}: against a shared --target-url, runs while no other kit test "
+        "does (it changes the whole target: the bridge toggle)")
     remote = _remote(config)
     config.stash[_TARGET] = remote
     if remote is None or hasattr(config, "workerinput"):
@@ -124,6 +131,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker(MARK) is None:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _target_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Against a ``--target-url`` shared by the kit's workers: every test holds the target
+    shared, an ``exclusive`` one alone (a turnstile first, so it is not starved)."""
+    config = request.config
+    if config.stash.get(_TARGET, None) is None:
+        yield
+        return
+    folder = report_dir_of(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    alone = request.node.get_closest_marker(EXCLUSIVE) is not None
+    with (folder / ".kit-turnstile.lock").open("a") as turnstile, \
+            (folder / ".kit-target.lock").open("a") as held:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

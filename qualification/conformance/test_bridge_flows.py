@@ -324,3 +324,35 @@ def test_a_direct_route_answers_with_the_models_own_text(model_target: Served) -
         usage = model_target.client().get("/api/cordis/usage", params={"limit": 20})
         assert any(r["model"] == direct and r["caller"] == "direct"
                    for r in usage.json()["usage"])
+
+
+@pytest.mark.exclusive  # it switches the target's bridge off: no other kit test meanwhile
+@pytest.mark.req("BR-16", "HO-06")
+def test_the_admin_releases_the_engine_and_enables_it_again(client: ApiClient) -> None:
+    sid = _session(client)
+    tag = nonce()
+    assert RawTurn(client, sid, f"Before {marker('final', tag)}").chunks[-1]["reason"] == (
+        "completed")
+
+    def health() -> dict[str, Any]:
+        answer: dict[str, Any] = client.http.get("/api/cordis/health").json()
+        return answer
+
+    off = client.post("/api/cordis/admin/disable", {})
+    try:
+        assert (off.status_code, off.json()) == (200, {"bridge": {"state": "disabled"}})
+        assert health()["state"] == "disabled"
+        for path in ("/api/cordis/sessions", "/api/cordis/v1/models"):
+            refused = client.get(path)
+            assert refused.status_code == 503, (path, refused.text)
+            assert "CORDIS_DISABLED" in refused.text, path
+        assert client.get("/api/v1/agent-runtime/status").status_code == 200, "the runtime too"
+    finally:
+        on = client.post("/api/cordis/admin/enable", {})
+        wait_until(lambda: health()["state"] != "starting", timeout=60)
+    assert on.status_code == 200 and on.json()["bridge"]["state"] in ("starting", "ready")
+    assert health()["state"] == "ready", health()
+    session = client.get(f"/api/cordis/sessions/{sid}").json()["session"]
+    assert [m["role"] for m in session["messages"]] == ["user", "assistant"], "durable"
+    again = RawTurn(client, _session(client), f"After {marker('final')}")
+    assert again.chunks[-1]["reason"] == "completed", "a new host runs turns"

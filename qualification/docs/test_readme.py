@@ -63,6 +63,16 @@ def test_the_readme_bridge_flow_streams_a_turn_as_written(tmp_path: Path) -> Non
     assert chunks[-1]["type"] == "done" and chunks[-1]["reason"] == "completed"
 
 
+@pytest.mark.req("DOC-01", "BR-16")
+def test_the_bridge_toggle_flow_runs_as_written(tmp_path: Path) -> None:
+    done = _run_block("toggle-flow", tmp_path)
+    lines = done.stdout.splitlines()
+    assert lines[0] == '{"bridge":{"state":"disabled"}}'
+    assert lines[1] == "CORDIS_DISABLED"
+    assert lines[2] in ('{"bridge":{"state":"starting"}}', '{"bridge":{"state":"ready"}}')
+    assert lines[3:] == ["ready"], done.stdout
+
+
 @pytest.mark.req("DOC-01", "HO-01")
 def test_the_readme_composition_is_the_shipped_default() -> None:
     match = re.search(r"```yaml\n(rows:.*?)```", README, re.S)
@@ -77,6 +87,7 @@ def test_the_readme_composition_is_the_shipped_default() -> None:
 EXECUTED = {
     "readme-flow": "qualification/docs/test_readme.py",
     "bridge-flow": "qualification/docs/test_readme.py",
+    "toggle-flow": "qualification/docs/test_readme.py",
     "openai-flow": "qualification/bridge/test_openai_face.py",
     "work-flow": "qualification/work/test_cli.py",
     "eval-tasks": "qualification/unit/test_eval_tasks.py",

@@ -322,3 +322,15 @@ def _prefix_digest(self: gguf.PinnedGguf, sha256: str | None,
 def _close_at_once(self: Any, response: bytes) -> None:
     self.transport.write(response)
     self._close()
+
+
+@fault("bridge-disable-keeps-the-host", ids=("BR-16",),
+       replaces="labfy_ref.bridge.service:Bridge._release",
+       killer="qualification/bridge/test_toggle.py::"
+              "test_fifty_enable_disable_cycles_release_everything_they_took",
+       breaks="disable forgets the host without releasing it: its files and tasks stay open",
+       served=False)
+async def _forget_host(self: Any) -> None:
+    self._engine = None
+    self._settling = None
+    self.host = None
