@@ -327,8 +327,9 @@ def _close_at_once(self: Any, response: bytes) -> None:
 @fault("bridge-disable-keeps-the-host", ids=("BR-16",),
        replaces="labfy_ref.bridge.service:Bridge._release",
        killer="qualification/bridge/test_toggle.py::"
-              "test_fifty_enable_disable_cycles_release_everything_they_took",
-       breaks="disable forgets the host without releasing it: its files and tasks stay open",
+              "test_disable_ends_open_streams_interrupted_with_no_effect_after_it",
+       breaks="disable forgets the host without releasing it: its streams, files and tasks "
+              "stay open",
        served=False)
 async def _forget_host(self: Any) -> None:
     self._engine = None
