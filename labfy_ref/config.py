@@ -15,12 +15,14 @@ import dataclasses
 import math
 import re
 import stat
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labfy_ref.errors import ConfigRefused, ErrorCode
 from labfy_ref.logs import DEFAULT_LEVEL, LEVELS
+from labfy_ref.model.binary import ENV_VAR as LLAMA_SERVER_ENV
 from labfy_ref.model.binary import locate_llama_server
 from labfy_ref.model.endpoint import LoopbackHost, ModelEndpoint, parse_endpoint
 from labfy_ref.model.variants import check_variant
@@ -97,6 +99,24 @@ class AgentConfig:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    """One more provider of the engine (``--providers FILE``, BR-19): its stable name in
+    routes, and the local model it serves (an endpoint, or a supervised GGUF)."""
+
+    name: str
+    agent: AgentConfig
+
+
+#: BR-19: the providers the runtime's own agent is (``--agent-*``); a file may not reuse them.
+RUNTIME_PROVIDERS = ("local", "demo")
+MAX_PROVIDERS = 16
+MAX_PROVIDERS_BYTES = 64 * 1024
+_PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,39}", re.ASCII)
+_PROVIDER_KEYS = {"name", "endpoint", "model", "timeout_seconds", "slots", "model_file",
+                  "model_sha256", "llama_server", "cpu_variant"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ServeConfig:
     """Everything ``labfy-ref serve`` needs, validated."""
 
@@ -132,11 +152,12 @@ class ServeConfig:
     bridge_row_seconds: float = DEFAULT_ROW_SECONDS
     #: BR-16: may the admin disable, enable and reload the bridge without a restart?
     bridge_toggle: BridgeToggle = BridgeToggle.UNLOCKED
+    #: BR-19: the engine's providers besides the runtime's own (``--providers FILE``).
+    providers: tuple[ProviderConfig, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
         agent = self.agent
-        supervised = agent.supervised
         return {
             "server": {
                 "workspace": _path(self.workspace),
@@ -156,26 +177,32 @@ class ServeConfig:
                 "shutdown_grace_seconds": self.shutdown_grace_seconds,
                 "bridge_row_timeout_seconds": self.bridge_row_seconds,
                 "bridge_toggle": self.bridge_toggle.value,
+                "providers": [{"name": p.name, **_agent_json(p.agent)} for p in self.providers],
             },
             "agent": {
                 "mode": agent.mode.value,
-                "endpoint": str(agent.endpoint) if agent.endpoint else None,
-                "model": agent.model_id,
-                "timeout_seconds": agent.timeout_seconds,
-                "slots": agent.slots,
-                "supervised": None
-                if supervised is None
-                else {
-                    "llama_server": str(supervised.llama_server),
-                    "model_file": str(supervised.model_file),
-                    "model_sha256": supervised.model_sha256,
-                    "cpu_variant": supervised.cpu_variant,
-                },
+                **_agent_json(agent),
                 "conclude_after": self.conclude_after,
                 "sources": dict(agent.sources),
             },
             "log": {"level": self.log_level, "file": _path(self.log_file), "debug": self.debug},
         }
+
+
+def _agent_json(agent: AgentConfig) -> dict[str, Any]:
+    supervised = agent.supervised
+    return {
+        "endpoint": str(agent.endpoint) if agent.endpoint else None,
+        "model": agent.model_id,
+        "timeout_seconds": agent.timeout_seconds,
+        "slots": agent.slots,
+        "supervised": None if supervised is None else {
+            "llama_server": str(supervised.llama_server),
+            "model_file": str(supervised.model_file),
+            "model_sha256": supervised.model_sha256,
+            "cpu_variant": supervised.cpu_variant,
+        },
+    }
 
 
 def _path(value: Path | None) -> str | None:
@@ -216,6 +243,7 @@ class RawOptions:
     shutdown_grace: str | None = None
     bridge_row_timeout: str | None = None
     bridge_toggle: str | None = None
+    providers: str | None = None
 
 
 def _pick(flag: str | None, env_name: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
@@ -453,7 +481,76 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         bridge_row_seconds=_seconds_or(raw.bridge_row_timeout, "--bridge-row-timeout",
                                        DEFAULT_ROW_SECONDS, MAX_ROW_SECONDS),
         bridge_toggle=bridge_toggle_option(raw.bridge_toggle),
+        providers=load_providers(_existing_file(raw.providers, "--providers"), environ)
+        if raw.providers is not None else (),
     )
+
+
+def load_providers(path: Path, environ: Mapping[str, str]) -> tuple[ProviderConfig, ...]:
+    """``--providers FILE`` (BR-19): TOML ``[[provider]]`` tables, each a ``name`` (its stable
+    id in routes) and either ``endpoint`` + ``model`` (MC-01's grammar) or ``model_file`` +
+    ``model_sha256`` (a supervised GGUF; ``model``, ``llama_server``, ``cpu_variant``
+    optional), with ``timeout_seconds`` and ``slots`` as ``--agent-*`` has them."""
+    try:
+        data = path.read_bytes()
+        if len(data) > MAX_PROVIDERS_BYTES:
+            raise _refuse(f"--providers: larger than {MAX_PROVIDERS_BYTES} bytes")
+        document = tomllib.loads(data.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise _refuse(f"--providers: unreadable ({type(exc).__name__})") from None
+    entries = document.get("provider")
+    if set(document) - {"provider"} or not isinstance(entries, list) or not entries:
+        raise _refuse("--providers: the file holds [[provider]] tables only, at least one")
+    if len(entries) > MAX_PROVIDERS:
+        raise _refuse(f"--providers: at most {MAX_PROVIDERS} providers")
+    providers: list[ProviderConfig] = []
+    for index, entry in enumerate(entries, 1):
+        provider = _provider(entry, index, environ)
+        if provider.name in {p.name for p in providers}:
+            raise _refuse(f"--providers: provider {index}: the name {provider.name} is taken "
+                          "by another")
+        providers.append(provider)
+    return tuple(providers)
+
+
+def _provider(entry: Any, index: int, environ: Mapping[str, str]) -> ProviderConfig:
+    where = f"--providers: provider {index}"
+    if not isinstance(entry, dict) or set(entry) - _PROVIDER_KEYS:
+        raise _refuse(f"{where}: only the keys {', '.join(sorted(_PROVIDER_KEYS))}")
+    if not all(isinstance(v, str) for k, v in entry.items()
+               if k not in ("timeout_seconds", "slots")):
+        raise _refuse(f"{where}: every key but timeout_seconds and slots is a string")
+    name = entry.get("name")
+    if not isinstance(name, str) or not _PROVIDER_NAME.fullmatch(name):
+        raise _refuse(f"{where}: name must be 1-40 of a-z 0-9 _ . - (a letter or digit first)")
+    where = f"--providers: provider {name}"
+    if name in RUNTIME_PROVIDERS:
+        raise _refuse(f"{where}: {' and '.join(RUNTIME_PROVIDERS)} name the runtime's own "
+                      "agent (--agent-*); choose another name")
+    endpoint, model_file = entry.get("endpoint"), entry.get("model_file")
+    if (endpoint is None) == (model_file is None):
+        raise _refuse(f"{where}: needs exactly one of endpoint (with model) or model_file "
+                      "(with model_sha256)")
+    if endpoint is not None and "model" not in entry:
+        raise _refuse(f"{where}: an endpoint needs its model")
+    for key in ("timeout_seconds", "slots"):
+        if key in entry and (isinstance(entry[key], bool)
+                             or not isinstance(entry[key], (int, float))):
+            raise _refuse(f"{where}: {key} must be a number")
+    raw = RawOptions(agent_mode=AgentMode.LOCAL_MODEL.value, agent_endpoint=endpoint,
+                     agent_model=entry.get("model"),
+                     agent_timeout=None if "timeout_seconds" not in entry
+                     else str(entry["timeout_seconds"]),
+                     agent_slots=None if "slots" not in entry else str(entry["slots"]),
+                     model_file=model_file, model_sha256=entry.get("model_sha256"),
+                     llama_server=entry.get("llama_server"), cpu_variant=entry.get("cpu_variant"))
+    # only the llama-server's own lookup reads the environment: never LABFY_AGENT_*
+    lookup = {key: value for key, value in environ.items() if key == LLAMA_SERVER_ENV}
+    try:
+        agent = resolve_agent(raw, lookup)
+    except ConfigRefused as exc:
+        raise _refuse(f"{where}: {exc.message}", exc.code) from None
+    return ProviderConfig(name, dataclasses.replace(agent, sources={"provider": "--providers"}))
 
 
 def bridge_toggle_option(value: str | None) -> BridgeToggle:

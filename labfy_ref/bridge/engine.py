@@ -113,8 +113,8 @@ class ReferenceEngine:
 
     def model_configuration(self) -> dict[str, Any]:
         """The default provider, model and qualified route."""
-        provider = self._loop.provider
-        route = ModelRoute(provider.name, getattr(provider, "default_model", ""))
+        provider = self._loop.providers.default
+        route = ModelRoute(provider.name, provider.default_model)
         return {"provider": route.provider, "model": route.model, "route": str(route)}
 
     def list_sessions(self, limit: int = PAGE_SIZE,
@@ -153,12 +153,16 @@ class ReferenceEngine:
         return self._loop.gateway.describe_tools()
 
     async def list_models(self) -> dict[str, Any]:
-        """The provider's real models (MODEL_UNAVAILABLE if it cannot say) and the default."""
-        provider = self._loop.provider
-        models = await provider.models()
-        return {"default": self.model_configuration()["route"],
-                "models": [{"id": str(ModelRoute(provider.name, m)), "provider": provider.name,
-                            "model": m} for m in models]}
+        """Every provider's real models and the default (BR-19). A provider that cannot say
+        is listed with the model it is configured for, ``available`` false and the reason:
+        said to be down, never left out nor replaced."""
+        listed: list[dict[str, Any]] = []
+        for provider, models in await self._loop.providers.listing():
+            if isinstance(models, str):
+                listed.append(_model(provider.name, provider.default_model, models))
+            else:
+                listed += [_model(provider.name, model) for model in models]
+        return {"default": self.model_configuration()["route"], "models": listed}
 
     # -- writing ----------------------------------------------------------------------
 
@@ -178,9 +182,7 @@ class ReferenceEngine:
                                      "read-only or workspace-write") from None
         if raw.get("model") is not None:
             route = ModelRoute.parse(str(raw["model"]))
-            if route.provider != self._loop.provider.name:
-                raise RuntimeRefused(ErrorCode.MODEL_NOT_FOUND,
-                                     f"no provider {route.provider[:40]}")
+            self._loop.providers.get(route.provider)  # MODEL_NOT_FOUND: no such provider
             settings["model"] = str(route)
         return settings
 
@@ -225,10 +227,11 @@ class ReferenceEngine:
         if self._busy(session_id):
             raise RuntimeRefused(ErrorCode.SESSION_BUSY, "a turn is running in this session")
         route = ModelRoute.parse(state.settings["model"])
-        if route.provider != self._loop.provider.name:
-            raise RuntimeRefused(ErrorCode.MODEL_NOT_FOUND,
-                                 f"this engine serves no provider {route.provider[:40]}; "
-                                 "change the session's model first")
+        try:
+            self._loop.providers.get(route.provider)
+        except RuntimeRefused as exc:  # a provider taken out of the configuration since
+            raise RuntimeRefused(exc.code, f"{exc.message}; change the session's model "
+                                 "first") from None
         writer = SessionWriter(self._store, self.catalog, session_id)
         # Refused here, before any stream, as a direct append would be; written by the turn.
         line = writer.stage({"kind": "message", "role": "user", "text": text})
@@ -236,7 +239,7 @@ class ReferenceEngine:
         history = state.history()
         history.add([{"role": "user", "content": text}])
         turn = TurnContext(
-            session_id=session_id, model=route.model, permission_mode=_mode(state.settings),
+            session_id=session_id, route=route, permission_mode=_mode(state.settings),
             history=history, handle=StreamHandle(session_id, AGENT_ID),
             headless=headless, record=writer.stage, flush=writer.flush, approvals={},
             max_record_bytes=self._store.max_record_bytes)
@@ -280,7 +283,7 @@ class ReferenceEngine:
         if not 0 < len(transcript.text) <= MAX_MESSAGE_CHARS:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED,
                                  f"the last user message must be 1-{MAX_MESSAGE_CHARS} characters")
-        provider = self._loop.provider
+        provider = self._loop.providers.get(route.provider)
         wanted = transcript.response_format
         if wanted is not None and not provider.is_model:
             raise RuntimeRefused(ErrorCode.VALIDATION_FAILED, "response_format: the demo agent "
@@ -293,7 +296,7 @@ class ReferenceEngine:
         inner = handle if wanted is None else StreamHandle(session_id, AGENT_ID)
         handle.is_model = inner.is_model = provider.is_model
         turn = TurnContext(
-            session_id=session_id, model=route.model, permission_mode=PermissionMode.READ_ONLY,
+            session_id=session_id, route=route, permission_mode=PermissionMode.READ_ONLY,
             history=history, handle=inner, headless=True, record=log.stage, approvals={},
             max_record_bytes=self._store.max_record_bytes,
             context=transcript.context, transient=True)
@@ -327,12 +330,12 @@ class ReferenceEngine:
         return handle
 
     async def list_direct_models(self) -> list[dict[str, Any]]:
-        """The direct route of each model of a provider that is a model (BR-17)."""
-        provider = self._loop.provider
-        if not provider.is_model:
-            return []
+        """The direct route of each model of every provider that is a model (BR-17); those
+        of a provider that cannot say now are left out (the engine list says why)."""
         return [{"id": direct_id(ModelRoute(provider.name, m)), "provider": provider.name,
-                 "model": m} for m in await provider.models()]
+                 "model": m}
+                for provider, models in await self._loop.providers.listing()
+                if provider.is_model and not isinstance(models, str) for m in models]
 
     async def run_direct(self, call: DirectCall) -> StreamHandle:
         """One direct call of a provider model (BR-17): no session, no tools, no workspace
@@ -344,7 +347,8 @@ class ReferenceEngine:
                                  "GET /api/cordis/v1/models lists them")
         handle = StreamHandle(new_id("dir"), AGENT_ID)
         task = self._scope.spawn(
-            run_direct(self._loop.provider, self._loop.gateway.usage, route, call, handle),
+            run_direct(self._loop.providers.get(route.provider), self._loop.gateway.usage,
+                       route, call, handle),
             f"direct call {handle.session_id}")
 
         def stop() -> None:
@@ -359,14 +363,14 @@ class ReferenceEngine:
         return handle
 
     async def _served(self, model: str) -> ModelRoute:
-        """The route of ``model`` if the provider lists it now; UNKNOWN_MODEL otherwise."""
-        provider = self._loop.provider
+        """The route of ``model`` if its provider lists it now; UNKNOWN_MODEL otherwise (a
+        provider that is down: MODEL_UNAVAILABLE, never another provider's model)."""
         try:
-            route = ModelRoute.parse(model)
+            route: ModelRoute | None = ModelRoute.parse(model)
+            provider = self._loop.providers.get(route.provider) if route else None
         except RuntimeRefused:
-            route = None
-        if route is None or route.provider != provider.name \
-                or route.model not in await provider.models():
+            route = provider = None
+        if route is None or provider is None or route.model not in await provider.models():
             raise RuntimeRefused(ErrorCode.UNKNOWN_MODEL,
                                  f"no model {model[:80]!r}; GET /api/cordis/v1/models lists them")
         return route
@@ -413,6 +417,15 @@ class ReferenceEngine:
         if running is not None:
             with contextlib.suppress(LabfyError):
                 await running.writer.flush()
+
+
+def _model(provider: str, model: str, down: str | None = None) -> dict[str, Any]:
+    """One entry of the model list: its route, provider and model, and whether it answers."""
+    entry: dict[str, Any] = {"id": str(ModelRoute(provider, model)), "provider": provider,
+                             "model": model, "available": down is None}
+    if down is not None:
+        entry["reason"] = down
+    return entry
 
 
 def _end_cancelled(handle: StreamHandle) -> None:

@@ -1,20 +1,23 @@
-"""The engine's model providers and their qualified routes (BR-10).
+"""The engine's model providers and their qualified routes (BR-10, BR-19).
 
 A model keeps its provider identity as ``engine:<provider>:<model>`` with
-percent-encoded components, so any model name round-trips. Two providers
-exist in this reference: ``local`` (the configured llama-server, through
-:class:`~labfy_ref.model.LocalModelClient`) and ``demo`` (the deterministic
-demo policy, offline). There is never a fallback from one to the other.
+percent-encoded components, so any model name round-trips. The first provider
+is the runtime's own: ``local`` (the configured llama-server, through
+:class:`~labfy_ref.model.LocalModelClient`) or ``demo`` (the deterministic demo
+policy, offline); ``serve --providers FILE`` adds named ones, each a local model
+of its own. A route names its provider: a provider that is down is said to be
+down, never replaced by another.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from labfy_ref.assemble import endpoint_client
 from labfy_ref.config import AgentConfig
-from labfy_ref.errors import ModelUnavailable
+from labfy_ref.errors import ErrorCode, LabfyError, ModelUnavailable, RuntimeRefused
 from labfy_ref.model import LocalModelClient, StreamDelta
 from labfy_ref.model.client import Priority
 from labfy_ref.model.demo import DemoAgent
@@ -24,7 +27,11 @@ from labfy_ref.modes import AgentMode
 from labfy_ref.protocol import Decoding
 
 __all__ = ["DemoProvider", "LocalProvider", "ModelClient", "ModelProvider", "ModelRoute",
-           "provider_for"]
+           "Providers", "provider_for"]
+
+#: BR-19: how long one provider's model list may take before it is listed unavailable (the
+#: list is what a page polls; one provider that hangs must not hold the others' answer).
+LISTING_SECONDS = 5.0
 
 #: The server's model client: a plain one, or a supervised llama-server's.
 ModelClient = LocalModelClient | SupervisedLlama
@@ -34,6 +41,8 @@ class ModelProvider(Protocol):
     """Streams chat completions for the engine."""
 
     name: str
+    #: The model a route to this provider names when none is chosen.
+    default_model: str
     #: Are its models language models? (The demo policy is not: it counts no tokens and
     #: has no direct route, BR-17.)
     is_model: bool
@@ -67,11 +76,12 @@ class LocalProvider:
     connection pools.
     """
 
-    name = "local"
     is_model = True
 
-    def __init__(self, config: AgentConfig, client: ModelClient | None = None) -> None:
+    def __init__(self, config: AgentConfig, client: ModelClient | None = None, *,
+                 name: str = "local") -> None:
         assert config.model_id is not None
+        self.name = name
         self.default_model = config.model_id
         self._owned = client is None
         self._client: ModelClient = client if client is not None else endpoint_client(config)
@@ -139,3 +149,44 @@ def provider_for(config: AgentConfig,
     if config.mode is AgentMode.LOCAL_MODEL:
         return LocalProvider(config, client)
     return DemoProvider()
+
+
+class Providers:
+    """The engine's providers by name, in order: the first is the default (the runtime's)."""
+
+    def __init__(self, providers: Sequence[ModelProvider]) -> None:
+        assert providers, "an engine has at least one provider"
+        self._by_name = {provider.name: provider for provider in providers}
+        assert len(self._by_name) == len(providers), "provider names are unique"
+        self.default = providers[0]
+
+    def __iter__(self) -> Iterator[ModelProvider]:
+        return iter(self._by_name.values())
+
+    def get(self, name: str) -> ModelProvider:
+        """The provider ``name``; MODEL_NOT_FOUND when the engine has none of that name."""
+        provider = self._by_name.get(name)
+        if provider is None:
+            raise RuntimeRefused(ErrorCode.MODEL_NOT_FOUND,
+                                 f"this engine serves no provider {name[:40]!r}")
+        return provider
+
+    async def listing(self) -> list[tuple[ModelProvider, list[str] | str]]:
+        """Each provider with its models now, or why it cannot say (asked together, each
+        within :data:`LISTING_SECONDS`)."""
+        async def one(provider: ModelProvider) -> list[str] | str:
+            try:
+                async with asyncio.timeout(LISTING_SECONDS):
+                    return await provider.models()
+            except TimeoutError:
+                return f"the provider did not list its models within {LISTING_SECONDS:g} s"
+            except LabfyError as exc:
+                return exc.message
+        providers = list(self)
+        return list(zip(providers, await asyncio.gather(*(one(p) for p in providers)),
+                        strict=True))
+
+    async def aclose(self) -> None:
+        """Release every provider's connections (each closes only what it owns)."""
+        for provider in self:
+            await provider.aclose()

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from labfy_ref.bridge.final_text import FinalTextExtractor
-from labfy_ref.bridge.llm import ModelProvider, ModelRoute
+from labfy_ref.bridge.llm import ModelProvider, ModelRoute, Providers
 from labfy_ref.bridge.stream import StreamHandle
 from labfy_ref.errors import ErrorCode, LabfyError, ProtocolRefused, RuntimeRefused, ToolError
 from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
@@ -80,7 +80,8 @@ class TurnContext:
     """What one turn needs from its session."""
 
     session_id: str
-    model: str
+    #: The qualified model the turn asks (its provider, BR-19: never another).
+    route: ModelRoute
     permission_mode: PermissionMode
     history: Sequence[ChatMessage]
     handle: StreamHandle
@@ -124,10 +125,10 @@ def recent(history: Sequence[ChatMessage], max_bytes: int) -> MessageLog:
 class AgentLoop:
     """Runs bridge turns with a provider, a gateway (the bridge's surface) and a prompt."""
 
-    def __init__(self, provider: ModelProvider, gateway: AgentGateway, system_prompt: str, *,
-                 approval_seconds: float = DEFAULT_APPROVAL_SECONDS,
+    def __init__(self, providers: Providers | ModelProvider, gateway: AgentGateway,
+                 system_prompt: str, *, approval_seconds: float = DEFAULT_APPROVAL_SECONDS,
                  limits: RuntimeLimits | None = None) -> None:
-        self.provider = provider
+        self.providers = providers if isinstance(providers, Providers) else Providers([providers])
         self.gateway = gateway
         self.system_prompt = system_prompt
         self.approval_seconds = approval_seconds
@@ -193,7 +194,7 @@ class _StreamPort:
 
     @property
     def model(self) -> str:
-        return str(ModelRoute(self._loop.provider.name, self._turn.model))
+        return str(self._turn.route)
 
     @property
     def caller(self) -> str:
@@ -210,8 +211,9 @@ class _StreamPort:
         extractor = FinalTextExtractor()
         usage = Usage()  # what the stream's usage chunk reports, if it has one
         try:
-            async for delta in self._loop.provider.stream(self._turn.model, messages,
-                                                          decoding):
+            route = self._turn.route
+            async for delta in self._loop.providers.get(route.provider).stream(
+                    route.model, messages, decoding):
                 if delta.usage is not None:
                     usage = delta.usage
                 if delta.reasoning:

@@ -14,7 +14,7 @@ import dataclasses
 from typing import ClassVar
 
 from labfy_ref.bridge.engine import ReferenceEngine
-from labfy_ref.bridge.llm import provider_for
+from labfy_ref.bridge.llm import LocalProvider, Providers, provider_for
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop
 from labfy_ref.bridge.store.index import INDEX_NAME, SessionIndex
 from labfy_ref.bridge.store.logs import JsonlSessionStore
@@ -88,21 +88,26 @@ class SessionProjectionsPlugin(_Plugin):
 
 
 class LlmPlugin(_Plugin):
-    """``llm``: the configured provider (local llama-server, or the demo policy)."""
+    """``llm``: the providers — the runtime's own first (local llama-server, or the demo
+    policy), then those of ``serve --providers`` (BR-19)."""
 
     provides = ("llm",)
     requires = ("agent_config",)
-    optional = ("model_client",)
+    optional = ("model_client", "providers")
 
     async def activate(self, context: PluginContext) -> None:
-        """Publish the provider; its connections close with the row.
+        """Publish the providers; their connections close with the row.
 
-        The server's own model client (``model_client``: its pool, a supervised
-        server's key) is shared when given; it stays the server's to close.
+        The server's own model clients (``model_client``, and each of ``providers``: a
+        name, its configuration, its client — a pool, a supervised server's key) are
+        shared; they stay the server's to close.
         """
-        provider = provider_for(context.get("agent_config"), context.get("model_client"))
-        context.scope.defer(provider.aclose, "llm connections")
-        context.provide("llm", provider)
+        providers = Providers([
+            provider_for(context.get("agent_config"), context.get("model_client")),
+            *(LocalProvider(agent, client, name=name)
+              for name, agent, client in context.get("providers") or ())])
+        context.scope.defer(providers.aclose, "llm connections")
+        context.provide("llm", providers)
 
 
 class AgentsPlugin(_Plugin):

@@ -90,6 +90,11 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                              "CORDIS_STARTING meanwhile); a composition row still activating "
                              "after this long is FAILED with the reason (HO-07); at most "
                              f"{MAX_ROW_SECONDS:g}; default: {DEFAULT_ROW_SECONDS:g}")
+    server.add_argument("--providers", metavar="FILE",
+                        help="more providers for the engine (BR-19): a TOML file of "
+                             "[[provider]] tables, each a name and an endpoint with its model, "
+                             "or a model_file with its model_sha256; listed as "
+                             "engine:<name>:<model> beside the runtime's own (docs/bridge.md)")
     server.add_argument("--bridge-toggle", choices=("locked", "unlocked"),
                         help="unlocked (the default): the admin may disable, enable and reload "
                              "the bridge without a restart (POST /api/cordis/admin/…, the "
@@ -200,4 +205,5 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         session_max=args.session_max, shutdown_grace=args.shutdown_grace,
         bridge_row_timeout=args.bridge_row_timeout,
         bridge_toggle=args.bridge_toggle,
+        providers=args.providers,
     )

@@ -35,14 +35,20 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from labfy_ref.assemble import AgentModel, open_agent_model
+from labfy_ref.assemble import AgentModel, endpoint_client, open_agent_model
 from labfy_ref.bridge.service import Bridge
 from labfy_ref.clock import iso, utcnow
-from labfy_ref.config import DEFAULT_PORT, DEFAULT_SHUTDOWN_GRACE_SECONDS, ServeConfig
+from labfy_ref.config import (
+    DEFAULT_PORT,
+    DEFAULT_SHUTDOWN_GRACE_SECONDS,
+    AgentConfig,
+    ServeConfig,
+)
 from labfy_ref.errors import ConfigRefused, ErrorCode, LabfyError, WorkspaceError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import Composition, default_composition, load_composition
 from labfy_ref.logs import configure, debug_enabled, one_line
+from labfy_ref.model import LocalModelClient
 from labfy_ref.model.gguf import Progress, open_gguf
 from labfy_ref.model.supervised import SupervisedLlama, fitting_slots, supervised_llama
 from labfy_ref.modes import BridgeToggle
@@ -105,12 +111,15 @@ def bind_default(host: str) -> socket.socket:
 def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_code: str, *,
                 limits: RuntimeLimits | None = None,
                 supervised: SupervisedLlama | None = None,
-                owns_model: bool = True, agent: ChatModel | None = None) -> ServerState:
+                owns_model: bool = True, agent: ChatModel | None = None,
+                providers: dict[str, SupervisedLlama] | None = None) -> ServerState:
     """Compose store, gateway, agent and runtime for ``workspace``.
 
     ``supervised`` is the server's own llama-server (SM-07), not started yet:
     the server starts it in the background and shows "loading" until ready.
     ``agent`` answers turns instead of any model (``labfy-ref eval``'s control).
+    ``providers`` are the prepared llama-servers of ``--providers``' supervised models
+    (BR-19; :func:`prepare_supervised`), started like ``supervised``.
     """
     accounts = load_accounts(config.accounts) if config.accounts else ()
     load: Callable[[], Composition] = (
@@ -126,9 +135,12 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
     model, client, label = opened.model, opened.client, opened.label
     runtime = AgentRuntime(model, gateway, label=label, permission_mode=config.permission_mode,
                            limits=limits)
+    provider_clients = _provider_clients(config, providers or {})
     bridge = Bridge(load, {"workspace": workspace, "gateway": gateway,
                                   "agent_config": config.agent, "model_client": client,
                                   "runtime_limits": limits,
+                                  "providers": tuple((p.name, p.agent, provider_clients[p.name])
+                                                     for p in config.providers),
                                   "approval_seconds": config.approval_seconds},
                     enabled=config.bridge, row_seconds=config.bridge_row_seconds,
                     toggle_locked=config.bridge_toggle is BridgeToggle.LOCKED)
@@ -140,7 +152,23 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
     return ServerState(config=config, workspace=workspace, store=store, gateway=gateway,
                        runtime=runtime, auth=auth, port=port,
                        bridge=bridge, work=work, client=client, supervised=supervised,
-                       owns_model=owns_model)
+                       owns_model=owns_model, provider_clients=tuple(provider_clients.values()))
+
+
+def _provider_clients(config: ServeConfig, prepared: dict[str, SupervisedLlama],
+                      ) -> dict[str, LocalModelClient | SupervisedLlama]:
+    """A client of each ``--providers`` model (BR-19): the server's own, shared with the
+    bridge's host as the runtime's is, closed by the server."""
+    clients: dict[str, LocalModelClient | SupervisedLlama] = {}
+    for provider in config.providers:
+        if provider.agent.supervised is None:
+            clients[provider.name] = endpoint_client(provider.agent)
+        elif provider.name in prepared:
+            clients[provider.name] = prepared[provider.name]
+        else:
+            raise ConfigRefused(f"--providers: provider {provider.name}: a supervised model is "
+                                "verified and started by labfy-ref serve itself")
+    return clients
 
 
 def uvicorn_config(app: FastAPI, log_level: str = "warning",
@@ -242,28 +270,30 @@ def _write_ready_file(path: Path, document: dict[str, object]) -> None:
         raise
 
 
-def prepare_supervised(config: ServeConfig, scratch: Path, held: contextlib.ExitStack,
-                       progress: Progress | None = None) -> SupervisedLlama | None:
+def prepare_supervised(agent: AgentConfig, scratch: Path, held: contextlib.ExitStack,
+                       progress: Progress | None = None, *,
+                       name: str = "llama-server") -> SupervisedLlama | None:
     """SM-07 before serving: govern (file size only), verify (SHA-256), then the model to start.
 
     Both checks run before anything starts; a refusal is ``ConfigRefused``
     (``RESOURCES_INSUFFICIENT``, ``GGUF_SHA256_MISMATCH``: exit 2). The file
     stays open in ``held`` (SM-09): what was checked is what the server runs.
+    ``name`` names its log folder (each supervised provider has its own).
     """
-    supervised = config.agent.supervised
+    supervised = agent.supervised
     if supervised is None:
         return None
-    assert config.agent.model_id is not None
+    assert agent.model_id is not None
     model = held.enter_context(open_gguf(supervised.model_file))
-    slots = fitting_slots(model, supervised.llama_server, scratch, config.agent.slots)
-    if slots < config.agent.slots:
-        log.warning("--agent-slots %d: memory allows %d slots of the model's context; "
-                    "llama-server gets %d", config.agent.slots, slots, slots)
+    slots = fitting_slots(model, supervised.llama_server, scratch, agent.slots)
+    if slots < agent.slots:
+        log.warning("%s: %d slots asked, memory allows %d of the model's context; "
+                    "llama-server gets %d", name, agent.slots, slots, slots)
     model.hash(supervised.model_sha256, progress)
     return supervised_llama(supervised.llama_server, model,
-                            config.agent.model_id, cpu_variant=supervised.cpu_variant,
-                            timeout_seconds=config.agent.timeout_seconds,
-                            log_dir=scratch / "llama-server", slots=slots)
+                            agent.model_id, cpu_variant=supervised.cpu_variant,
+                            timeout_seconds=agent.timeout_seconds,
+                            log_dir=scratch / name, slots=slots)
 
 
 def banner(workspace: Workspace, agent: str, url: str, code: str, *, loading: bool,
@@ -306,8 +336,12 @@ def serve(config: ServeConfig, progress: Progress | None = None) -> int:
                  else default_specimen_workspace())
     with (tempfile.TemporaryDirectory(prefix="labfy-serve-") as scratch,
           contextlib.ExitStack() as held):
-        supervised = prepare_supervised(config, Path(scratch), held, progress)
-        return _serve(config, workspace, uvicorn_level, supervised)
+        supervised = prepare_supervised(config.agent, Path(scratch), held, progress)
+        providers = {provider.name: prepared for provider in config.providers
+                     if (prepared := prepare_supervised(
+                         provider.agent, Path(scratch), held, progress,
+                         name=f"llama-server-{provider.name}")) is not None}
+        return _serve(config, workspace, uvicorn_level, supervised, providers)
 
 
 def _locked(workspace: Workspace) -> WorkspaceLock:
@@ -338,7 +372,8 @@ def _bound(config: ServeConfig) -> socket.socket:
 
 
 def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
-           supervised: SupervisedLlama | None) -> int:
+           supervised: SupervisedLlama | None,
+           providers: dict[str, SupervisedLlama] | None = None) -> int:
     lock = _locked(workspace)
     sock = None
     announced: list[str] = []  # the URL, once the server is announced
@@ -351,7 +386,8 @@ def _serve(config: ServeConfig, workspace: Workspace, uvicorn_level: str,
         port = int(sock.getsockname()[1])
         url = f"http://{config.host.url_form}:{port}/"
         launch_code = new_login_code()
-        state = build_state(config, workspace, port, launch_code, supervised=supervised)
+        state = build_state(config, workspace, port, launch_code, supervised=supervised,
+                            providers=providers)
 
         def announce() -> None:
             # Runs in the app's startup: a failure here stops the server cleanly instead

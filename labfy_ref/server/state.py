@@ -44,10 +44,14 @@ class ServerState:
     #: Whether this server starts and stops ``supervised`` (False: a caller that
     #: serves many workspaces on one model, the eval, owns it).
     owns_model: bool = True
+    #: The clients of ``--providers`` (BR-19): the server's, shared with the bridge's host;
+    #: a supervised one is started with the server and stopped at its close.
+    provider_clients: tuple[LocalModelClient | SupervisedLlama, ...] = ()
     #: Requests refused since start, per code (BR-20): the admin's status shows them.
     refusals: Refusals = dataclasses.field(default_factory=Refusals)
     _availability: tuple[float, bool, str] = (0.0, True, "ready")
     _model_task: asyncio.Task[None] | None = None
+    _provider_tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
     _closing: asyncio.Future[None] | None = None
 
     async def availability(self) -> tuple[bool, str]:
@@ -80,6 +84,9 @@ class ServerState:
             "bridge": {"enabled": self.bridge.state is not BridgeState.DISABLED,
                        "state": self.bridge.state.value,
                        "toggle": "locked" if self.bridge.toggle_locked else "unlocked",
+                       # BR-19: the engine's providers, the runtime's own first
+                       "providers": ["local" if agent.mode is AgentMode.LOCAL_MODEL else "demo",
+                                     *(p.name for p in self.config.providers)],
                        "approval_timeout_seconds": self.config.approval_seconds},
             "session": {"idle_seconds": self.config.session_idle_seconds,
                         "max_seconds": self.config.session_max_seconds},
@@ -90,6 +97,9 @@ class ServerState:
         """Start our llama-server (in the background), the runtime's worker, the bridge."""
         if self.supervised is not None and self.owns_model:
             self._model_task = asyncio.create_task(self.supervised.run(), name="llama-server")
+        self._provider_tasks = [asyncio.create_task(client.run(), name=f"llama-server {i}")
+                                for i, client in enumerate(self.provider_clients, 1)
+                                if isinstance(client, SupervisedLlama)]
         self.runtime.start()
         # the bridge settles in the background (HO-07): the server answers at once, the
         # engine routes say CORDIS_STARTING until it has
@@ -118,8 +128,11 @@ class ServerState:
         self.work.close()
         if self.client is not None and self.owns_model:
             await self.client.aclose()  # a supervised one stops its child too (terminate, kill)
-        if self._model_task is not None:
-            self._model_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._model_task
+        for client in self.provider_clients:
+            await client.aclose()  # a supervised one stops its child too
+        for task in [self._model_task, *self._provider_tasks]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self.store.close()

@@ -48,6 +48,7 @@
     tools: null,
     usageReads: 0,     // numbers the usage reads: only the newest one is shown
     models: null,      // the engine's models ({default, models}), null until read
+    modelsFailed: false, // the last read of the models failed (its reason is said)
     chosenModel: null, // the model picked with no session open: the next new session's
     modelReads: 0,     // numbers the model reads: only the newest one is shown
     modelTimer: null,
@@ -239,9 +240,9 @@
       failure = error;
     }
     if (read !== state.modelReads || ui.workspace.hidden) return;
+    state.modelsFailed = Boolean(failure);
     if (failure) {
-      bridgeState("model-unavailable", `Model unavailable: ${failure.message} — a message `
-        + "sent now ends with this error; the page asks again every 15 s.");
+      modelUnavailable(failure.message);
     } else {
       const changed = JSON.stringify(body) !== JSON.stringify(state.models);
       state.models = body;
@@ -251,9 +252,22 @@
     state.modelTimer = setTimeout(loadModels, MODEL_CHECK_MS);
   }
 
-  /** Ready, naming the model a message goes to now. */
+  /** Ready, naming the model a message goes to now — unless its provider is down (BR-19:
+   * the list says so, with the reason; no other provider answers in its place). */
   function sayReady() {
-    bridgeState("ready", `Ready · ${currentModel()}`);
+    const wanted = currentModel();
+    const listed = state.models ? state.models.models : [];
+    const entry = listed.find((model) => model.id === wanted);
+    if (entry && entry.available === false) {
+      modelUnavailable(`${entry.provider}: ${entry.reason || "it does not answer"}`);
+      return;
+    }
+    bridgeState("ready", `Ready · ${wanted}`);
+  }
+
+  function modelUnavailable(reason) {
+    bridgeState("model-unavailable", `Model unavailable: ${reason} — a message `
+      + "sent now ends with this error; the page asks again every 15 s.");
   }
 
   /** The model a message goes to now: the open session's, else the engine's default. */
@@ -266,7 +280,8 @@
     const wanted = currentModel();
     const listed = state.models ? state.models.models : [];
     const options = listed.map((model) => {
-      const option = el("option", "", `${model.model} · ${model.provider}`);
+      const down = model.available === false ? " (unavailable)" : "";
+      const option = el("option", "", `${model.model} · ${model.provider}${down}`);
       option.value = model.id;
       return option;
     });
@@ -292,7 +307,7 @@
       state.session.settings = session.settings;
       renderContext(state.session);
       setTurnStatus("", `Model: ${session.settings.model}`);
-      if (ui.status.dataset.state === "ready") sayReady();
+      if (state.models && !state.modelsFailed) sayReady();
     } catch (error) {
       setText(ui.composerError, error.message);
       ui.model.value = state.session.settings.model;
@@ -484,7 +499,7 @@
     renderContext(session);
     loadContext(session.id);
     if (state.models) renderModels();
-    if (ui.status.dataset.state === "ready") sayReady();
+    if (state.models && !state.modelsFailed) sayReady();
     renderMessages(session.messages);
     markOpen();
     if (session.active_turn) {

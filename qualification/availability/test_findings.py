@@ -21,7 +21,7 @@ import pytest
 
 from fake_provider import Scenario
 from labfy_ref.bridge import JsonlSessionStore, ReferenceEngine
-from labfy_ref.bridge.llm import DemoProvider
+from labfy_ref.bridge.llm import DemoProvider, ModelRoute
 from labfy_ref.bridge.loop import AgentLoop, TurnContext
 from labfy_ref.bridge.plugins import bridge_surface
 from labfy_ref.bridge.stream import StreamHandle
@@ -200,7 +200,7 @@ def _bridge_turn(loop: AgentLoop, text: str = "hello",
     handle = StreamHandle("ses_X", "assistant")
     seen: list[dict[str, Any]] = []
     handle.subscribe(seen.append)
-    turn = TurnContext(session_id="ses_X", model="deterministic-demo",
+    turn = TurnContext(session_id="ses_X", route=ModelRoute("demo", "deterministic-demo"),
                        permission_mode=PermissionMode.READ_ONLY,
                        history=[{"role": "user", "content": text}], handle=handle,
                        headless=True, record=record or (lambda _: None), approvals={})

@@ -266,7 +266,7 @@ def test_models_are_the_providers_real_models_with_qualified_routes(
     listed = client.get("/api/cordis/models").json()
     assert listed["default"] == "engine:local:fake-model"
     assert listed["models"] == [{"id": "engine:local:fake-model", "provider": "local",
-                                 "model": "fake-model"}]
+                                 "model": "fake-model", "available": True}]
     sid = _session(client, model="engine:local:fake-model")
     assert client.get(f"/api/cordis/sessions/{sid}").json()["session"]["settings"]["model"] == \
         "engine:local:fake-model"
@@ -274,16 +274,18 @@ def test_models_are_the_providers_real_models_with_qualified_routes(
         assert client.post("/api/cordis/sessions", {"model": bad}).status_code == 422
 
 
-@pytest.mark.req("BR-10", "MC-05")
-def test_models_of_an_unreachable_provider_are_503_not_a_fallback(
+@pytest.mark.req("BR-10", "MC-05", "BR-19")
+def test_an_unreachable_provider_is_listed_unavailable_not_replaced(
         specimen: Path, server_factory: ServerFactory) -> None:
     server = server_factory(specimen, bridge=True, agent_mode="local-model",
                             agent_endpoint=f"http://127.0.0.1:{free_port()}",
                             agent_model="fake-model")
     client = server.client()
     response = client.get("/api/cordis/models")
-    assert response.status_code == 503
-    assert response.json()["error"]["code"] == "MODEL_UNAVAILABLE"
+    assert response.status_code == 200
+    [listed] = response.json()["models"]
+    assert (listed["id"], listed["available"]) == ("engine:local:fake-model", False)
+    assert "connection" in listed["reason"], listed
     sid = _session(client)
     chunks = TurnReader(client, sid, "hello").join()
     assert [c["type"] for c in chunks] == ["error", "done"]

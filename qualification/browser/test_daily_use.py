@@ -17,6 +17,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 
 from fake_provider import Answer, Scenario
+from labfy_ref.netutil import free_port
 from qualification.browser.engine_page import (
     final_action,
     log_in_to_engine,
@@ -307,3 +308,32 @@ def test_the_model_selector_lists_the_engines_models_and_waits_for_the_turn(
     page.wait(lambda: server.client().get(f"/api/cordis/sessions/{session_id}").json()[
         "session"]["settings"]["model"] == other, what="the session's model changed")
     page.at_widths("engine page: the model selector")
+
+
+@pytest.mark.req("BR-19", "UI-11")
+def test_the_selector_lists_every_provider_and_a_down_one_is_said_not_replaced(
+        page: Page, specimen: Path, tmp_path: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory) -> None:
+    local = provider_factory(Scenario(name="local", answers=(
+        Answer(content=final_action("From local.")),), when_exhausted="repeat_last"))
+    providers = tmp_path / "providers.toml"
+    providers.write_text(f'[[provider]]\nname = "gone"\nendpoint = '
+                         f'"http://127.0.0.1:{free_port()}"\nmodel = "absent"\n', "utf-8")
+    server = log_in_to_engine(page, server_factory(specimen, bridge=True,
+                                                   providers=str(providers),
+                                                   **local_agent(local.base_url)))
+    selector = page.find("model-select")
+    texts = [o.text for o in selector.find_elements(By.TAG_NAME, "option")]
+    assert texts == ["fake-model · local", "absent · gone (unavailable)"], texts
+    session_id = new_session(page)
+    selector.find_element(By.CSS_SELECTOR, 'option[value="engine:gone:absent"]').click()
+    page.wait(lambda: _status(page, "bridge-status")[0] == "model-unavailable",
+              what="the chosen provider said down")
+    assert _status(page, "bridge-status")[1].startswith("Model unavailable: gone: ")
+    page.at_widths("engine page: a provider down")
+    selector.find_element(By.CSS_SELECTOR, 'option[value="engine:local:fake-model"]').click()
+    page.wait(lambda: _status(page, "bridge-status")[0] == "ready", what="ready again")
+    send(page, "hello")
+    page.wait(lambda: page.find("assistant-message").text == "From local.", what="the reply")
+    assert server.client().get(f"/api/cordis/sessions/{session_id}").json()["session"][
+        "settings"]["model"] == "engine:local:fake-model"

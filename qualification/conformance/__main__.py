@@ -23,7 +23,7 @@ from pathlib import Path
 
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.server.auth import token_hash
-from qualification.conformance.kit import kit_provider, launch_profile
+from qualification.conformance.kit import PROVIDERS_FILE, kit_provider, launch_profile
 from qualification.conformance.launch import SERVE, LaunchError, ServeLaunch
 
 #: How the kit's pytest runs by default: in parallel, the browser tests on one worker.
@@ -34,8 +34,11 @@ def _provider(host: str, port: int) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with kit_provider(host, port) as provider:
-        profile = launch_profile(provider.base_url)
+    with kit_provider(host, port) as provider, \
+            tempfile.TemporaryDirectory(prefix="labfy-kit-") as folder:
+        providers = Path(folder) / PROVIDERS_FILE
+        profile = launch_profile(provider.base_url, str(providers))
+        providers.write_text(profile["providers"], "utf-8")
         print("The kit's provider is serving. Launch the implementation under test with:",
               flush=True)
         print(f"  {' '.join(profile['flags'])}", flush=True)
@@ -85,11 +88,12 @@ def launch_own(root: Path, provider_url: str, *, command: tuple[str, ...] = SERV
     accounts.write_text(f'[[account]]\nname = "kit-user"\n'
                         f'token_sha256 = "{token_hash(user_token)}"\n', "utf-8")
     profile = launch_profile(provider_url)
+    (root / PROVIDERS_FILE).write_text(profile["providers"], "utf-8")  # where the flag says
     # --port 0: a launch never races another for the default port (SV-12)
     server = ServeLaunch(["--workspace", str(workspace), "--accounts", str(accounts),
                           "--port", "0", *(profile["flags"] if flags is None else flags)],
                          log=root / "serve.log",
-                         command=command, env=env)
+                         command=command, env=env, cwd=root)
     url, code = server.start()
     if flags is None:  # the profile's worker, on the workspace's own Work database
         server.start_beside(["work", "worker", "--workspace", str(workspace),

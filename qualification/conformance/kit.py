@@ -38,9 +38,22 @@ def agent_flags(provider_url: str) -> list[str]:
 
 #: QR-07: how soon the profile's worker must have run a probe task to its end.
 KIT_WORKER_SECONDS = 30.0
+#: BR-19: the file of the target's further providers, and a provider that never answers
+#: (port 1 of loopback: nothing listens there).
+PROVIDERS_FILE = "providers.toml"
+DOWN_ENDPOINT = "http://127.0.0.1:1"
+KIT_PROVIDERS = ["local", "kit-b", "kit-down"]
 
 
-def launch_profile(provider_url: str) -> dict[str, Any]:
+def kit_providers(provider_url: str) -> str:
+    """The ``--providers`` file of the profile (BR-19): the kit's provider once more under
+    another name, and one that is down."""
+    return (f'[[provider]]\nname = "kit-b"\nendpoint = "{provider_url}"\n'
+            f'model = "{KIT_MODEL}"\n\n'
+            f'[[provider]]\nname = "kit-down"\nendpoint = "{DOWN_ENDPOINT}"\nmodel = "absent"\n')
+
+
+def launch_profile(provider_url: str, providers_file: str = PROVIDERS_FILE) -> dict[str, Any]:
     """QR-07: what a target is launched with for the kit, and what its status must then say.
 
     ``flags`` are ``labfy-ref serve`` flags (another implementation maps them to its own);
@@ -48,12 +61,15 @@ def launch_profile(provider_url: str) -> dict[str, Any]:
     target must report, checked before any test runs. ``worker`` are the ``labfy-ref work
     worker`` flags of the worker started beside the target, on the same workspace and Work
     database (the Work routes' tests need one: a probe task must end within
-    ``worker_seconds``, else those tests fail, naming the profile).
+    ``worker_seconds``, else those tests fail, naming the profile). ``providers`` is what
+    the file named by ``--providers`` (``providers_file``) holds.
     """
     return {"flags": [*agent_flags(provider_url), "--bridge",
-                      "--approval-timeout", f"{KIT_APPROVAL_SECONDS:g}"],
+                      "--approval-timeout", f"{KIT_APPROVAL_SECONDS:g}",
+                      "--providers", providers_file],
+            "providers": kit_providers(provider_url),
             "status": {"mode": "local-model", "model": KIT_MODEL, "bridge.enabled": True,
-                       "bridge.toggle": "unlocked",
+                       "bridge.toggle": "unlocked", "bridge.providers": KIT_PROVIDERS,
                        "bridge.approval_timeout_seconds": KIT_APPROVAL_SECONDS},
             "worker": [*agent_flags(provider_url), "--heartbeat-seconds", "1"],
             "worker_seconds": KIT_WORKER_SECONDS}

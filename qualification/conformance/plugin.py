@@ -31,6 +31,7 @@ from labfy_ref.workspace import init_workspace
 from qualification.conformance.kit import (
     KIT_APPROVAL_SECONDS,
     KIT_MODEL,
+    PROVIDERS_FILE,
     kit_provider,
     launch_profile,
     marker,
@@ -175,7 +176,9 @@ def target(request: pytest.FixtureRequest,
     accounts.write_text(f'[[account]]\nname = "kit-user"\n'
                         f'token_sha256 = "{token_hash(LOCAL_USER_TOKEN)}"\n')
     provider = kit_provider().start()
-    server = LiveServer(root / "ws", bridge=True, accounts=str(accounts),
+    providers = root / PROVIDERS_FILE
+    providers.write_text(launch_profile(provider.base_url)["providers"], "utf-8")
+    server = LiveServer(root / "ws", bridge=True, accounts=str(accounts), providers=str(providers),
                         agent_mode="local-model", agent_endpoint=provider.base_url,
                         agent_model=KIT_MODEL,
                         approval_timeout=f"{KIT_APPROVAL_SECONDS:g}").start()

@@ -356,3 +356,31 @@ def test_the_admin_releases_the_engine_and_enables_it_again(client: ApiClient) -
     assert [m["role"] for m in session["messages"]] == ["user", "assistant"], "durable"
     again = RawTurn(client, _session(client), f"After {marker('final')}")
     assert again.chunks[-1]["reason"] == "completed", "a new host runs turns"
+
+
+@pytest.mark.req("BR-19", "BR-10")
+def test_every_providers_models_are_listed_and_a_down_one_answers_for_no_other(
+        client: ApiClient, model_target: Served) -> None:
+    """The profile's providers (QR-07): the kit's provider again as ``kit-b``, and
+    ``kit-down``, which never answers."""
+    listed = client.get("/api/cordis/models").json()["models"]
+    available = {m["id"]: m["available"] for m in listed}
+    assert available[f"engine:local:{KIT_MODEL}"] is True
+    assert available[f"engine:kit-b:{KIT_MODEL}"] is True
+    [down] = [m for m in listed if m["provider"] == "kit-down"]
+    assert (down["id"], down["available"]) == ("engine:kit-down:absent", False)
+    assert isinstance(down["reason"], str) and down["reason"], "the reason is said"
+    with _face(model_target) as http:
+        face = {m["id"]: m["owned_by"] for m in http.get("/models").json()["data"]}
+    assert face[f"engine:kit-b:{KIT_MODEL}"] == "kit-b"
+    assert face["engine:kit-down:absent"] == "kit-down"
+
+    tag = nonce()
+    other = RawTurn(client, _session(client, model=f"engine:kit-b:{KIT_MODEL}"),
+                    f"Another provider {marker('final', tag)}")
+    assert other.chunks[-1]["reason"] == "completed"
+    assert tag in "".join(c["text"] for c in other.chunks if c["type"] == "text")
+    gone = RawTurn(client, _session(client, model="engine:kit-down:absent"),
+                   f"Nobody home {marker('final')}")
+    assert [c["type"] for c in gone.chunks] == ["error", "done"], gone.chunks
+    assert gone.chunks[0]["code"] == "MODEL_UNAVAILABLE", "said down, never replaced"

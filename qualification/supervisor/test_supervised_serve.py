@@ -299,6 +299,51 @@ def _refused(done: subprocess.CompletedProcess[str], code: str) -> str:
     return lines[0]
 
 
+@pytest.mark.req("BR-19", "SM-07")
+def test_a_providers_supervised_model_is_verified_started_and_answers_its_sessions(
+        serve: Serve, tmp_path: Path) -> None:
+    model, digest = gguf(tmp_path)
+    fake = install_fake(tmp_path / "llama", scenario=final_scenario(tmp_path))
+    providers = tmp_path / "providers.toml"
+    providers.write_text(f'''[[provider]]
+name = "gguf"
+model_file = "{model}"
+model_sha256 = "{digest}"
+llama_server = "{fake.binary}"
+''', "utf-8")
+    server = serve("--bridge", "--providers", str(providers))  # the runtime: the demo
+    the_child(fake)
+
+    def listed() -> dict[str, Any]:
+        body: dict[str, Any] = server.client.get("/api/cordis/models").json()
+        return {m["id"]: m["available"] for m in body["models"]}
+
+    wait_until(lambda: listed().get("engine:gguf:model") is True, timeout=20)
+    assert listed()["engine:demo:deterministic-demo"] is True, "the runtime's own, first"
+    session = server.client.post("/api/cordis/sessions", {"model": "engine:gguf:model"})
+    chunks = TurnReader(server.client, session.json()["session"]["id"], "Hello?").join()
+    assert FINAL_TEXT in "".join(c["text"] for c in chunks if c["type"] == "text"), chunks
+    assert server.turn("What is here?")["final_text"].startswith("Demo agent"), "runtime: demo"
+    assert len(fake.runs()) == 1
+
+
+@pytest.mark.req("BR-19", "SM-01", "CLI-02")
+def test_a_providers_model_with_a_wrong_sha256_stops_serve_before_anything_starts(
+        specimen: Path, tmp_path: Path) -> None:
+    model, digest = gguf(tmp_path)
+    fake = install_fake(tmp_path / "llama")
+    wrong = hashlib.sha256(b"another model").hexdigest()
+    providers = tmp_path / "providers.toml"
+    providers.write_text(f'[[provider]]\nname = "gguf"\nmodel_file = "{model}"\n'
+                         f'model_sha256 = "{wrong}"\nllama_server = "{fake.binary}"\n', "utf-8")
+    ready = tmp_path / "ready.json"
+    done = cli("serve", "--workspace", str(specimen), "--ready-file", str(ready), "--bridge",
+               "--providers", str(providers))
+    line = _refused(done, "GGUF_SHA256_MISMATCH")
+    assert line == f"GGUF_SHA256_MISMATCH: model.gguf: SHA-256 is {digest}, expected {wrong}"
+    _nothing_started(fake, ready)
+
+
 def _nothing_started(fake: FakeLlama, ready_file: Path | None = None) -> None:
     assert fake.runs() == [], "no llama-server was started"
     assert fake.probes() == [], "the binary was not even run for --help or --version"
