@@ -34,6 +34,7 @@ from labfy_ref.modes import (
     AgentMode,
     BridgeToggle,
     PermissionMode,
+    SessionTitles,
 )
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
@@ -154,6 +155,8 @@ class ServeConfig:
     bridge_toggle: BridgeToggle = BridgeToggle.UNLOCKED
     #: BR-19: the engine's providers besides the runtime's own (``--providers FILE``).
     providers: tuple[ProviderConfig, ...] = ()
+    #: BR-18: a new session's title is asked of its model, or is its first message's preview.
+    session_titles: SessionTitles = SessionTitles.MODEL
 
     def as_json(self) -> dict[str, Any]:
         """The resolved configuration as printed by ``check-config`` (no secrets in it)."""
@@ -177,6 +180,7 @@ class ServeConfig:
                 "shutdown_grace_seconds": self.shutdown_grace_seconds,
                 "bridge_row_timeout_seconds": self.bridge_row_seconds,
                 "bridge_toggle": self.bridge_toggle.value,
+                "session_titles": self.session_titles.value,
                 "providers": [{"name": p.name, **_agent_json(p.agent)} for p in self.providers],
             },
             "agent": {
@@ -244,6 +248,7 @@ class RawOptions:
     bridge_row_timeout: str | None = None
     bridge_toggle: str | None = None
     providers: str | None = None
+    session_titles: str | None = None
 
 
 def _pick(flag: str | None, env_name: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
@@ -481,9 +486,18 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         bridge_row_seconds=_seconds_or(raw.bridge_row_timeout, "--bridge-row-timeout",
                                        DEFAULT_ROW_SECONDS, MAX_ROW_SECONDS),
         bridge_toggle=bridge_toggle_option(raw.bridge_toggle),
+        session_titles=session_titles_option(raw.session_titles),
         providers=load_providers(_existing_file(raw.providers, "--providers"), environ)
         if raw.providers is not None else (),
     )
+
+
+def session_titles_option(value: str | None) -> SessionTitles:
+    """``--session-titles`` (default ``model``)."""
+    try:
+        return SessionTitles(value or SessionTitles.MODEL.value)
+    except ValueError:
+        raise _refuse("--session-titles must be 'model' or 'preview'") from None
 
 
 def load_providers(path: Path, environ: Mapping[str, str]) -> tuple[ProviderConfig, ...]:

@@ -30,6 +30,13 @@ class BridgeToggle(enum.StrEnum):
     UNLOCKED = "unlocked"
 
 
+class SessionTitles(enum.StrEnum):
+    """Where a new engine session's title comes from (BR-18)."""
+
+    MODEL = "model"  # asked of the session's model once its first turn ends
+    PREVIEW = "preview"  # its first message, cut to 80 characters (no model call)
+
+
 #: BR-12: how long a bridge approval waits for its human unless ``--approval-timeout``
 #: says otherwise, and the most it may say; an unanswered approval expires (rejected).
 DEFAULT_APPROVAL_SECONDS = 300.0

@@ -58,6 +58,9 @@ class LiveServer:
 
     def __init__(self, workspace: Path, *, limits: RuntimeLimits | None = None,
                  connections: ConnectionLimits = DEFAULT_LIMITS, **options: Any) -> None:
+        # scripted providers answer in order: a title call (BR-18) would take a turn's
+        # answer, so titles are the preview unless a test asks for the model's
+        options.setdefault("session_titles", "preview")
         self.config = resolve(RawOptions(workspace=str(workspace), **options), {})
         self.sock = bind_socket(self.config.host.value, None)
         self.port = int(self.sock.getsockname()[1])

@@ -19,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from labfy_ref.bridge.contract import MAX_PAGE_SIZE, PAGE_SIZE, DirectCall, Transcript
 from labfy_ref.bridge.direct import DirectAsk, direct_id, parse_direct, run_direct
-from labfy_ref.bridge.llm import ModelRoute
+from labfy_ref.bridge.llm import ModelProvider, ModelRoute
 from labfy_ref.bridge.loop import AGENT_ID, AgentLoop, PendingApproval, TurnContext, decide
 from labfy_ref.bridge.shaped import Shaper, relay_shaped
 from labfy_ref.bridge.store import SessionStore
@@ -34,11 +35,14 @@ from labfy_ref.bridge.store.index import SessionIndex, Summary
 from labfy_ref.bridge.store.journal import SessionWriter
 from labfy_ref.bridge.store.transient import TransientLog, new_transient_id, seed
 from labfy_ref.bridge.stream import StreamHandle
+from labfy_ref.bridge.titles import ask_title
 from labfy_ref.clock import iso, utcnow
 from labfy_ref.errors import ErrorCode, LabfyError, ModelUnavailable, RuntimeRefused, SessionInvalid
 from labfy_ref.host.scope import Scope
 from labfy_ref.ids import new_id
 from labfy_ref.modes import Approval, PermissionMode
+
+log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 32_000
 _SETTINGS = {"model", "permission_mode"}
@@ -70,10 +74,12 @@ class ReferenceEngine:
     """
 
     def __init__(self, store: SessionStore, loop: AgentLoop, scope: Scope, *,
-                 index: SessionIndex | None = None) -> None:
+                 index: SessionIndex | None = None, titles: bool = False) -> None:
         self._store = store
         self._loop = loop
         self._scope = scope
+        #: BR-18: ask a new session's model for its title once its first turn ends.
+        self._titles = titles
         self._running: dict[str, _Running] = {}
         self._transient: dict[str, asyncio.Task[None]] = {}
         self.catalog = SessionCatalog(store, index or SessionIndex.in_memory())
@@ -228,7 +234,7 @@ class ReferenceEngine:
             raise RuntimeRefused(ErrorCode.SESSION_BUSY, "a turn is running in this session")
         route = ModelRoute.parse(state.settings["model"])
         try:
-            self._loop.providers.get(route.provider)
+            provider = self._loop.providers.get(route.provider)
         except RuntimeRefused as exc:  # a provider taken out of the configuration since
             raise RuntimeRefused(exc.code, f"{exc.message}; change the session's model "
                                  "first") from None
@@ -243,7 +249,31 @@ class ReferenceEngine:
             history=history, handle=StreamHandle(session_id, AGENT_ID),
             headless=headless, record=writer.stage, flush=writer.flush, approvals={},
             max_record_bytes=self._store.max_record_bytes)
-        return self._start(turn, writer)
+        first = state.summary.title is None  # no user message yet: this turn names it
+        handle = self._start(turn, writer)
+        if first and self._titles and provider.is_model:
+            self._scope.spawn(self._title(self._running[session_id].task, session_id, route,
+                                          provider, text), f"title {session_id}")
+        return handle
+
+    async def _title(self, turn: asyncio.Task[None], session_id: str, route: ModelRoute,
+                     provider: ModelProvider, text: str) -> None:
+        """Once the first turn ended, the title its model gives (BR-18), as a record."""
+        await asyncio.wait([turn])  # however it ended
+        title = await ask_title(provider, self._loop.gateway.usage, route, text, session_id)
+        if title is None:
+            return  # the preview stays
+        running = self._running.get(session_id)
+        try:
+            self._state(session_id)  # deleted meanwhile: nothing to name
+            if running is not None and running.busy:  # in order with that turn's records
+                running.writer.stage({"kind": "title", "title": title})
+                running.writer.drain()
+                return
+            event = {"kind": "title", "title": title, "at": iso(utcnow())}
+            self.catalog.appended(session_id, [(event, self._store.append(session_id, event))])
+        except LabfyError as exc:  # gone, full: the preview stays
+            log.info("session %s: its title was not recorded (%s)", session_id, exc.code.value)
 
     def _start(self, turn: TurnContext, writer: SessionWriter) -> StreamHandle:
         """Run ``turn`` in the engine's scope: cancelling its handle cancels it (BR-05), and

@@ -21,7 +21,7 @@ from labfy_ref.bridge.store.logs import JsonlSessionStore
 from labfy_ref.bridge.store.projection import project_messages
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.host import PluginContext
-from labfy_ref.modes import DEFAULT_APPROVAL_SECONDS
+from labfy_ref.modes import DEFAULT_APPROVAL_SECONDS, SessionTitles
 from labfy_ref.protocol import system_prompt
 from labfy_ref.runtime.limits import RuntimeLimits
 
@@ -151,6 +151,8 @@ class EnginePlugin(_Plugin):
 
     provides = ("engine",)
     requires = ("agent_loop", "sessions")
+    #: ``serve --session-titles`` (BR-18): ``model`` (the default) or ``preview``.
+    optional = ("session_titles",)
 
     async def activate(self, context: PluginContext) -> None:
         """Publish the engine; its turns are tasks of this row's scope.
@@ -163,7 +165,8 @@ class EnginePlugin(_Plugin):
         root = store.root
         index = SessionIndex.beside(root) if root is not None else SessionIndex.in_memory()
         context.scope.defer(index.close, f"file sessions/{INDEX_NAME}")
+        titles = (context.get("session_titles") or SessionTitles.MODEL.value) == "model"
         engine = ReferenceEngine(store, context.get("agent_loop"), context.scope.child("turns"),
-                                 index=index)
+                                 index=index, titles=titles)
         context.scope.defer(engine.close, "engine turns")
         context.provide("engine", engine)

@@ -95,6 +95,11 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                              "[[provider]] tables, each a name and an endpoint with its model, "
                              "or a model_file with its model_sha256; listed as "
                              "engine:<name>:<model> beside the runtime's own (docs/bridge.md)")
+    server.add_argument("--session-titles", choices=("model", "preview"),
+                        help="model (the default): once a new engine session's first turn ends, "
+                             "its title is asked of its model directly (no tools, no session); "
+                             "preview: the first message cut to 80 characters, no model call "
+                             "(BR-18)")
     server.add_argument("--bridge-toggle", choices=("locked", "unlocked"),
                         help="unlocked (the default): the admin may disable, enable and reload "
                              "the bridge without a restart (POST /api/cordis/admin/…, the "
@@ -206,4 +211,5 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         bridge_row_timeout=args.bridge_row_timeout,
         bridge_toggle=args.bridge_toggle,
         providers=args.providers,
+        session_titles=args.session_titles,
     )

@@ -139,6 +139,7 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
     bridge = Bridge(load, {"workspace": workspace, "gateway": gateway,
                                   "agent_config": config.agent, "model_client": client,
                                   "runtime_limits": limits,
+                                  "session_titles": config.session_titles.value,
                                   "providers": tuple((p.name, p.agent, provider_clients[p.name])
                                                      for p in config.providers),
                                   "approval_seconds": config.approval_seconds},

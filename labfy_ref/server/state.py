@@ -84,6 +84,7 @@ class ServerState:
             "bridge": {"enabled": self.bridge.state is not BridgeState.DISABLED,
                        "state": self.bridge.state.value,
                        "toggle": "locked" if self.bridge.toggle_locked else "unlocked",
+                       "session_titles": self.config.session_titles.value,
                        # BR-19: the engine's providers, the runtime's own first
                        "providers": ["local" if agent.mode is AgentMode.LOCAL_MODEL else "demo",
                                      *(p.name for p in self.config.providers)],

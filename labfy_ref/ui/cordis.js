@@ -54,6 +54,7 @@
     modelTimer: null,
   };
   const MODEL_CHECK_MS = 15000;  // how often an idle page asks whether the model answers
+  const TITLE_CHECKS_MS = [1500, 5000, 15000];  // when a new session's title is read again
 
   // -- small helpers ----------------------------------------------------------------------
 
@@ -392,7 +393,8 @@
     }
   }
 
-  /** Titles come from the server (the first user message, cut): refresh the first page's. */
+  /** Titles come from the server (the session's model's, else the first user message cut):
+   * refresh the first page's. */
   async function refreshTitles() {
     let page;
     try {
@@ -808,6 +810,7 @@
     }
     ui.input.value = "";  // the server has the message now: it is never sent twice
     const view = createExchange(sessionId, text);
+    const first = ui.conversation.children.length === 1;  // the session's first message
     turn.view = view;
     conversationScroll.follow();
     refreshTitles();  // the first message names the session
@@ -822,6 +825,8 @@
       state.turn = null;
       setRunning(false);
       refreshTitles();
+      // its model names a new session once the first turn ended (BR-18): read it again
+      if (first) for (const ms of TITLE_CHECKS_MS) setTimeout(refreshTitles, ms);
       loadUsage(); // the turn's calls are in the ledger now
     }
   }

@@ -95,8 +95,9 @@ def run_sections(workdir: Path, quick: bool, only: set[str]) -> tuple[list[Row],
     if only & {"rounds", "http", "relay", "streams"}:
         with fake_provider(workdir) as fake:
             section("rounds", lambda: rounds.run(workdir, fake, quick=quick))
+            # the relay measured alone: no title call after each new session's first turn
             with serving(new_workspace(workdir, "bridge"), workdir, "bridge", "--bridge",
-                         *local_model_flags(fake.url)) as server:
+                         "--session-titles", "preview", *local_model_flags(fake.url)) as server:
                 with plain_server(workdir) as plain_url:
                     section("http", lambda: repeat.run(fake, server, plain_url, quick=quick))
                 section("relay", lambda: relay.run(fake, server, quick=quick))

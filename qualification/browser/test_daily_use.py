@@ -337,3 +337,23 @@ def test_the_selector_lists_every_provider_and_a_down_one_is_said_not_replaced(
     page.wait(lambda: page.find("assistant-message").text == "From local.", what="the reply")
     assert server.client().get(f"/api/cordis/sessions/{session_id}").json()["session"][
         "settings"]["model"] == "engine:local:fake-model"
+
+
+@pytest.mark.req("BR-18", "UI-04")
+def test_a_new_session_takes_the_title_its_model_gives(
+        page: Page, specimen: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory) -> None:
+    provider = provider_factory(Scenario(name="titled", answers=(
+        Answer(content=final_action("Seen.")),), when_exhausted="repeat_last",
+        direct=(Answer(content="Hedge bees of garden 9", delay=0.5),)))
+    log_in_to_engine(page, server_factory(specimen, bridge=True, session_titles="model",
+                                          **local_agent(provider.base_url)))
+    session_id = new_session(page)
+    send(page, "Which bees did we see along the hedge of garden 9?")
+    turn_over(page)
+    title = page.driver.find_element(By.ID, "chat-title")
+    page.wait(lambda: title.text == "Hedge bees of garden 9", timeout=20,
+              what="the model's title in the conversation's heading")
+    item = page.driver.find_element(
+        By.CSS_SELECTOR, f'[data-testid="session-item"][data-session-id="{session_id}"]')
+    assert "Hedge bees of garden 9" in item.text

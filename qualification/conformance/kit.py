@@ -66,10 +66,11 @@ def launch_profile(provider_url: str, providers_file: str = PROVIDERS_FILE) -> d
     """
     return {"flags": [*agent_flags(provider_url), "--bridge",
                       "--approval-timeout", f"{KIT_APPROVAL_SECONDS:g}",
-                      "--providers", providers_file],
+                      "--providers", providers_file, "--session-titles", "preview"],
             "providers": kit_providers(provider_url),
             "status": {"mode": "local-model", "model": KIT_MODEL, "bridge.enabled": True,
                        "bridge.toggle": "unlocked", "bridge.providers": KIT_PROVIDERS,
+                       "bridge.session_titles": "preview",
                        "bridge.approval_timeout_seconds": KIT_APPROVAL_SECONDS},
             "worker": [*agent_flags(provider_url), "--heartbeat-seconds", "1"],
             "worker_seconds": KIT_WORKER_SECONDS}

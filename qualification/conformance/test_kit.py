@@ -166,13 +166,14 @@ def test_the_provider_command_prints_the_flags_a_target_is_launched_with(tmp_pat
         assert process.stdout is not None
         lines = [process.stdout.readline() for _ in range(7)]  # bounded: its seven lines
         flags = lines[1].split()
-        assert flags[:2] == ["--agent-mode", "local-model"] and flags[4:-1] == [
+        assert flags[:2] == ["--agent-mode", "local-model"] and flags[4:10] == [
             "--agent-model", "kit-model", "--bridge", "--approval-timeout", "3", "--providers"]
+        assert flags[11:] == ["--session-titles", "preview"]
         endpoint = flags[3]
         assert f"--target-provider {endpoint}" in lines[3]
         profile = json.loads(lines[4].removeprefix("launch profile (QR-07): "))
-        assert profile == launch_profile(endpoint, flags[-1]) and profile["flags"] == flags
-        assert Path(flags[-1]).read_text("utf-8") == profile["providers"], "the file is there"
+        assert profile == launch_profile(endpoint, flags[10]) and profile["flags"] == flags
+        assert Path(flags[10]).read_text("utf-8") == profile["providers"], "the file is there"
         assert lines[6].split() == ["labfy-ref", "work", "worker", "--workspace", "WORKSPACE",
                                     *profile["worker"]]
         assert "workspace.list_objects" in _chat(endpoint, marker("list-final"))
@@ -238,7 +239,8 @@ def test_a_target_that_ignores_its_launch_profile_fails_the_run_loudly(tmp_path:
     assert returncode == pytest.ExitCode.USAGE_ERROR, output
     assert ("the target does not run with the kit's launch profile (QR-07; print it with "
             "`tox -e conformance -- provider`): bridge.providers: reported [\"local\"], the "
-            "profile says [\"local\", \"kit-b\", \"kit-down\"]; "
+            "profile says [\"local\", \"kit-b\", \"kit-down\"]; bridge.session_titles: "
+            "reported \"model\", the profile says \"preview\"; "
             "bridge.approval_timeout_seconds: reported 300.0, the profile says 3.0") in output, \
         output
     assert " passed" not in output

@@ -53,7 +53,11 @@ class SessionState:
         """Check a log that was just read (SESSION_INVALID if malformed) and project it."""
         check_log(session_id, log.header, log.events)
         messages = [m for e in log.events if (m := project_message(e)) is not None]
-        title = next((m["text"][:TITLE_CHARS] for m in messages if m["role"] == "user"), None)
+        # the model's title (BR-18) when one was recorded, else the first message's preview
+        title = next((str(e["title"])[:TITLE_CHARS] for e in reversed(log.events)
+                      if e.get("kind") == "title"),
+                     next((m["text"][:TITLE_CHARS] for m in messages if m["role"] == "user"),
+                          None))
         created_at = log.header["created_at"]
         summary = Summary(session_id, created_at,
                           log.events[-1].get("at") if log.events else created_at,

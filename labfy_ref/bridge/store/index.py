@@ -118,6 +118,8 @@ class Summary:
         title = self.title
         if title is None and event.get("kind") == "message" and event.get("role") == "user":
             title = str(event["text"])[:TITLE_CHARS]
+        elif event.get("kind") == "title":  # the model's (BR-18): it replaces the preview
+            title = str(event["title"])[:TITLE_CHARS]
         return dataclasses.replace(self, updated_at=event.get("at"), settings=settings,
                                    title=title, end=appended.after.size, stamp=appended.after)
 

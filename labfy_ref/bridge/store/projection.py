@@ -32,6 +32,7 @@ _SHAPES: dict[str, dict[str, type | tuple[type, ...]]] = {
     "tool": {"call_id": str, "tool_id": str, "arguments": dict, "status": str, "result": dict},
     "approval": {"approval_id": str, "call_id": str, "decision": str},
     "settings": {"settings": dict},
+    "title": {"title": str},  # BR-18: the session's model named it
 }
 
 
