@@ -2,17 +2,24 @@
 
 Every path is walked from a directory file descriptor of ``files/``, one
 component at a time, each opened with ``O_NOFOLLOW`` (directories with
-``O_DIRECTORY`` too). No path is ever resolved and then opened, so swapping a
-component for a symlink between check and use cannot lead outside: the open
-itself refuses the symlink. Writes go to a fresh temporary file that is then
-renamed over the target inside the same directory descriptor, so a reader
-never sees a partial file and a hard link to an outside file is never written
-through (and is refused outright). Device files and FIFOs are refused after
-``fstat`` of the opened descriptor, never by a name check.
+``O_DIRECTORY`` too). No path is ever resolved by the kernel and then opened, so
+swapping a component for a symlink between check and use cannot lead outside:
+the open itself refuses the symlink. A symlink met on the walk is resolved by the
+walk itself, inside the tree: its target's components are walked in its place
+from the directory that holds it (an absolute target only when it names a place
+under ``files/``); a ``..`` above ``files/`` is ``PATH_OUTSIDE_WORKSPACE``, more
+than 40 links in one path (a loop) ``PATH_LOOP``, and a link whose target does not
+exist ``PATH_NOT_FOUND`` — nothing is ever created through it. Writes go to a
+fresh temporary file that is then renamed over the target inside the same
+directory descriptor, so a reader never sees a partial file and a hard link to an
+outside file is never written through (and is refused outright). Device files
+and FIFOs are refused after ``fstat`` of the opened descriptor, never by a name
+check.
 """
 
 from __future__ import annotations
 
+import builtins
 import codecs
 import contextlib
 import errno
@@ -32,6 +39,8 @@ from labfy_ref.errors import ErrorCode, ToolError
 from labfy_ref.text import find_surrogate
 
 MAX_PATH_CHARS = 1024
+#: The most symlinks one path may pass through (Linux's own bound): past it, a loop.
+MAX_LINKS = 40
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
@@ -138,6 +147,72 @@ def _is_symlink(name: str, dir_fd: int) -> bool:
         return False
 
 
+def _dangling(what: str) -> ToolError:
+    return ToolError(f"{what}: a symlink whose target does not exist; nothing is created "
+                     "through it", code=ErrorCode.PATH_NOT_FOUND)
+
+
+class _Walk:
+    """Directory descriptors from ``files/`` down to where a path leads (a stack, so a
+    ``..`` from a link's target goes up without ever leaving the tree)."""
+
+    def __init__(self, root: Path, root_fd: int) -> None:
+        self.root = root
+        self.stack = [root_fd]
+        self.links = 0
+
+    @property
+    def top(self) -> int:
+        return self.stack[-1]
+
+    def close(self) -> None:
+        for fd in reversed(self.stack):
+            os.close(fd)
+        self.stack.clear()
+
+    def up(self, where: str) -> None:
+        if len(self.stack) == 1:
+            raise _outside(f"{where}: a symlink leads out of files/")
+        os.close(self.stack.pop())
+
+    def down(self, part: str, where: str) -> None:
+        try:
+            child = os.open(part, _DIR_FLAGS, dir_fd=self.top)
+        except OSError as exc:
+            if exc.errno == errno.ENOTDIR and _is_symlink(part, self.top):
+                raise _outside(f"{where}: changed into a symlink while it was walked; "
+                               "refused") from exc
+            raise _os_error(exc, where) from exc
+        self.stack.append(child)
+
+    def target(self, part: str, where: str) -> list[tuple[str, str, bool]]:
+        """The components of ``part``'s link target, to walk in its place (each named, in
+        what is said, by the link ``where``)."""
+        self.links += 1
+        if self.links > MAX_LINKS:
+            raise ToolError(f"{where}: more than {MAX_LINKS} symlinks on the way (a loop)",
+                            code=ErrorCode.PATH_LOOP)
+        try:
+            target = os.readlink(part, dir_fd=self.top)
+        except OSError as exc:  # no longer a link: it changed under the walk
+            raise _outside(f"{where}: changed while it was walked; refused") from exc
+        if target.startswith("/"):  # absolute: only a place under files/ itself
+            inside = next((target[len(base):] for base in _bases(self.root)
+                           if target == base or target.startswith(base + "/")), None)
+            if inside is None:
+                raise _outside(f"{where}: a symlink leads out of files/")
+            while len(self.stack) > 1:
+                os.close(self.stack.pop())
+            target = inside
+        return [(component, where, True) for component in target.split("/")]
+
+
+def _bases(root: Path) -> tuple[str, ...]:
+    """``files/`` as an absolute link target may name it: as given, and its real path."""
+    given = os.path.abspath(root)
+    return tuple(dict.fromkeys((given.rstrip("/"), os.path.realpath(root).rstrip("/"))))
+
+
 class ConfinedFiles:
     """List, read and write text files under one root, never outside it."""
 
@@ -149,38 +224,80 @@ class ConfinedFiles:
         self.max_entries = max_entries
 
     @contextmanager
-    def _directory(self, parts: list[str], *, create: bool = False) -> Iterator[int]:
-        """A descriptor of the directory ``parts`` under the root, walked without following."""
+    def _located(self, parts: list[str], *, leaf: bool,
+                 create: bool = False) -> Iterator[tuple[int, str | None]]:
+        """Walk ``parts`` from ``files/``, symlinks resolved inside it (module docstring):
+        ``(directory descriptor, name)`` of the path's last component — never a symlink
+        itself; ``leaf`` False: the path is a directory (``name`` None). ``create`` makes
+        missing directories on the way, never through a link."""
         try:
-            fd = os.open(self._root, _DIR_FLAGS)
+            root_fd = os.open(self._root, _DIR_FLAGS)
         except OSError as exc:
             if exc.errno == errno.ENOTDIR and self._root.is_symlink():
                 raise _outside("files/ is a symlink; it is never followed") from exc
             raise _os_error(exc, "files/") from exc
+        walk = _Walk(self._root, root_fd)
         try:
-            for index, part in enumerate(parts):
-                where = "/".join(parts[: index + 1])
-                if create:
+            # (component, what names it in a refusal, from a link's target?), popped from
+            # the end; the path's own components are named by the path up to them
+            pending = [(part, "/".join(parts[: index + 1]), False)
+                       for index, part in reversed(list(enumerate(parts)))]
+            name: str | None = None
+            where = "files/"
+            while pending:
+                part, where, linked = pending.pop()
+                if part in ("", "."):
+                    continue
+                if part == "..":
+                    walk.up(where)
+                    continue
+                last = not pending
+                try:
+                    info: os.stat_result | None = os.stat(part, dir_fd=walk.top,
+                                                          follow_symlinks=False)
+                except FileNotFoundError:
+                    info = None
+                except OSError as exc:
+                    raise _os_error(exc, where) from exc
+                if info is not None and stat.S_ISLNK(info.st_mode):
+                    pending.extend(reversed(walk.target(part, where)))
+                    continue
+                if info is None and linked:
+                    raise _dangling(where)
+                if last and leaf:
+                    name = part
+                    break
+                if info is None and create:
                     try:
-                        os.mkdir(part, 0o755, dir_fd=fd)
+                        os.mkdir(part, 0o755, dir_fd=walk.top)
                     except FileExistsError:
                         pass
                     except OSError as exc:
                         raise _os_error(exc, where) from exc
-                try:
-                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except OSError as exc:
-                    if exc.errno == errno.ENOTDIR and _is_symlink(part, fd):
-                        raise _outside(f"{where}: symlinks are never followed") from exc
-                    raise _os_error(exc, where) from exc
-                os.close(fd)
-                fd = child
-            yield fd
+                walk.down(part, where)
+            if leaf and name is None:
+                raise ToolError(f"{where}: is a directory", code=ErrorCode.NOT_A_FILE)
+            yield walk.top, name
         finally:
-            os.close(fd)
+            walk.close()
+
+    @contextmanager
+    def _directory(self, parts: list[str]) -> Iterator[int]:
+        """A descriptor of the directory ``parts`` leads to under the root."""
+        with self._located(parts, leaf=False) as (fd, _):
+            yield fd
+
+    @contextmanager
+    def _file(self, parts: list[str], *, create: bool = False) -> Iterator[tuple[int, str]]:
+        """The directory descriptor and name of the file ``parts`` leads to."""
+        with self._located(parts, leaf=True, create=create) as (fd, name):
+            assert name is not None
+            yield fd, name
 
     def list(self, path: str) -> dict[str, Any]:
-        """Entries of a directory: files (with size) and directories; symlinks are skipped.
+        """Entries of a directory: files (with size) and directories. A symlink is listed as
+        what it leads to when that is inside ``files/`` (resolved as every path is); one
+        that leads outside, nowhere or round in a loop is left out.
 
         A name that is not UTF-8 cannot be shown, cited or opened by a model: it
         is left out, and ``skipped`` says how many were (AV-02).
@@ -195,21 +312,35 @@ class ConfinedFiles:
                 if find_surrogate(entry.name) is not None:  # undecodable bytes in the name
                     skipped += 1
                     continue
-                info = entry.stat(follow_symlinks=False)
+                found: os.stat_result | None = entry.stat(follow_symlinks=False)
+                if found is not None and stat.S_ISLNK(found.st_mode):
+                    found = self._resolved_info([*parts, entry.name])
+                if found is None:
+                    continue
+                info = found
                 if stat.S_ISDIR(info.st_mode):
                     entries.append({"name": entry.name, "type": "directory"})
                 elif stat.S_ISREG(info.st_mode):
                     entries.append({"name": entry.name, "type": "file", "size": info.st_size})
         return {"path": "/".join(parts), "entries": entries, "skipped": skipped}
 
+    def _resolved_info(self, parts: builtins.list[str]) -> os.stat_result | None:
+        """What a listed symlink leads to inside ``files/``; None when it leads nowhere
+        there (outside, dangling, a loop)."""
+        try:
+            with self._file(parts) as (dir_fd, name):
+                return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except (ToolError, OSError):
+            return None
+
     def read(self, path: str) -> dict[str, Any]:
         """A UTF-8 text file, cut at ``max_read_bytes`` (``truncated`` says so)."""
         parts = split_path(path)
         if not parts:
             raise ToolError("files.read needs a file path", code=ErrorCode.NOT_A_FILE)
-        with self._directory(parts[:-1]) as dir_fd:
+        with self._file(parts) as (dir_fd, name):
             try:
-                fd = os.open(parts[-1], _READ_FLAGS, dir_fd=dir_fd)
+                fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
             except OSError as exc:
                 raise _os_error(exc, path) from exc
             try:
@@ -234,8 +365,8 @@ class ConfinedFiles:
         if not parts:
             raise ToolError("a file path is needed", code=ErrorCode.NOT_A_FILE)
         try:
-            with self._directory(parts[:-1]) as dir_fd:
-                return _file_sha256(parts[-1], dir_fd, path)
+            with self._file(parts) as (dir_fd, name):
+                return _file_sha256(name, dir_fd, path)
         except ToolError as exc:
             if exc.code is ErrorCode.FILE_NOT_FOUND:  # a missing directory: no such file
                 return None
@@ -263,8 +394,7 @@ class ConfinedFiles:
         if len(data) > self.max_write_bytes:
             raise ToolError(f"content exceeds {self.max_write_bytes} bytes",
                             code=ErrorCode.FILE_TOO_LARGE)
-        name = parts[-1]
-        with self._directory(parts[:-1], create=True) as dir_fd:
+        with self._file(parts, create=True) as (dir_fd, name):
             try:
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             except FileNotFoundError:

@@ -157,9 +157,9 @@ def test_reading_refuses_what_is_not_a_regular_file_inside(root: Path) -> None:
         ErrorCode.PATH_OUTSIDE_WORKSPACE, "d: not a regular file (devices and FIFOs are refused)")
     assert _code(files.read, "fifo")[0] is ErrorCode.PATH_OUTSIDE_WORKSPACE
     assert _code(files.read, "link.txt") == (ErrorCode.PATH_OUTSIDE_WORKSPACE,
-                                             "link.txt: symlinks are never followed")
+                                             "link.txt: a symlink leads out of files/")
     assert _code(files.read, "dlink/secret.txt") == (
-        ErrorCode.PATH_OUTSIDE_WORKSPACE, "dlink: symlinks are never followed")
+        ErrorCode.PATH_OUTSIDE_WORKSPACE, "dlink: a symlink leads out of files/")
     assert _code(files.read, "missing.txt") == (ErrorCode.FILE_NOT_FOUND,
                                                 "missing.txt: no such file or directory")
     assert _code(files.read, "nodir/x.txt") == (ErrorCode.FILE_NOT_FOUND,
@@ -208,8 +208,7 @@ def test_a_write_never_goes_through_a_link_or_onto_a_special_file(root: Path) ->
     os.mkfifo(root / "fifo")
     (root / "f.txt").write_text("x")
     assert _code(files.write, "link.txt", "x") == (
-        ErrorCode.PATH_OUTSIDE_WORKSPACE, "link.txt: is a symlink; symlinks are never written "
-                                          "through")
+        ErrorCode.PATH_OUTSIDE_WORKSPACE, "link.txt: a symlink leads out of files/")
     assert _code(files.write, "hard.txt", "x") == (
         ErrorCode.PATH_OUTSIDE_WORKSPACE, "hard.txt: has other hard links; it is not written")
     assert _code(files.write, "d", "x") == (ErrorCode.PATH_OUTSIDE_WORKSPACE,
@@ -217,7 +216,7 @@ def test_a_write_never_goes_through_a_link_or_onto_a_special_file(root: Path) ->
     assert _code(files.write, "fifo", "x") == (ErrorCode.PATH_OUTSIDE_WORKSPACE,
                                                "fifo: not a regular file")
     assert _code(files.write, "dlink/secret.txt", "x") == (
-        ErrorCode.PATH_OUTSIDE_WORKSPACE, "dlink: symlinks are never followed")
+        ErrorCode.PATH_OUTSIDE_WORKSPACE, "dlink: a symlink leads out of files/")
     assert _code(files.write, "f.txt/x", "x") == (ErrorCode.NOT_A_DIRECTORY,
                                                   "f.txt: not a directory")
     assert _code(files.write, "", "x") == (ErrorCode.NOT_A_FILE, "files.write needs a file path")
@@ -342,9 +341,10 @@ def test_the_sha256_of_a_file_is_of_its_bytes_and_refuses_what_is_not_a_file(
     assert files.sha256("d/big.bin") == hashlib.sha256(b"\xff" * (3 << 20)).hexdigest()
     assert files.sha256("d/absent.md") is None
     assert files.sha256("no/such/dir.md") is None
-    (root / "link.md").symlink_to(root / "d" / "big.bin")
+    (root / "link.md").symlink_to(root / "d" / "big.bin")  # inside: resolved (GW-06)
+    assert files.sha256("link.md") == files.sha256("d/big.bin")
     os.mkfifo(root / "fifo")
-    for path in ("link.md", "fifo", "d", "../outside/secret.txt"):
+    for path in ("fifo", "d", "../outside/secret.txt"):
         code, _ = _code(files.sha256, path)
         assert code in (ErrorCode.PATH_OUTSIDE_WORKSPACE, ErrorCode.NOT_A_FILE), (path, code)
     assert _code(files.sha256, "")[0] is ErrorCode.NOT_A_FILE

@@ -95,9 +95,15 @@ def test_a_dangling_symlink_aimed_outside_is_never_written_through(
 def test_a_symlink_loop_is_refused(setup: tuple[AgentGateway, Path, Path]) -> None:
     gateway, files, _ = setup
     (files / "loop").symlink_to("loop")
-    for tool_id in ("files.read", "files.list"):
-        outcome = gateway.call(tool_id, {"path": "loop/x"}, WRITE)
-        assert outcome.error_code == "PATH_OUTSIDE_WORKSPACE"
+    (files / "ping").symlink_to("pong/x")
+    (files / "pong").symlink_to("ping")
+    for tool_id in ("files.read", "files.list", "files.write"):
+        for path in ("loop/x", "loop", "ping", "pong/y"):
+            arguments = {"path": path, "content": "x"} if tool_id == "files.write" \
+                else {"path": path}
+            outcome = gateway.call(tool_id, arguments, WRITE)
+            assert outcome.error_code == "PATH_LOOP", (tool_id, path, outcome.result)
+    assert sorted(p.name for p in files.iterdir()) == ["loop", "ping", "pong"]
 
 
 @pytest.mark.req("GW-06")

@@ -1,0 +1,174 @@
+"""GW-06: symlinks inside files/ are resolved — inside files/, by the walk itself.
+
+A link to a file or directory under ``files/`` is followed (read, list, write: a write
+replaces its target); a link that leaves ``files/`` stays ``PATH_OUTSIDE_WORKSPACE``, a
+loop or more than 40 links in one path is ``PATH_LOOP``, a dangling link
+``PATH_NOT_FOUND`` — and nothing is ever created through one. The walk keeps its
+directory descriptors and ``O_NOFOLLOW``: the attack suite's vectors (file_boundary) stay
+refused, the component-swap race included.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from labfy_ref.errors import ErrorCode, ToolError
+from labfy_ref.gateway import ConfinedFiles
+from labfy_ref.gateway.files import MAX_LINKS
+
+SECRET = "OUTSIDE-SECRET"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """``files/`` holding ``notes/a.txt`` and ``notes/deep/b.txt``, an outside secret beside."""
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text(SECRET)
+    files = tmp_path / "files"
+    (files / "notes" / "deep").mkdir(parents=True)
+    (files / "notes" / "a.txt").write_text("alpha")
+    (files / "notes" / "deep" / "b.txt").write_text("beta")
+    return files
+
+
+def _code(call: object, *args: str) -> ErrorCode:
+    assert callable(call)
+    with pytest.raises(ToolError) as caught:
+        call(*args)
+    code: ErrorCode = caught.value.code
+    return code
+
+
+@pytest.mark.req("GW-06")
+def test_links_inside_files_are_followed_for_reads_lists_and_writes(root: Path) -> None:
+    files = ConfinedFiles(root)
+    (root / "a-link.txt").symlink_to("notes/a.txt")
+    (root / "deep").symlink_to("notes/deep")  # a directory mid-path
+    (root / "notes" / "deep" / "up.txt").symlink_to("../a.txt")  # up, still inside
+    (root / "absolute.txt").symlink_to(root / "notes" / "deep" / "b.txt")
+    (root / "chain.txt").symlink_to("a-link.txt")
+    assert files.read("a-link.txt")["content"] == "alpha"
+    assert files.read("deep/b.txt")["content"] == "beta"
+    assert files.read("deep/up.txt")["content"] == "alpha"
+    assert files.read("absolute.txt")["content"] == "beta"
+    assert files.read("chain.txt")["content"] == "alpha"
+    assert [e["name"] for e in files.list("deep")["entries"]] == ["b.txt", "up.txt"]
+
+    assert files.write("chain.txt", "written through two links")["bytes_written"] == 25
+    assert (root / "notes" / "a.txt").read_text() == "written through two links"
+    assert (root / "chain.txt").is_symlink() and (root / "a-link.txt").is_symlink(), \
+        "the links stay links: their target was replaced"
+    files.write("deep/new.txt", "made in the linked directory")
+    assert (root / "notes" / "deep" / "new.txt").read_text() == "made in the linked directory"
+    assert files.sha256("deep/new.txt") == files.sha256("notes/deep/new.txt")
+
+
+@pytest.mark.req("GW-06")
+def test_a_listing_shows_a_link_as_what_it_leads_to_inside_and_hides_the_rest(
+        root: Path) -> None:
+    files = ConfinedFiles(root)
+    (root / "to-file").symlink_to("notes/a.txt")
+    (root / "to-dir").symlink_to("notes")
+    (root / "out").symlink_to("../outside/secret.txt")
+    (root / "nowhere").symlink_to("notes/absent.txt")
+    (root / "loop").symlink_to("loop")
+    listed = {e["name"]: e for e in files.list("")["entries"]}
+    assert listed == {"notes": {"name": "notes", "type": "directory"},
+                      "to-dir": {"name": "to-dir", "type": "directory"},
+                      "to-file": {"name": "to-file", "type": "file", "size": 5}}
+
+
+@pytest.mark.req("GW-06")
+def test_a_dangling_link_is_path_not_found_and_nothing_is_created_through_it(
+        root: Path) -> None:
+    files = ConfinedFiles(root)
+    (root / "dangling.txt").symlink_to("notes/absent.txt")
+    (root / "gone").symlink_to("notes/no-such-dir")
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    for call, args in ((files.read, ("dangling.txt",)), (files.write, ("dangling.txt", "x")),
+                       (files.write, ("gone/new.txt", "x")), (files.list, ("gone",)),
+                       (files.read, ("gone/x.txt",))):
+        assert _code(call, *args) is ErrorCode.PATH_NOT_FOUND, (call, args)
+    assert _code(files.sha256, "dangling.txt") is ErrorCode.PATH_NOT_FOUND
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
+    assert _code(files.read, "notes/absent.txt") is ErrorCode.FILE_NOT_FOUND, \
+        "a plain missing file keeps its code"
+
+
+@pytest.mark.req("GW-06")
+def test_forty_links_are_followed_and_the_forty_first_is_a_loop(root: Path) -> None:
+    files = ConfinedFiles(root)
+    (root / "l0").symlink_to("notes/a.txt")
+    for index in range(1, MAX_LINKS + 1):
+        (root / f"l{index}").symlink_to(f"l{index - 1}")
+    assert files.read(f"l{MAX_LINKS - 1}")["content"] == "alpha"
+    assert _code(files.read, f"l{MAX_LINKS}") is ErrorCode.PATH_LOOP
+
+
+@pytest.mark.req("GW-06")
+def test_links_that_leave_files_stay_outside_whatever_their_form(root: Path) -> None:
+    files = ConfinedFiles(root)
+    outside = root.parent / "outside"
+    (root / "up").symlink_to("..")
+    (root / "notes" / "upup").symlink_to("../..")
+    (root / "rel").symlink_to("../outside/secret.txt")
+    (root / "abs").symlink_to(outside / "secret.txt")
+    (root / "sibling").symlink_to(str(root) + "-evil/x")  # the root's name as a prefix
+    (root / "root-itself").symlink_to(root)  # absolute, files/ itself: inside
+    for path in ("up/outside/secret.txt", "notes/upup/outside/secret.txt", "rel", "abs",
+                 "sibling"):
+        for call, args in ((files.read, (path,)), (files.write, (path, "x"))):
+            assert _code(call, *args) is ErrorCode.PATH_OUTSIDE_WORKSPACE, (path, call)
+    assert files.read("root-itself/notes/a.txt")["content"] == "alpha"
+    assert _code(files.list, "up") is ErrorCode.PATH_OUTSIDE_WORKSPACE
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == SECRET
+
+
+#: What a generated link may point at: inside and outside, relative and absolute, up and
+#: round, existing and not.
+_TARGETS = ["notes/a.txt", "notes", "notes/deep", "../outside/secret.txt", "..", ".", "../..",
+            "l0", "l1", "l2", "notes/absent", "ABS_IN", "ABS_OUT", "notes/deep/../a.txt",
+            "l0/b.txt", "", "notes//a.txt"]
+_NAMES = ["l0", "l1", "l2", "notes/l3"]
+
+
+@pytest.mark.req("GW-06")
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(links=st.lists(st.sampled_from(_TARGETS), min_size=len(_NAMES), max_size=len(_NAMES)),
+       path=st.lists(st.sampled_from(["l0", "l1", "l2", "notes", "l3", "a.txt", "deep", "b.txt",
+                                      "x.txt"]), min_size=1, max_size=4))
+def test_any_graph_of_links_never_reads_or_writes_outside(tmp_path_factory: pytest.TempPathFactory,
+                                                          links: list[str],
+                                                          path: list[str]) -> None:
+    base = tmp_path_factory.mktemp("graph")
+    (base / "outside").mkdir()
+    (base / "outside" / "secret.txt").write_text(SECRET)
+    root = base / "files"
+    (root / "notes" / "deep").mkdir(parents=True)
+    (root / "notes" / "a.txt").write_text("alpha")
+    for name, target in zip(_NAMES, links, strict=True):
+        real = {"ABS_IN": str(root / "notes"),
+                "ABS_OUT": str(base / "outside")}.get(target, target)
+        if real:
+            os.symlink(real, root / name)
+    files = ConfinedFiles(root)
+    joined = "/".join(path)
+    allowed = {ErrorCode.PATH_OUTSIDE_WORKSPACE, ErrorCode.PATH_LOOP, ErrorCode.PATH_NOT_FOUND,
+               ErrorCode.FILE_NOT_FOUND, ErrorCode.NOT_A_DIRECTORY, ErrorCode.NOT_A_FILE}
+    for call, args in ((files.read, (joined,)), (files.list, (joined,)),
+                       (files.write, (joined, "written"))):
+        try:
+            result = call(*args)
+        except ToolError as exc:
+            assert exc.code in allowed, (joined, links, exc.code, exc.message)
+            continue
+        assert SECRET not in str(result)
+    assert sorted(p.name for p in (base / "outside").iterdir()) == ["secret.txt"]
+    assert (base / "outside" / "secret.txt").read_text() == SECRET
