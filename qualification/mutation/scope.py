@@ -80,6 +80,7 @@ MODULES: tuple[ModuleScope, ...] = (
     # files.py has ~380 mutants: a fixed half of them keeps the whole run under an hour.
     ModuleScope("labfy_ref/gateway/files.py", (
         "qualification/gateway/test_files_unit.py",
+        "qualification/gateway/test_symlinks.py",
         "qualification/security/test_file_boundary.py",
         "qualification/gateway/test_gateway.py"), sample=2),
     ModuleScope("labfy_ref/gateway/policy.py", (
