@@ -10,8 +10,11 @@ refused, the component-swap race included.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -172,3 +175,55 @@ def test_any_graph_of_links_never_reads_or_writes_outside(tmp_path_factory: pyte
         assert SECRET not in str(result)
     assert sorted(p.name for p in (base / "outside").iterdir()) == ["secret.txt"]
     assert (base / "outside" / "secret.txt").read_text() == SECRET
+
+
+@contextlib.contextmanager
+def _swapped_after_the_look(monkeypatch: pytest.MonkeyPatch, name: str,
+                            looked_like: Path) -> Iterator[None]:
+    """The walk's first look at ``name`` sees ``looked_like`` (a directory, a file); what
+    it opens next is what is there — a link: a component swapped between look and use,
+    at a moment no thread can pick."""
+    real_stat = os.stat
+    seen: list[str] = []
+
+    def stat_then_swap(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if path == name and not kwargs.get("follow_symlinks", True) and not seen:
+            seen.append(name)
+            return real_stat(looked_like)
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat_then_swap)
+    yield
+    monkeypatch.undo()
+    assert seen, "the walk looked"
+
+
+@pytest.mark.req("GW-06")
+@pytest.mark.parametrize("call", ["read", "write", "sha256", "list"])
+def test_a_component_swapped_for_a_link_between_look_and_open_is_refused_as_outside(
+        root: Path, monkeypatch: pytest.MonkeyPatch, call: str) -> None:
+    files = ConfinedFiles(root)
+    outside = root.parent / "outside"
+    (root / "swapped").symlink_to(outside)  # it looked like a directory a moment ago
+    (root / "swapped.txt").symlink_to(outside / "secret.txt")  # it looked like a file
+    attempts = {"read": (files.read, "swapped/secret.txt", "swapped.txt"),
+                "write": (lambda p: files.write(p, "x"), "swapped/secret.txt", None),
+                "sha256": (files.sha256, "swapped/secret.txt", "swapped.txt"),
+                "list": (files.list, "swapped", None)}
+    run, through_dir, through_file = attempts[call]
+    with _swapped_after_the_look(monkeypatch, "swapped", root / "notes"):
+        assert _code(run, through_dir) is ErrorCode.PATH_OUTSIDE_WORKSPACE
+    if through_file is not None:
+        with _swapped_after_the_look(monkeypatch, "swapped.txt", root / "notes" / "a.txt"):
+            assert _code(run, through_file) is ErrorCode.PATH_OUTSIDE_WORKSPACE
+    assert (outside / "secret.txt").read_text() == SECRET
+
+
+@pytest.mark.req("GW-06")
+def test_a_listing_stops_looking_at_its_cap(root: Path) -> None:
+    files = ConfinedFiles(root, max_entries=1)
+    os.mkfifo(root / "x-pipe")  # listed past the cap it would not be: nothing is looked at
+    (root / os.fsdecode(b"y-\xff.txt")).write_text("x")  # a name past the cap: not counted
+    listed = files.list("")
+    assert listed["entries"] == [{"name": "notes", "type": "directory"}]
+    assert listed["skipped"] == 0, "nothing past the cap was examined"
