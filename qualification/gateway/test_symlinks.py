@@ -227,3 +227,24 @@ def test_a_listing_stops_looking_at_its_cap(root: Path) -> None:
     listed = files.list("")
     assert listed["entries"] == [{"name": "notes", "type": "directory"}]
     assert listed["skipped"] == 0, "nothing past the cap was examined"
+
+
+@pytest.mark.req("GW-06")
+def test_names_that_sort_before_dots_are_names(root: Path) -> None:
+    files = ConfinedFiles(root)
+    for name in ("-draft.txt", "#tags.md", "(copy).txt", "+plus", "!bang", " space"):
+        files.write(f"notes/{name}", name)
+        assert files.read(f"notes/{name}")["content"] == name
+    (root / "-link").symlink_to("notes/-draft.txt")
+    assert files.read("-link")["content"] == "-draft.txt"
+
+
+@pytest.mark.req("GW-06")
+@pytest.mark.parametrize("cap", [5, 6])
+def test_a_read_is_cut_at_its_bound_odd_or_even(root: Path, cap: int) -> None:
+    files = ConfinedFiles(root, max_read_bytes=cap)
+    (root / "notes" / "long.txt").write_text("x" * (cap + 1))
+    (root / "notes" / "fits.txt").write_text("y" * cap)
+    assert files.read("notes/long.txt") == {"path": "notes/long.txt", "content": "x" * cap,
+                                            "truncated": True}
+    assert files.read("notes/fits.txt")["truncated"] is False
