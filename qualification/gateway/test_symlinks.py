@@ -11,6 +11,7 @@ refused, the component-swap race included.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,11 +107,12 @@ def test_a_dangling_link_is_path_not_found_and_nothing_is_created_through_it(
 @pytest.mark.req("GW-06")
 def test_forty_links_are_followed_and_the_forty_first_is_a_loop(root: Path) -> None:
     files = ConfinedFiles(root)
+    assert MAX_LINKS == 40, "Linux's own bound, as GW-06 says"
     (root / "l0").symlink_to("notes/a.txt")
-    for index in range(1, MAX_LINKS + 1):
+    for index in range(1, 41):
         (root / f"l{index}").symlink_to(f"l{index - 1}")
-    assert files.read(f"l{MAX_LINKS - 1}")["content"] == "alpha"
-    assert _code(files.read, f"l{MAX_LINKS}") is ErrorCode.PATH_LOOP
+    assert files.read("l39")["content"] == "alpha"  # l39 ... l0: forty links
+    assert _code(files.read, "l40") is ErrorCode.PATH_LOOP
 
 
 @pytest.mark.req("GW-06")
@@ -248,3 +250,47 @@ def test_a_read_is_cut_at_its_bound_odd_or_even(root: Path, cap: int) -> None:
     assert files.read("notes/long.txt") == {"path": "notes/long.txt", "content": "x" * cap,
                                             "truncated": True}
     assert files.read("notes/fits.txt")["truncated"] is False
+
+
+@pytest.mark.req("GW-06")
+def test_a_refusal_names_the_path_up_to_where_the_walk_stopped(root: Path) -> None:
+    files = ConfinedFiles(root)
+    with pytest.raises(ToolError) as caught:
+        files.read("notes/nodir/x.txt")
+    assert caught.value.message == "notes/nodir: no such file or directory"
+    (root / "notes" / "out").symlink_to("../../outside")
+    with pytest.raises(ToolError) as caught:
+        files.list("notes/out")
+    assert caught.value.message == "notes/out: a symlink leads out of files/"
+
+
+@pytest.mark.req("GW-06", "AV-01")
+@pytest.mark.parametrize("failing", ["mkdir", "second look"])
+def test_a_failing_filesystem_is_a_tool_error_never_a_traceback(
+        root: Path, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
+    """A read-only or failing disk (injected at the os boundary): the write says so."""
+    files = ConfinedFiles(root)
+    real_stat, looks = os.stat, []
+
+    def read_only(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    def fails_second_look(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if path == "a.txt":
+            looks.append(path)
+            if len(looks) == 2:
+                raise OSError(errno.EIO, "Input/output error")
+        return real_stat(path, *args, **kwargs)
+
+    if failing == "mkdir":
+        monkeypatch.setattr(os, "mkdir", read_only)
+        path = "notes/new-dir/x.txt"
+    else:
+        monkeypatch.setattr(os, "stat", fails_second_look)
+        path = "notes/a.txt"
+    with pytest.raises(ToolError) as caught:
+        files.write(path, "x")
+    monkeypatch.undo()
+    assert caught.value.code is ErrorCode.TOOL_UNAVAILABLE, caught.value.message
+    assert (root / "notes" / "a.txt").read_text() == "alpha"
+    assert not (root / "notes" / "new-dir").exists()
