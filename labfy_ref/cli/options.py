@@ -94,16 +94,17 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="more providers for the engine (BR-19): a TOML file of "
                              "[[provider]] tables, each a name and an endpoint with its model, "
                              "or a model_file with its model_sha256; listed as "
-                             "engine:<name>:<model> beside the runtime's own (docs/bridge.md)")
+                             "engine:<name>:<model> beside the runtime's own (docs/bridge.md); "
+                             "default: none (the runtime's provider only)")
     server.add_argument("--session-titles", choices=("model", "preview"),
-                        help="model (the default): once a new engine session's first turn ends, "
-                             "its title is asked of its model directly (no tools, no session); "
-                             "preview: the first message cut to 80 characters, no model call "
-                             "(BR-18)")
+                        help="model: once a new engine session's first turn ends, its title is "
+                             "asked of its model directly (no tools, no session); preview: the "
+                             "first message cut to 80 characters, no model call (BR-18); "
+                             "default: model")
     server.add_argument("--bridge-toggle", choices=("locked", "unlocked"),
-                        help="unlocked (the default): the admin may disable, enable and reload "
-                             "the bridge without a restart (POST /api/cordis/admin/…, the "
-                             "engine page's buttons); locked refuses them (BR-16)")
+                        help="unlocked: the admin may disable, enable and reload the bridge "
+                             "without a restart (POST /api/cordis/admin/…, the engine page's "
+                             "buttons); locked refuses them (BR-16); default: unlocked")
     server.add_argument("--shutdown-grace", metavar="SECONDS",
                         help="after Ctrl-C or SIGTERM every turn is cancelled and every stream "
                              "ended at once, then open connections get this long to close "

@@ -75,7 +75,8 @@ def launch_own(root: Path, provider_url: str, *, command: tuple[str, ...] = SERV
                env: dict[str, str] | None = None,
                flags: list[str] | None = None) -> tuple[ServeLaunch, str, str, str]:
     """Our ``serve --bridge`` on a fresh SPECIMEN workspace under ``root``, with a user account
-    and the kit provider, launched with the kit's profile (or ``flags`` instead):
+    and the kit provider, launched with the kit's profile (or ``flags`` instead; the
+    profile's providers file is ``root/providers.toml`` either way):
     ``(process, url, admin code, user token)``."""
     root.mkdir(parents=True, exist_ok=True)
     workspace = root / "workspace"
@@ -87,13 +88,13 @@ def launch_own(root: Path, provider_url: str, *, command: tuple[str, ...] = SERV
     accounts = root / "accounts.toml"
     accounts.write_text(f'[[account]]\nname = "kit-user"\n'
                         f'token_sha256 = "{token_hash(user_token)}"\n', "utf-8")
-    profile = launch_profile(provider_url)
+    profile = launch_profile(provider_url, str(root / PROVIDERS_FILE))
     (root / PROVIDERS_FILE).write_text(profile["providers"], "utf-8")  # where the flag says
     # --port 0: a launch never races another for the default port (SV-12)
     server = ServeLaunch(["--workspace", str(workspace), "--accounts", str(accounts),
                           "--port", "0", *(profile["flags"] if flags is None else flags)],
                          log=root / "serve.log",
-                         command=command, env=env, cwd=root)
+                         command=command, env=env)
     url, code = server.start()
     if flags is None:  # the profile's worker, on the workspace's own Work database
         server.start_beside(["work", "worker", "--workspace", str(workspace),

@@ -31,8 +31,8 @@ class ServeLaunch:
     """``labfy-ref serve ARGS`` in its own process; :meth:`start` returns ``(url, code)``."""
 
     def __init__(self, args: list[str], *, log: Path, command: tuple[str, ...] = SERVE,
-                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
-        self.args, self.log, self.command, self.cwd = args, log, command, cwd
+                 env: dict[str, str] | None = None) -> None:
+        self.args, self.log, self.command = args, log, command
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -55,7 +55,7 @@ class ServeLaunch:
         with self.log.open("w", encoding="utf-8") as errors:
             self.process = subprocess.Popen(
                 [*self.command, *self.args], stdout=subprocess.PIPE, stderr=errors, text=True,
-                env=self.env, start_new_session=True, cwd=self.cwd)
+                env=self.env, start_new_session=True)
         assert self.process.stdout is not None
         self._reader = threading.Thread(target=self._read, args=(self.process.stdout,),
                                         daemon=True)

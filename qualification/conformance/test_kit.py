@@ -22,6 +22,7 @@ from openai._streaming import SSEDecoder  # the official client's own parser
 from fake_provider import Scenario, ScenarioError
 from qualification.conformance.__main__ import launch_own, run_against
 from qualification.conformance.kit import (
+    PROVIDERS_FILE,
     SCENARIO,
     agent_flags,
     kit_provider,
@@ -252,7 +253,8 @@ def test_a_target_without_the_profiles_worker_fails_the_work_tests_loudly(
     """Launched with the profile's serve flags but no worker beside it: every Work test of
     the kit fails, naming the profile's worker; none passes, none is skipped."""
     returncode, output = _kit_at_a_target_launched_with(
-        tmp_path, lambda url: list(launch_profile(url)["flags"]),
+        tmp_path, lambda url: list(launch_profile(
+            url, str(tmp_path / "target" / PROVIDERS_FILE))["flags"]),
         "qualification/conformance/test_work_flows.py")
     assert returncode == pytest.ExitCode.TESTS_FAILED, output
     assert "no worker ran the kit's probe task within 30 s" in output, output
