@@ -6,6 +6,7 @@ before the command line is parsed, whatever paths a run names, so
 """
 
 from qualification.conformance.plugin import (
+    kit_turn,
     model_target,
     pytest_addoption,
     pytest_collection_modifyitems,
@@ -16,5 +17,5 @@ from qualification.conformance.plugin import (
     work_target,
 )
 
-__all__ = ["model_target", "pytest_addoption", "pytest_collection_modifyitems",
+__all__ = ["kit_turn", "model_target", "pytest_addoption", "pytest_collection_modifyitems",
            "pytest_configure", "pytest_report_header", "target", "user_token", "work_target"]

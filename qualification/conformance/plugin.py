@@ -135,7 +135,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _target_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+def kit_turn(request: pytest.FixtureRequest) -> Iterator[None]:
     """Against a ``--target-url`` shared by the kit's workers: every test holds the target
     shared, an ``exclusive`` one alone (a turnstile first, so it is not starved)."""
     config = request.config
