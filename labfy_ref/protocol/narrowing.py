@@ -89,7 +89,7 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -1113,13 +1113,21 @@ def _bounded(field: Mapping[str, Any], rules: frozenset[str]) -> dict[str, Any]:
 
 def _admitted(schema: Mapping[str, Any], values: Iterable[str]) -> list[str]:
     """The ``values`` a field's wide schema admits (only those enter an enum)."""
-    validator = _validator(canonical(schema))  # one lookup per field, not per value
-    return [value for value in values if not has_surrogate(value) and validator.is_valid(value)]
+    admits = _admits(canonical(schema))  # one lookup per field, not per value
+    return [value for value in values if admits(value)]
 
 
 @functools.cache
-def _validator(schema_text: str) -> Draft202012Validator:
-    return Draft202012Validator(json.loads(schema_text))
+def _admits(schema_text: str) -> Callable[[str], bool]:
+    """Does the schema (its canonical text) admit a value? Each value is judged once: a
+    turn offers the same references round after round (a bounded memory per schema)."""
+    validator = Draft202012Validator(json.loads(schema_text))
+
+    @functools.lru_cache(maxsize=4096)
+    def admits(value: str) -> bool:
+        return not has_surrogate(value) and validator.is_valid(value)
+
+    return admits
 
 
 def max_json_bytes(schema: Mapping[str, Any]) -> int:
@@ -1163,5 +1171,16 @@ def max_json_bytes(schema: Mapping[str, Any]) -> int:
 
 def _literal_bytes(value: Any) -> int:
     """The longer of a value's JSON spellings (escaped ASCII, or raw UTF-8)."""
+    if isinstance(value, str) and len(value) <= _KEPT_LITERAL:
+        return _string_bytes(value)  # enum values: the same references every round
+    return max(len(json.dumps(value)),
+               len(json.dumps(value, ensure_ascii=False).encode("utf-8")))
+
+
+_KEPT_LITERAL = 512  # the longest string whose size is kept (8,192 of them at most)
+
+
+@functools.lru_cache(maxsize=8192)
+def _string_bytes(value: str) -> int:
     return max(len(json.dumps(value)),
                len(json.dumps(value, ensure_ascii=False).encode("utf-8")))

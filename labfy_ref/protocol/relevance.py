@@ -15,14 +15,20 @@ Numbers count too, each as one whole term: "plot 4" is nearer to "Plot 4"
 than to "Plot 9".
 Documents are scored against each other only (the collection is the
 references the turn knows), so the figure needs no corpus and no language.
+
+A turn scores the same labels against the same message every round, so each
+text's trigram bag is computed once and kept (a bounded LRU of immutable
+bags): the score is the same, the round no longer recounts every label.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 #: A word: a run of letters (``\w`` without digits or ``_``), in any script.
 WORD = re.compile(r"[^\W\d_]+")
@@ -33,41 +39,75 @@ K1 = 1.2
 B = 0.75
 
 
+#: How many texts' bags are kept (a turn's labels and message, several turns over), and
+#: the longest text kept: at most ``BAGS_KEPT * KEPT_CHARS`` characters stay in memory.
+BAGS_KEPT = 4096
+KEPT_CHARS = 2048
+
+
 def grams(text: str) -> Counter[str]:
     """The character trigrams of ``text``'s words (casefolded, space-padded), and each
     number whole (``#4``: "plot 4" meets "Plot 4, 14 May", never "14")."""
+    return Counter(_bag(text)[0])
+
+
+def _bag(text: str) -> tuple[Mapping[str, int], int]:
+    """``text``'s trigram counts (read-only: the bag is shared) and their total."""
+    return _kept_bag(text) if len(text) <= KEPT_CHARS else _counted(text)
+
+
+def _counted(text: str) -> tuple[Mapping[str, int], int]:
     folded = text.casefold()
     counts: Counter[str] = Counter()
     for word in WORD.findall(folded):
         padded = f" {word} "
         counts.update(padded[i:i + 3] for i in range(len(padded) - 2))
     counts.update(f"#{number}" for number in NUMBER.findall(folded))
-    return counts
+    return MappingProxyType(dict(counts)), sum(counts.values())
+
+
+_kept_bag = functools.lru_cache(maxsize=BAGS_KEPT)(_counted)
 
 
 def scores(query: str, documents: Mapping[str, str]) -> dict[str, float]:
     """BM25 of each document (key -> text) against ``query``; 0 when nothing is shared."""
-    wanted = grams(query)
-    bags = {key: grams(text) for key, text in documents.items()}
+    items = tuple(documents.items())
+    if len(query) > KEPT_CHARS or sum(len(text) for _, text in items) > KEPT_DOCUMENT_CHARS:
+        return _scored(query, items)
+    return dict(_kept_scores(query, items))
+
+
+def _scored(query: str, items: tuple[tuple[str, str], ...]) -> dict[str, float]:
+    documents = dict(items)
+    wanted = _bag(query)[0]
+    bags = {key: _bag(text) for key, text in documents.items()}
     if not wanted or not bags:
         return dict.fromkeys(documents, 0.0)
     count = len(bags)
-    average = sum(sum(bag.values()) for bag in bags.values()) / count or 1.0
+    average = sum(size for _, size in bags.values()) / count or 1.0
     frequency: Counter[str] = Counter()
-    for bag in bags.values():
-        frequency.update(set(bag) & set(wanted))
+    for bag, _ in bags.values():
+        frequency.update(gram for gram in wanted if gram in bag)
+    idf = {gram: math.log(1.0 + (count - frequency[gram] + 0.5) / (frequency[gram] + 0.5))
+           for gram in wanted if frequency[gram]}  # the query's order, as summed before
     result: dict[str, float] = {}
-    for key, bag in bags.items():
-        size = sum(bag.values())
+    for key, (bag, size) in bags.items():
         total = 0.0
-        for gram in wanted:
+        norm = K1 * (1 - B + B * size / average)
+        for gram, weight in idf.items():
             tf = bag.get(gram, 0)
-            if not tf:
-                continue
-            idf = math.log(1.0 + (count - frequency[gram] + 0.5) / (frequency[gram] + 0.5))
-            total += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * size / average))
+            if tf:
+                total += weight * tf * (K1 + 1) / (tf + norm)
         result[key] = total
     return result
+
+
+#: A turn ranks the same references against the same message round after round: the
+#: scores of the last few (message, documents) are kept, for collections of at most
+#: ``KEPT_DOCUMENT_CHARS`` characters (so at most ``SCORES_KEPT *`` that stay in memory).
+SCORES_KEPT = 256
+KEPT_DOCUMENT_CHARS = 32_768
+_kept_scores = functools.lru_cache(maxsize=SCORES_KEPT)(_scored)
 
 
 def ranked(query: str, keys: Sequence[str], documents: Mapping[str, str]) -> list[str]:

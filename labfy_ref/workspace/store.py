@@ -16,9 +16,11 @@ escapes on read.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import json
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Integer, bindparam, insert, select, update
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from labfy_ref.clock import iso, parse_iso, utcnow
 from labfy_ref.errors import ErrorCode, RuntimeRefused, WorkspaceError
@@ -38,6 +40,8 @@ from labfy_ref.workspace.engine import store_engine
 from labfy_ref.workspace.migrations import check_version, create_schema
 from labfy_ref.workspace.schema import campaigns, grants, objects, specimen_evidence
 from labfy_ref.workspace.usage import USAGE_RETENTION, UsageRecord
+
+_LOG = logging.getLogger("labfy_ref.workspace")
 
 OBJECT_KINDS = ("fact", "observation", "source", "note")
 _OBJECT = (objects.c.object_id, objects.c.kind, objects.c.title, objects.c.body)
@@ -144,6 +148,9 @@ class WorkspaceStore:
         if not create and not path.is_file():
             raise WorkspaceError(f"store {path.name} is missing", code=ErrorCode.WORKSPACE_INVALID)
         self._lock = threading.RLock()
+        #: usage records not written yet (each with its bound), and whether a write is due
+        self._usage_pending: list[tuple[UsageRecord, int]] = []
+        self._usage_due = False
         self._engine = store_engine(path)
         try:
             self._conn = self._engine.connect()
@@ -151,6 +158,10 @@ class WorkspaceStore:
                 create_schema(self._conn)
             with transaction(self._conn, write=False):
                 check_version(self._conn, path)
+            driver = self._conn.connection.driver_connection
+            assert driver is not None
+            #: the connection's own setting, restored after an unsynced commit
+            self._synchronous = int(driver.execute("PRAGMA synchronous").fetchone()[0])
         except DBAPIError as exc:
             self._engine.dispose()
             raise WorkspaceError(f"store {path.name} is unreadable: {exc.orig}") from None
@@ -165,14 +176,37 @@ class WorkspaceStore:
             yield self._conn
 
     @contextmanager
+    def _unsynced(self) -> Iterator[Connection]:
+        """A write transaction committed without waiting for the disk (``synchronous=NORMAL``
+        for this commit only).
+
+        In WAL mode it is as atomic as any other, and durable against a crash of the
+        process (the frames are in the WAL); the next synced commit or checkpoint syncs
+        it to the disk too, so only a power loss before then can undo it. For records
+        written on every model call (the usage ledger), where a sync per call would be
+        most of a tool round's own time.
+        """
+        with self._lock:
+            driver = self._conn.connection.driver_connection
+            assert driver is not None
+            driver.execute("PRAGMA synchronous = NORMAL")
+            try:
+                with transaction(self._conn, write=True):
+                    yield self._conn
+            finally:
+                driver.execute(f"PRAGMA synchronous = {self._synchronous}")
+
+    @contextmanager
     def _read(self, *, snapshot: bool = False) -> Iterator[Connection]:
         """One read (serialised across threads): one statement, or several on one snapshot."""
         with self._lock, transaction(self._conn, write=False, snapshot=snapshot):
             yield self._conn
 
     def close(self) -> None:
-        """Close the connection; idempotent."""
+        """Write the pending usage records, close the connection; idempotent."""
         with self._lock:
+            if not self._conn.closed:
+                self.flush_usage()
             self._conn.close()
             self._engine.dispose()
 
@@ -319,16 +353,60 @@ class WorkspaceStore:
 
     # -- provider usage (BR-14) ---------------------------------------------------
 
-    def add_usage(self, record: UsageRecord, *, keep: int = USAGE_RETENTION) -> int:
-        """Record one model call and prune to the newest ``keep`` records; the call's id."""
+    def add_usage(self, record: UsageRecord, *, keep: int = USAGE_RETENTION) -> None:
+        """Record one model call and prune to the newest ``keep`` records.
+
+        Called in a running event loop, the write waits for the loop's next pass:
+        by then the turn that made the call is waiting for the model again, so
+        the ledger costs a tool round nothing, and calls recorded meanwhile share
+        one commit. Every read of the ledger and :meth:`close` write what is
+        pending first, so nothing reads around it. Outside a loop (a worker
+        thread, a script) it is written at once.
+        """
         _valid(at=record.at, model=record.model, outcome=record.outcome, caller=record.caller)
-        with self.transaction() as db:
-            return usage.add(db, record, keep)
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._lock:
+            self._usage_pending.append((record, keep))
+            if loop is None:
+                self.flush_usage()
+                return
+            if self._usage_due:
+                return
+            self._usage_due = True
+        loop.call_soon(self._flush_usage_later)
+
+    def flush_usage(self) -> None:
+        """Write the pending usage records now, in one commit (unsynced: one per model call
+        would be most of a tool round's own time)."""
+        with self._lock:
+            pending, self._usage_pending = self._usage_pending, []
+            self._usage_due = False
+            if pending:
+                with self._unsynced() as db:
+                    for record, keep in pending:
+                        usage.add(db, record, keep)
+
+    def _flush_usage_later(self) -> None:
+        """:meth:`flush_usage` from the event loop: a failure is logged, never raised into
+        the loop (the records it held are named by count)."""
+        with self._lock:
+            count = len(self._usage_pending)
+            if self._conn.closed:
+                return  # close() wrote them
+            try:
+                self.flush_usage()
+            except (SQLAlchemyError, OSError) as exc:
+                _LOG.error("usage ledger: %d record(s) not written: %s", count,
+                           type(exc).__name__)
 
     def usage_report(self, since: str, limit: int, before: int | None = None
                      ) -> tuple[list[UsageRecord], int | None, dict[str, list[dict[str, Any]]]]:
         """One consistent read: records at or after ``since`` (ISO text), newest first and
         below id ``before``; the id to go on from (None: no more); the totals since then."""
+        self.flush_usage()
         with self._read(snapshot=True) as db:
             records, next_before = usage.page(db, since, limit, before)
             return records, next_before, usage.totals(db, since)

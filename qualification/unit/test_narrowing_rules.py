@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from labfy_ref.protocol import Budget, Observations, narrow, present
+from labfy_ref.protocol import Budget, Observations, narrow, present, relevance
 from labfy_ref.protocol.action import action_schema
 from labfy_ref.protocol.narrowing import (
     ALL_RULES,
@@ -220,6 +222,71 @@ def test_relevance_orders_and_never_removes(ids: list[str], names: list[str],
     off = Observations(query=query).observe("workspace.list_objects", {}, result, CATALOG)
     assert present(CATALOG, "workspace.list_objects", result, off,
                    ALL_RULES - {RELEVANCE}) is None
+
+
+def _bm25(query: str, documents: dict[str, str]) -> dict[str, float]:
+    """BM25 over trigram bags, computed from nothing every time (the oracle of the kept
+    bags and scores): the module's own formula, spelled out once more."""
+    def bag(text: str) -> Counter[str]:
+        folded = text.casefold()
+        counts: Counter[str] = Counter()
+        for word in relevance.WORD.findall(folded):
+            padded = f" {word} "
+            counts.update(padded[i:i + 3] for i in range(len(padded) - 2))
+        counts.update(f"#{n}" for n in relevance.NUMBER.findall(folded))
+        return counts
+
+    wanted, bags = bag(query), {key: bag(text) for key, text in documents.items()}
+    if not wanted or not bags:
+        return dict.fromkeys(documents, 0.0)
+    average = sum(sum(b.values()) for b in bags.values()) / len(bags) or 1.0
+    result = {}
+    for key, b in bags.items():
+        total = 0.0
+        for gram in wanted:
+            if b.get(gram):
+                held = sum(1 for other in bags.values() if gram in other)
+                idf = math.log(1.0 + (len(bags) - held + 0.5) / (held + 0.5))
+                total += idf * b[gram] * (relevance.K1 + 1) / (b[gram] + relevance.K1 * (
+                    1 - relevance.B + relevance.B * sum(b.values()) / average))
+        result[key] = total
+    return result
+
+
+@pytest.mark.req("PR-07")
+@settings(max_examples=150, deadline=None)
+@given(query=any_text, texts=st.lists(any_text, max_size=6),
+       long_text=st.sampled_from(["", "bee " * 600, "albine " * 6000]))
+def test_relevance_kept_between_rounds_is_the_score_computed_afresh(
+        query: str, texts: list[str], long_text: str) -> None:
+    """A turn's bags and scores are kept between rounds (a bounded cache): each call, the
+    first or a repeat, long texts past the kept size included, gives the fresh score, and
+    what a caller does with a result never reaches the next one."""
+    documents = {f"k{index}": text for index, text in enumerate([*texts, long_text])}
+    expected = _bm25(query, documents)
+    for _ in range(2):
+        got = scores(query, documents)
+        assert got.keys() == expected.keys()
+        assert all(math.isclose(got[k], expected[k], rel_tol=1e-9, abs_tol=1e-12)
+                   for k in got), (got, expected)
+        got.clear()  # a caller's change to its copy
+        assert relevance.grams(query) == relevance.grams(query)
+        relevance.grams(query).clear()
+
+
+@pytest.mark.req("PR-07")
+def test_relevance_keeps_bounded_memory() -> None:
+    """What is kept is bounded in entries and in the size of each text kept."""
+    bag_cache, score_cache = relevance._kept_bag, relevance._kept_scores
+    assert bag_cache.cache_info().maxsize == relevance.BAGS_KEPT
+    assert score_cache.cache_info().maxsize == relevance.SCORES_KEPT
+    before = bag_cache.cache_info().currsize, score_cache.cache_info().currsize
+    huge = "hive " * (relevance.KEPT_CHARS // 5 + 1)
+    assert scores(huge, {"a": "hive"})["a"] > 0
+    many = {f"k{i}": "x" * 1024 for i in range(relevance.KEPT_DOCUMENT_CHARS // 1024 + 1)}
+    assert set(scores("hive", many)) == set(many)
+    assert bag_cache.cache_info().currsize <= before[0] + 2, "the long query is not kept"
+    assert score_cache.cache_info().currsize == before[1], "neither collection is kept"
 
 
 @pytest.mark.req("PR-07")

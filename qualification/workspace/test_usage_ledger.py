@@ -7,6 +7,7 @@ until upgraded, and the upgrade keeps every row and adds an empty ledger.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -125,3 +126,72 @@ def test_the_previous_version_is_refused_then_upgraded_with_its_data_and_an_empt
             "cached_tokens": None, "latency_ms": 12.2, "outcome": "ok", "caller": "turn_a"}
     finally:
         store.close()
+
+
+@pytest.mark.req("BR-14")
+def test_a_call_recorded_in_a_running_loop_is_read_back_and_survives_close(
+        tmp_path: Path) -> None:
+    """In an event loop the ledger's write waits for the loop's next pass (the turn is then
+    waiting for its model), and calls recorded meanwhile share one commit; but a read right
+    after a record sees it, and closing the store writes what is still pending."""
+    workspace = init_workspace(tmp_path / "ws", specimen=False)
+    store = workspace.open_store()
+    ledger = UsageService(store)
+
+    async def turn() -> tuple[list[str], list[str], int]:
+        for number in range(3):
+            ledger.record("engine:local:m", Usage(number, 1, None), 2.0, "ok", f"turn_{number}")
+        on_disk = _rows(workspace.store_path)  # nothing written yet: the loop has not turned
+        read = _callers(ledger)  # a read writes what is pending first
+        ledger.record("engine:local:m", Usage(), 1.0, "ok", "turn_late")
+        await asyncio.sleep(0)  # one pass of the loop: the pending record is written
+        await asyncio.sleep(0)
+        return on_disk, read, len(_rows(workspace.store_path))
+
+    try:
+        on_disk, read, written = asyncio.run(turn())
+        assert on_disk == []
+        assert read == ["turn_2", "turn_1", "turn_0"]
+        assert written == 4
+        ledger.record("engine:local:m", Usage(), 1.0, "ok", "outside_a_loop")
+        assert _rows(workspace.store_path)[-1] == "outside_a_loop", "written at once"
+
+        async def pending_at_close() -> None:
+            ledger.record("engine:local:m", Usage(), 1.0, "ok", "last_before_close")
+            store.close()  # before the loop turns
+
+        asyncio.run(pending_at_close())
+    finally:
+        store.close()
+    assert _rows(workspace.store_path)[-1] == "last_before_close"
+
+
+@pytest.mark.req("BR-14")
+def test_a_deferred_write_that_fails_is_logged_with_its_count(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    workspace = init_workspace(tmp_path / "ws", specimen=False)
+    store = workspace.open_store()
+    ledger = UsageService(store)
+    with sqlite3.connect(workspace.store_path) as db:
+        db.execute("CREATE TRIGGER no_usage BEFORE INSERT ON usage "
+                   "BEGIN SELECT RAISE(ABORT, 'disk says no'); END")
+
+    async def turn() -> None:
+        ledger.record("engine:local:m", Usage(), 1.0, "ok", "a")
+        ledger.record("engine:local:m", Usage(), 1.0, "ok", "b")
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    try:
+        with caplog.at_level("ERROR", logger="labfy_ref.workspace"):
+            asyncio.run(turn())
+        assert [r.getMessage() for r in caplog.records] == [
+            "usage ledger: 2 record(s) not written: IntegrityError"]
+    finally:
+        store.close()
+
+
+def _rows(path: Path) -> list[str]:
+    """The ledger's callers as the file holds them (another connection), oldest first."""
+    with sqlite3.connect(path) as db:
+        return [caller for (caller,) in db.execute("SELECT caller FROM usage ORDER BY usage_id")]
