@@ -2,7 +2,7 @@
 
 A scenario is a JSON document (see ``fixtures/scenarios/``)::
 
-    {"name": "...", "models": ["m"], "loading_health_checks": 0,
+    {"name": "...", "models": ["m"], "loading_health_checks": 0, "slots": 0,
      "when_exhausted": "error" | "repeat_last",
      "answers": [ANSWER, ...], "keyed": {"KEY": [ANSWER, ...], ...},
      "direct": [ANSWER, ...]}
@@ -42,6 +42,11 @@ matter, only how many times it asked — and ``{nonce}`` in the answer's content
 replaced by NONCE (letters and digits: a test names its own files so). A
 request without a marker takes the next of ``answers``.
 
+``slots`` is how many chat answers are served at once (``0``, the default: any
+number, each request on its own thread). With ``slots: 1`` the provider is
+one llama-server slot: a second request waits until the first answer (its
+``delay`` included) is written, so no number of concurrent callers goes faster.
+
 ``direct`` answers requests by their kind (BR-17): when a scenario has any, a
 request that is not an agent round — whose ``response_format`` is not the
 agent's action schema (a ``json_schema`` named ``labfy_agent_…``) — takes the
@@ -65,7 +70,9 @@ _ANSWER_FIELDS = {
 }
 _TOOL_CALL_FIELDS = {"name", "arguments", "id"}
 _SCENARIO_FIELDS = {"name", "description", "models", "loading_health_checks", "when_exhausted",
-                    "answers", "keyed", "direct"}
+                    "answers", "keyed", "direct", "slots"}
+#: The most ``slots`` a scenario may name (a llama-server's ``--parallel`` is far below).
+MAX_SLOTS = 1024
 #: The name of every agent action schema starts so (labfy_ref.protocol.narrowing).
 AGENT_SCHEMA_PREFIX = "labfy_agent_"
 #: ``[[kit:KEY:NONCE]]`` in a message selects the keyed script KEY for conversation NONCE.
@@ -169,6 +176,8 @@ class Scenario:
     keyed: Mapping[str, tuple[Answer, ...]] = dataclasses.field(default_factory=dict)
     #: Answers to requests that are not agent rounds (empty: those take ``answers`` too).
     direct: tuple[Answer, ...] = ()
+    #: Chat answers served at once (0: any number).
+    slots: int = 0
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Scenario:
@@ -190,6 +199,9 @@ class Scenario:
         loading = data.get("loading_health_checks", 0)
         if isinstance(loading, bool) or not isinstance(loading, int) or loading < 0:
             raise ScenarioError("loading_health_checks is a count of 0 or more")
+        slots = data.get("slots", 0)
+        if isinstance(slots, bool) or not isinstance(slots, int) or not 0 <= slots <= MAX_SLOTS:
+            raise ScenarioError(f"slots is a count of 0 (any number) to {MAX_SLOTS}")
         return cls(
             name=str(data.get("name", "unnamed")),
             answers=tuple(Answer.from_json(a) for a in data.get("answers", [])),
@@ -198,6 +210,7 @@ class Scenario:
             when_exhausted=when,
             keyed={k: tuple(Answer.from_json(a) for a in v) for k, v in keyed.items()},
             direct=tuple(Answer.from_json(a) for a in direct),
+            slots=slots,
         )
 
     def is_direct(self, request: Mapping[str, Any]) -> bool:

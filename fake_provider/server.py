@@ -94,6 +94,11 @@ class _State:
         self.cached_prompt: list[str] = []
         #: The ``usage`` each chat answer reported, in the order answered (None: it sent none).
         self.reported: list[dict[str, Any] | None] = []
+        #: The scenario's ``slots`` (None: any number of answers at once).
+        self.slots = _slots(scenario)
+        #: Chat answers being written now, and the most written at once since the last reset.
+        self.answering = 0
+        self.most_answering = 0
 
     def prompt_usage(self, request: Mapping[str, Any]) -> tuple[int, int]:
         """``(prompt_tokens, cached_tokens)`` of a request, as a one-slot prefix cache counts.
@@ -143,11 +148,16 @@ class _State:
         with self.lock:
             self.scenario, self.cursor, self.direct_cursor = scenario, 0, 0
             self.health_checks = 0
+            self.slots = _slots(scenario)
 
     def health_loading(self) -> bool:
         with self.lock:
             self.health_checks += 1
             return self.health_checks <= self.scenario.loading_health_checks
+
+
+def _slots(scenario: Scenario) -> threading.Semaphore | None:
+    return threading.Semaphore(scenario.slots) if scenario.slots else None
 
 
 class _Server(ThreadingHTTPServer):
@@ -266,7 +276,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/_fake/requests":
             with self.server.state.lock:
                 log = [r.as_json() for r in self.server.state.requests]
-            self._send_json(200, {"requests": log})
+                most = self.server.state.most_answering
+            self._send_json(200, {"requests": log, "most_answering": most})
             return
         self._record(b"")
         if self._refused():
@@ -290,6 +301,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/_fake/reset":
             with state.lock:
                 state.requests.clear()
+                state.most_answering = state.answering
             self._send_json(200, {"ok": True})
             return
         if self.path == "/_fake/scenario":
@@ -320,9 +332,18 @@ class _Handler(BaseHTTPRequestHandler):
         if answer is None:
             self._send_json(500, {"error": {"code": 500, "message": "scenario exhausted"}})
             return
+        slots = state.slots
         try:
-            self._answer(answer, model=model, stream=stream, usage=state.prompt_usage(request),
-                         stream_usage=with_usage)
+            with slots if slots is not None else contextlib.nullcontext():
+                with state.lock:
+                    state.answering += 1
+                    state.most_answering = max(state.most_answering, state.answering)
+                try:
+                    self._answer(answer, model=model, stream=stream,
+                                 usage=state.prompt_usage(request), stream_usage=with_usage)
+                finally:
+                    with state.lock:
+                        state.answering -= 1
         finally:
             with state.lock:
                 state.answered += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import os
@@ -326,3 +327,36 @@ def test_standalone_accepts_the_highest_port(tmp_path: Path) -> None:
             process.stdout.close()
         if process.stderr:
             process.stderr.close()
+
+
+@pytest.mark.req("FP-02")
+@pytest.mark.parametrize("slots", [1, 2, 0])
+def test_slots_bound_how_many_answers_are_written_at_once(
+        provider_factory: ProviderFactory, slots: int) -> None:
+    """``slots: 1`` is one llama-server slot: six callers at once are answered one after the
+    other; ``slots: 0`` (the default) answers them all at once. Counted by the provider."""
+    provider = provider_factory(Scenario.replies())
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(trust_env=False, base_url=provider.base_url, timeout=30) as http:
+        assert http.post("/_fake/scenario", json={
+            "answers": [{"content": "ok", "delay": 0.5}], "when_exhausted": "repeat_last",
+            "slots": slots}).status_code == 200
+        assert http.post("/_fake/reset").status_code == 200
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            replies = list(pool.map(lambda _: httpx.post(
+                provider.base_url + "/v1/chat/completions", json=body, timeout=30,
+                trust_env=False).status_code, range(6)))
+        assert replies == [200] * 6
+        most = http.get("/_fake/requests").json()["most_answering"]
+    # with any number of slots six threads are answered at once (each sleeps 0.5 s, so they
+    # overlap unless held); never more than the slots said
+    assert most == (slots if slots else 6)
+
+
+@pytest.mark.req("FP-02")
+@pytest.mark.parametrize("value", [-1, "2", True, 1.5, None, 1025])
+def test_slots_that_are_not_a_count_are_a_bad_scenario(value: object) -> None:
+    with pytest.raises(ScenarioError, match="slots"):
+        Scenario.from_json({"answers": [], "slots": value})
+    assert Scenario.from_json({"answers": []}).slots == 0
+    assert Scenario.from_json({"answers": [], "slots": 1024}).slots == 1024

@@ -33,15 +33,25 @@ def test_the_work_section_runs_every_task_exactly_once_and_rows_its_figures(
     assert [row.figure for row in rows] == [
         "runs executed exactly once, PostgreSQL x4 / SQLite x1",
         "throughput, PostgreSQL x4 / SQLite x1, 6 runs",
-        "claim p50, PostgreSQL x4 / SQLite x1", "claim p99, PostgreSQL x4 / SQLite x1"]
-    once, throughput, p50, p99 = rows
+        "claim p50, PostgreSQL x4 / SQLite x1, instant model",
+        "claim p99, PostgreSQL x4 / SQLite x1, instant model",
+        "runs executed exactly once, latency-bound (166 runs)",
+        "throughput, sqlite x4 / x1, model 200 ms per call",
+        "throughput, postgresql x4 / x1, model 200 ms per call",
+        "throughput, postgresql x4 / x1, model 200 ms per call, one slot",
+        "claim p50, PostgreSQL x4 / SQLite x1, model 200 ms per call",
+        "claim p99, PostgreSQL x4 / SQLite x1, model 200 ms per call"]
+    once, throughput, p50, p99, bound_once, *bound = rows
     assert (once.ours, once.baseline, once.goal) == (6, 6, None)
-    assert [row.unit for row in rows] == ["count", "runs/s", "ms", "ms"]
-    assert [str(row.goal) for row in rows[1:]] == ["≥ 1", "≤ 3", "≤ 5"]
-    for row in rows[1:]:
+    # 15 runs per worker at 200 ms (3 s each): 1 + 4 workers per engine, 4 on one slot
+    assert (bound_once.ours, bound_once.goal) == ((15 + 60) * 2 + 16, None)
+    assert [row.unit for row in rows] == ["count", "runs/s", "ms", "ms", "count",
+                                          "runs/s", "runs/s", "runs/s", "ms", "ms"]
+    assert [str(row.goal) for row in rows] == [
+        "None", "≥ 1", "None", "None", "None", "≥ 3.2", "≥ 3.2", "None", "≤ 3", "≤ 5"]
+    for row in [throughput, p50, p99, *bound]:
         assert math.isfinite(row.ours) and row.ours > 0, row
         assert math.isfinite(row.baseline) and row.baseline > 0, row
-        assert row.met is not None
     assert p50.ours <= p99.ours and p50.baseline <= p99.baseline
     detail = throughput.detail
     postgres, sqlite = detail["postgresql"], detail["sqlite"]
@@ -52,6 +62,11 @@ def test_the_work_section_runs_every_task_exactly_once_and_rows_its_figures(
     assert (sqlite["journal_mode"], sqlite["synchronous"]) == ("wal", "FULL")
     assert postgres["start"] == "lock released" and sqlite["start"] == "first claim"
     assert "[work] throughput, PostgreSQL x4 / SQLite x1, 6 runs" in render(rows)
+    scaled = bound[0].detail
+    assert scaled["one"]["runs_per_worker"] == [15] and scaled["one"]["latency_s"] == 0.2
+    assert sum(scaled["many"]["runs_per_worker"]) == 60
+    assert 0 < scaled["many"]["runs_in_window"] <= 60 and scaled["many"]["window_s"] > 0
+    assert bound[2].detail["many"]["slots"] == 1
 
 
 def _run_once(store: WorkStore, nonce: str, worker: str = "w1") -> tuple[str, dict[str, Any]]:
