@@ -19,8 +19,8 @@ response headers and every body read fall under it, so a server that trickles
 a byte at a time cannot hold a call longer: past the deadline the call ends
 ``MODEL_UNAVAILABLE`` "no complete reply within N s". A plain request runs
 whole inside ``asyncio.timeout_at(deadline)``; a stream bounds each read of
-the raw body with the same deadline, never a ``yield`` (a timeout spanning a
-yield would fire in the consumer's code). ``connect_timeout`` and
+the raw body with the same deadline (one timer per stream), never a ``yield``
+(a timeout spanning a yield would fire in the consumer's code). ``connect_timeout`` and
 ``read_timeout`` remain finer bounds inside that budget. The operator's
 ``--agent-timeout SECONDS`` is that deadline (:meth:`ClientLimits.with_timeout`).
 
@@ -400,11 +400,11 @@ class LocalModelClient:
                 # here, not whenever the garbage collector gets to it.
                 chunks = await stack.enter_async_context(contextlib.aclosing(
                     cast(AsyncGenerator[bytes, None], response.aiter_raw())))
+                # The deadline bounds the reads only: a yield below must never sit
+                # inside it, or the timeout would fire in the consumer.
+                reads = stack.enter_context(_ReadDeadline(deadline))
                 while True:
-                    # The deadline bounds the read only: a yield below must never
-                    # sit inside it, or the timeout would fire in the consumer.
-                    async with asyncio.timeout_at(deadline):
-                        chunk = await anext(chunks, None)
+                    chunk = await reads.read(chunks)
                     if chunk is None:
                         raise _unavailable("stream ended before [DONE]")
                     received += len(chunk)
@@ -519,6 +519,51 @@ class LocalModelClient:
                 if len(raw) > self.limits.max_body_bytes:
                     raise _unavailable(f"reply exceeds {self.limits.max_body_bytes} bytes")
         return bytes(raw)
+
+
+class _ReadDeadline:
+    """One deadline for every read of a stream, armed once (not a timeout per read).
+
+    When it passes during a read, the read is cancelled and raises ``TimeoutError``
+    (as ``asyncio.timeout_at`` would); when it passes while the consumer holds a piece,
+    nothing is cancelled there, and the next read raises ``TimeoutError`` at once. A
+    cancellation from elsewhere stays a cancellation. One timer per stream: a burst of
+    events costs no timer per event.
+    """
+
+    def __init__(self, deadline: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None, "a stream is read inside a task"
+        self._task = task
+        self._reading = False
+        self.passed = False
+        self._timer = asyncio.get_running_loop().call_at(deadline, self._pass)
+
+    def _pass(self) -> None:
+        self.passed = True
+        if self._reading:
+            self._task.cancel()
+
+    async def read(self, chunks: AsyncGenerator[bytes, None]) -> bytes | None:
+        """The next chunk (None at the end), within the deadline."""
+        if self.passed:
+            raise TimeoutError
+        self._reading = True
+        try:
+            return await anext(chunks, None)
+        except asyncio.CancelledError:
+            # ours only when the deadline cancelled, and no other cancellation is pending
+            if self.passed and self._task.uncancel() == 0:
+                raise TimeoutError from None
+            raise
+        finally:
+            self._reading = False
+
+    def __enter__(self) -> _ReadDeadline:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._timer.cancel()
 
 
 async def _drain(chunks: AsyncGenerator[bytes, None], budget: int) -> None:

@@ -83,8 +83,11 @@ CLAIM_P99_AT_MOST = 5.0
 LATENCIES, QUICK_LATENCIES = (0.2, 1.0), (0.2,)
 SCALED, QUICK_SCALED = (2, 4, 8), (4,)
 SCALING_AT_LEAST = 0.8
-#: Each worker's share of the runs is long enough for a window in which all are busy.
+#: Each worker's share of the runs is long enough for a window in which all are busy
+#: (the workers find the queue within an idle poll of each other, up to a second): at least
+#: this many seconds and this many runs, so the window holds several calls of each worker.
 BUSY_SECONDS = 3.0
+BUSY_RUNS = 8
 #: One slot serves the calls one after the other: a few runs per worker show it.
 SLOT_RUNS_PER_WORKER = 4
 _WAITING = "waiting for queued runs"  # a worker's log line once it found the queue empty
@@ -295,7 +298,7 @@ def measure_bound(workdir: Path, fake_url: str, engine: str, url: DatabaseUrl | 
     is busy: from the last worker's first claim to the first worker's last finish (its
     runs finished in it / its length), so neither the start-up nor the ragged end counts.
     """
-    per_worker = runs_per_worker or max(4, math.ceil(BUSY_SECONDS / latency))
+    per_worker = runs_per_worker or max(BUSY_RUNS, math.ceil(BUSY_SECONDS / latency))
     label = f"{engine[:2]}{round(latency * 1000)}n{workers}s{slots}"
     workspace = new_workspace(workdir, f"work-{label}", specimen=False)
     if url is None:  # SQLite: the workspace's own work.sqlite

@@ -343,3 +343,41 @@ def test_sampling_settings_and_the_completion_limit_travel_and_cached_tokens_com
     last = provider.chat_requests()[-1].json()
     assert not {"temperature", "seed", "repeat_penalty", "max_tokens"} & set(last), \
         "nothing is sent that the operator did not set"
+
+
+@pytest.mark.req("MC-03", "AV-04")
+def test_the_deadline_never_fires_in_the_consumer_of_a_stream(
+        provider_factory: ProviderFactory) -> None:
+    """The stream's deadline bounds its reads: a consumer that holds a piece past it is
+    never interrupted there; its next read ends the call at once, past the deadline. A
+    cancellation from elsewhere during a read stays a cancellation."""
+    reply = '{"type":"final","text":"' + "z" * 40 + '"}'
+    provider = provider_factory(Scenario.replies(reply, reply, chunk_chars=4, chunk_delay=0.05))
+    limits = ClientLimits(read_timeout=5, total_timeout=0.5)
+
+    async def hold_past_the_deadline() -> tuple[bool, str]:
+        async with client_for(provider, limits=limits) as client:
+            pieces = client.stream_chat(HELLO)
+            await anext(pieces)
+            await asyncio.sleep(0.8)  # past the deadline, holding the first piece
+            held = True  # reached: nothing was cancelled in here
+            with pytest.raises(ModelUnavailable) as caught:
+                await anext(pieces)
+            await pieces.aclose()
+            return held, caught.value.message
+
+    assert asyncio.run(hold_past_the_deadline()) == (True, "no complete reply within 0.5 s")
+
+    async def cancelled_while_reading() -> BaseException | None:
+        async with client_for(provider, limits=ClientLimits(read_timeout=5,
+                                                           total_timeout=30)) as client:
+            task = asyncio.create_task(_drain(client))
+            await asyncio.sleep(0.3)  # it is waiting for the next piece
+            task.cancel()
+            try:
+                await task
+            except BaseException as exc:  # what the consumer saw
+                return exc
+            return None
+
+    assert isinstance(asyncio.run(cancelled_while_reading()), asyncio.CancelledError)
