@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
@@ -568,6 +568,9 @@ def test_a_reference_named_in_the_request_is_read_first(ids: list[str], names: l
 
     pick %= len(ids)
     names[pick] = "Field plan 2026"
+    # noise that names a file ("00.A") asks for that file too: then a read of it is rightly
+    # on offer beside the note's (the requested rule), which is not what this test is about
+    assume(not re.search(CATALOG["files.read"].traits.requested["file"], noise))
     query = f"{noise} Read the note called field plan 2026, please."
     seen = Observations(query=query).observe("workspace.list_objects", {},
                                              _listing(ids, names), CATALOG)
