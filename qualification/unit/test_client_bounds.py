@@ -19,13 +19,14 @@ import pytest
 import respx
 
 from labfy_ref import __version__
-from labfy_ref.errors import ModelUnavailable, ProtocolRefused
+from labfy_ref.errors import ModelUnavailable, ProtocolRefused, RuntimeRefused
 from labfy_ref.model import ClientLimits, LocalModelClient, parse_endpoint
 from labfy_ref.model.client import (
     MAX_REPORTED_TOKENS,
     Availability,
     ChatReply,
     Sampling,
+    SlotQueue,
     StreamDelta,
 )
 from labfy_ref.protocol.exchange import Usage
@@ -103,11 +104,36 @@ def test_every_status_but_200_is_unavailable_with_its_reason(status: int, messag
 @pytest.mark.req("MC-02")
 def test_identity_encoding_said_aloud_is_accepted_any_other_refused() -> None:
     body = {"choices": [{"message": {"content": "x"}}]}
+    # names sorting before "identity" and after it: any name but identity is refused
+    refused = ("br", "snappy", "x-gzip")
     respx.post(CHAT).mock(side_effect=[
         httpx.Response(200, json=body, headers={"Content-Encoding": "identity"}),
-        httpx.Response(200, content=b"{}", headers={"Content-Encoding": "br"})])
+        *(httpx.Response(200, content=b"{}", headers={"Content-Encoding": name})
+          for name in refused)])
     assert _run(_chat).content == "x"
-    assert _unavailable(_chat) == "provider used a content-encoding; only identity is accepted"
+    for _ in refused:
+        assert _unavailable(_chat) == \
+            "provider used a content-encoding; only identity is accepted"
+
+
+@pytest.mark.req("MC-05")
+def test_a_queue_of_no_waiting_places_is_a_queue_a_negative_one_is_refused() -> None:
+    """``max_waiting=0``: every call beyond the slots is MODEL_BUSY at once (allowed);
+    fewer than one slot or a negative queue is a mistake of the caller."""
+    assert SlotQueue(1, max_waiting=0).max_waiting == 0
+    for slots, waiting in ((1, -1), (0, 0), (0, 4)):
+        with pytest.raises(ValueError, match="at least one slot"):
+            SlotQueue(slots, max_waiting=waiting)
+
+    async def busy_at_once() -> str:
+        queue = SlotQueue(1, max_waiting=0)
+        async with queue.slot():
+            with pytest.raises(RuntimeRefused) as caught:
+                async with queue.slot():
+                    pass
+            return caught.value.code.value
+
+    assert asyncio.run(busy_at_once()) == "MODEL_BUSY"
 
 
 @respx.mock
