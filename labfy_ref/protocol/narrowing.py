@@ -1119,11 +1119,11 @@ def _admitted(schema: Mapping[str, Any], values: Iterable[str]) -> list[str]:
 
 @functools.cache
 def _admits(schema_text: str) -> Callable[[str], bool]:
-    """Does the schema (its canonical text) admit a value? Each value is judged once: a
-    turn offers the same references round after round (a bounded memory per schema)."""
+    """Does the schema (its canonical text) admit a value? Each value is judged once while
+    recent: a turn offers the same references round after round (512 kept per schema)."""
     validator = Draft202012Validator(json.loads(schema_text))
 
-    @functools.lru_cache(maxsize=4096)
+    @functools.lru_cache(maxsize=512)
     def admits(value: str) -> bool:
         return not has_surrogate(value) and validator.is_valid(value)
 
@@ -1177,10 +1177,10 @@ def _literal_bytes(value: Any) -> int:
                len(json.dumps(value, ensure_ascii=False).encode("utf-8")))
 
 
-_KEPT_LITERAL = 512  # the longest string whose size is kept (8,192 of them at most)
+_KEPT_LITERAL = 128  # the longest string whose size is kept (1,024 of them at most)
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=1024)
 def _string_bytes(value: str) -> int:
     return max(len(json.dumps(value)),
                len(json.dumps(value, ensure_ascii=False).encode("utf-8")))

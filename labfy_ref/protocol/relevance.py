@@ -16,9 +16,10 @@ than to "Plot 9".
 Documents are scored against each other only (the collection is the
 references the turn knows), so the figure needs no corpus and no language.
 
-A turn scores the same labels against the same message every round, so each
-text's trigram bag is computed once and kept (a bounded LRU of immutable
-bags): the score is the same, the round no longer recounts every label.
+A turn ranks the same labels against the same message round after round, so
+the scores of the last few (message, documents) are kept: a small LRU of
+collections of bounded size, released as new turns pass (the score is the same,
+the round no longer recounts every label).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 
 #: A word: a run of letters (``\w`` without digits or ``_``), in any script.
 WORD = re.compile(r"[^\W\d_]+")
@@ -39,48 +39,31 @@ K1 = 1.2
 B = 0.75
 
 
-#: How many texts' bags are kept (a turn's labels and message, several turns over), and
-#: the longest text kept: at most ``BAGS_KEPT * KEPT_CHARS`` characters stay in memory.
-BAGS_KEPT = 4096
-KEPT_CHARS = 2048
-
-
 def grams(text: str) -> Counter[str]:
     """The character trigrams of ``text``'s words (casefolded, space-padded), and each
     number whole (``#4``: "plot 4" meets "Plot 4, 14 May", never "14")."""
-    return Counter(_bag(text)[0])
-
-
-def _bag(text: str) -> tuple[Mapping[str, int], int]:
-    """``text``'s trigram counts (read-only: the bag is shared) and their total."""
-    return _kept_bag(text) if len(text) <= KEPT_CHARS else _counted(text)
-
-
-def _counted(text: str) -> tuple[Mapping[str, int], int]:
     folded = text.casefold()
     counts: Counter[str] = Counter()
     for word in WORD.findall(folded):
         padded = f" {word} "
         counts.update(padded[i:i + 3] for i in range(len(padded) - 2))
     counts.update(f"#{number}" for number in NUMBER.findall(folded))
-    return MappingProxyType(dict(counts)), sum(counts.values())
-
-
-_kept_bag = functools.lru_cache(maxsize=BAGS_KEPT)(_counted)
+    return counts
 
 
 def scores(query: str, documents: Mapping[str, str]) -> dict[str, float]:
     """BM25 of each document (key -> text) against ``query``; 0 when nothing is shared."""
     items = tuple(documents.items())
-    if len(query) > KEPT_CHARS or sum(len(text) for _, text in items) > KEPT_DOCUMENT_CHARS:
+    if len(query) + sum(len(text) for _, text in items) > KEPT_CHARS:
         return _scored(query, items)
     return dict(_kept_scores(query, items))
 
 
 def _scored(query: str, items: tuple[tuple[str, str], ...]) -> dict[str, float]:
     documents = dict(items)
-    wanted = _bag(query)[0]
-    bags = {key: _bag(text) for key, text in documents.items()}
+    wanted = grams(query)
+    bags = {key: (bag, sum(bag.values())) for key, bag in
+            ((key, grams(text)) for key, text in documents.items())}
     if not wanted or not bags:
         return dict.fromkeys(documents, 0.0)
     count = len(bags)
@@ -103,10 +86,11 @@ def _scored(query: str, items: tuple[tuple[str, str], ...]) -> dict[str, float]:
 
 
 #: A turn ranks the same references against the same message round after round: the
-#: scores of the last few (message, documents) are kept, for collections of at most
-#: ``KEPT_DOCUMENT_CHARS`` characters (so at most ``SCORES_KEPT *`` that stay in memory).
-SCORES_KEPT = 256
-KEPT_DOCUMENT_CHARS = 32_768
+#: scores of the last few (message, documents) are kept, for a message and documents of
+#: at most ``KEPT_CHARS`` characters together (so at most ``SCORES_KEPT * KEPT_CHARS``
+#: characters, and their scores, stay in memory).
+SCORES_KEPT = 32
+KEPT_CHARS = 16_384
 _kept_scores = functools.lru_cache(maxsize=SCORES_KEPT)(_scored)
 
 
