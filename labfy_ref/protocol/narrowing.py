@@ -1172,15 +1172,14 @@ def max_json_bytes(schema: Mapping[str, Any]) -> int:
 def _literal_bytes(value: Any) -> int:
     """The longer of a value's JSON spellings (escaped ASCII, or raw UTF-8)."""
     if isinstance(value, str) and len(value) <= _KEPT_LITERAL:
-        return _string_bytes(value)  # enum values: the same references every round
+        return _kept_string_bytes(value)  # enum values: the same references every round
+    return _spelled_bytes(value)
+
+
+def _spelled_bytes(value: Any) -> int:
     return max(len(json.dumps(value)),
                len(json.dumps(value, ensure_ascii=False).encode("utf-8")))
 
 
 _KEPT_LITERAL = 128  # the longest string whose size is kept (1,024 of them at most)
-
-
-@functools.lru_cache(maxsize=1024)
-def _string_bytes(value: str) -> int:
-    return max(len(json.dumps(value)),
-               len(json.dumps(value, ensure_ascii=False).encode("utf-8")))
+_kept_string_bytes = functools.lru_cache(maxsize=1024)(_spelled_bytes)

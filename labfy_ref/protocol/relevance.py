@@ -62,8 +62,7 @@ def scores(query: str, documents: Mapping[str, str]) -> dict[str, float]:
 def _scored(query: str, items: tuple[tuple[str, str], ...]) -> dict[str, float]:
     documents = dict(items)
     wanted = grams(query)
-    bags = {key: (bag, sum(bag.values())) for key, bag in
-            ((key, grams(text)) for key, text in documents.items())}
+    bags = {key: _sized(grams(text)) for key, text in documents.items()}
     if not wanted or not bags:
         return dict.fromkeys(documents, 0.0)
     count = len(bags)
@@ -83,6 +82,11 @@ def _scored(query: str, items: tuple[tuple[str, str], ...]) -> dict[str, float]:
                 total += weight * tf * (K1 + 1) / (tf + norm)
         result[key] = total
     return result
+
+
+def _sized(bag: Counter[str]) -> tuple[Counter[str], int]:
+    """A bag and its number of trigrams (BM25's document length)."""
+    return bag, sum(bag.values())
 
 
 #: A turn ranks the same references against the same message round after round: the

@@ -127,31 +127,29 @@ def answer(nonce: str) -> str:
 @contextlib.contextmanager
 def fake_provider(workdir: Path) -> Iterator[str]:
     """The fake provider in its own process, one final answer per conversation; its URL."""
-    child = Child([sys.executable, "-m", "fake_provider", "--scenario",
-                   str(_scenario(workdir, 0.0, 0)), "--port", "0"], workdir, "fake-work")
+    scenario = workdir / "fake-work.json"
+    scenario.write_text(json.dumps(_scenario(0.0, 0)), "utf-8")
+    child = Child([sys.executable, "-m", "fake_provider", "--scenario", str(scenario),
+                   "--port", "0"], workdir, "fake-work")
     try:
         yield str(child.wait_ready()["url"]).rstrip("/")
     finally:
         child.stop()
 
 
-def _scenario(workdir: Path, latency: float, slots: int) -> Path:
+def _scenario(latency: float, slots: int) -> dict[str, Any]:
     """One final answer per conversation after ``latency`` seconds, ``slots`` at once (0:
     any number)."""
-    scenario = workdir / f"fake-work-{latency:g}-{slots}.json"
     final = json.dumps({"type": "final", "text": answer("{nonce}")})
-    scenario.write_text(json.dumps({"name": "work-bench", "models": [FAKE_MODEL],
-                                    "answers": [], "slots": slots, "keyed": {
-                                        _KEY: [{"content": final, "delay": latency}]}}),
-                        "utf-8")
-    return scenario
+    return {"name": "work-bench", "models": [FAKE_MODEL], "answers": [], "slots": slots,
+            "keyed": {_KEY: [{"content": final, "delay": latency}]}}
 
 
-def _script(fake_url: str, latency: float, slots: int, workdir: Path) -> None:
+def _script(fake_url: str, latency: float, slots: int) -> None:
     """Serve the scenario of ``latency`` and ``slots`` from now (and rewind it)."""
-    document = json.loads(_scenario(workdir, latency, slots).read_text("utf-8"))
     with httpx.Client(base_url=fake_url, trust_env=False, timeout=30) as client:
-        assert client.post("/_fake/scenario", json=document).status_code == 200
+        assert client.post("/_fake/scenario",
+                           json=_scenario(latency, slots)).status_code == 200
 
 
 def _asked(fake_url: str) -> collections.Counter[str]:
@@ -305,7 +303,7 @@ def measure_bound(workdir: Path, fake_url: str, engine: str, url: DatabaseUrl | 
         url = sqlite_url(workspace / "work.sqlite")
     store = WorkStore.open(url, workspace_id=open_workspace(workspace).workspace_id)
     try:
-        _script(fake_url, latency, slots, workdir)
+        _script(fake_url, latency, slots)
         _asked(fake_url)  # a clean request log
         running = _start_workers(workspace, url, fake_url, workers, workdir, label)
         logs = [workdir / f"work-{label}-{index}.log" for index in range(workers)]
@@ -441,7 +439,7 @@ def run(workdir: Path, *, quick: bool, tasks: int | None = None,
             with cluster.database() as url:
                 ours = measure(workdir, fake_url, "postgresql", url, workers=WORKERS,
                                tasks=count)
-                _script(fake_url, 0.0, 0, workdir)
+                _script(fake_url, 0.0, 0)
                 bound = bound_rows(workdir, fake_url, url, None, quick=quick,
                                    runs_per_worker=runs_per_worker)
         finally:
