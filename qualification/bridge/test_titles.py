@@ -10,6 +10,7 @@ preview`` makes no call.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 from fake_provider import Answer, FakeProvider, Scenario
 from labfy_ref.bridge.titles import TITLE_MAX_TOKENS, TITLE_PROMPT, clean_title
+from labfy_ref.host import default_composition
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
 from qualification.harness import ApiClient, LiveServer, TurnReader, wait_until
 
@@ -139,6 +141,56 @@ def test_preview_titles_and_the_demo_agent_make_no_title_call(
     session_id = _session(demo)
     TurnReader(demo, session_id, "What is in this workspace?").join()
     assert _title(demo, session_id) == "What is in this workspace?", "no model to ask"
+
+
+def _titles_row(tmp_path: Path, value: str) -> Path:
+    """The default composition plus, first, a row publishing ``session_titles: value``."""
+    path = tmp_path / "composition.yaml"
+    rows = [{"id": r.id, "plugin": r.plugin, "config": r.config}
+            for r in default_composition().rows]
+    rows.insert(0, {"id": "titles", "plugin": "qualification.host.plugins_for_tests:SessionTitles",
+                    "config": {"value": value}})
+    path.write_text(json.dumps({"rows": rows}))  # JSON is YAML
+    return path
+
+
+def _title_asks_settled(server: LiveServer) -> None:
+    """On the server's loop, wait for every title ask the engine started (none: at once),
+    so a call it made is in the provider's log before the test reads it."""
+    async def settle() -> None:
+        asks = [t for t in asyncio.all_tasks() if t.get_name().startswith("title ")]
+        await asyncio.gather(*asks, return_exceptions=True)
+
+    server.on_loop(settle)
+
+
+@pytest.mark.req("HO-01", "BR-18")
+@pytest.mark.parametrize(("served", "row", "asked"), [
+    ("model", None, True),  # the server's own service says model
+    ("preview", None, False),
+    ("preview", "model", True),  # a row's service is the one the engine row reads
+    ("model", "disabled", False),  # anything but "model" is the preview
+    ("model", "preview", False),
+])
+def test_the_engine_row_asks_the_model_for_titles_only_when_its_service_says_model(
+        specimen: Path, tmp_path: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory, served: str, row: str | None, asked: bool) -> None:
+    """The engine row takes ``session_titles`` from the host by name (an optional service
+    the server seeds, which a composition row may publish instead): exactly ``model``
+    titles a session by its model; any other value keeps the local preview, no call."""
+    provider = provider_factory(Scenario("titled", (FINAL,), when_exhausted="repeat_last",
+                                         direct=(Answer(content="Hedge bees"),)))
+    composition = {"composition": str(_titles_row(tmp_path, row))} if row else {}
+    server = server_factory(specimen, bridge=True, session_titles=served, **composition,
+                            **local_agent(provider.base_url))
+    client = server.client()
+    session_id = _session(client)
+    assert TurnReader(client, session_id, FIRST).join()[-1]["reason"] == "completed"
+    if asked:
+        wait_until(lambda: _title(client, session_id) == "Hedge bees", timeout=15)
+    _title_asks_settled(server)
+    assert len(_direct(provider)) == (1 if asked else 0)
+    assert _title(client, session_id) == ("Hedge bees" if asked else FIRST[:80])
 
 
 @pytest.mark.req("BR-18", "BR-15")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from labfy_ref.errors import RuntimeRefused
 from labfy_ref.gateway import TRUST, AgentGateway, CallContext
 from labfy_ref.modes import PermissionMode
 from labfy_ref.protocol import action_schema
-from labfy_ref.tools import default_catalog
+from labfy_ref.tools import ToolCatalog, default_catalog
 from labfy_ref.workspace import open_workspace
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
 from qualification.harness import TERMINAL
@@ -146,3 +147,84 @@ def test_a_grant_of_another_workspace_cannot_be_revoked_from_this_one(specimen: 
         assert gateway.grants.revoke(ours.grant_id).revoked_at is not None
     finally:
         store.close()
+
+
+def _with_traits(tool_id: str, **traits: Any) -> ToolCatalog:
+    """The default catalog with ``tool_id``'s traits changed (a catalog another product
+    could ship: the gateway reads traits, never tool ids)."""
+    return ToolCatalog([
+        dataclasses.replace(spec, traits=dataclasses.replace(spec.traits, **traits))
+        if spec.tool_id == tool_id else spec for spec in default_catalog().values()])
+
+
+@pytest.mark.req("GW-02")
+def test_a_tool_no_service_implements_is_published_unavailable_with_its_reason(
+        specimen: Path) -> None:
+    """A catalog entry whose ``service`` trait names no service method is listed with
+    ``available: false`` and the reason, and a call to it is refused TOOL_UNAVAILABLE."""
+    workspace = open_workspace(specimen)
+    catalog = _with_traits("workspace.list_objects", service="objects.no_such_method")
+    gateway = AgentGateway(workspace, workspace.open_store(), catalog)
+    described = {entry["tool_id"]: entry for entry in gateway.describe_tools()}
+    orphan = described["workspace.list_objects"]
+    assert orphan["available"] is False
+    assert orphan["unavailable_reason"] == "no service implements this tool"
+    served = described["workspace.read_object"]
+    assert served["available"] is True and "unavailable_reason" not in served
+    assert "workspace.list_objects" not in gateway.offerable(READ_ONLY, approvals=True)
+    outcome = gateway.call("workspace.list_objects", {}, READ_ONLY)
+    assert (outcome.status, outcome.error_code) == ("refused", "TOOL_UNAVAILABLE")
+
+
+@pytest.mark.req("GW-01")
+def test_an_unknown_tool_id_is_named_in_the_refusal_up_to_64_characters(
+        gateway: AgentGateway) -> None:
+    """The refusal names the tool id the model sent, cut to exactly its first 64
+    characters (a longer id is not echoed back whole)."""
+    for tool_id in ("nope.tool", "t" * 63 + "X", "t" * 64 + "XYZ", "a" * 500):
+        outcome = gateway.call(tool_id, {}, READ_ONLY)
+        assert (outcome.status, outcome.error_code) == ("refused", "TOOL_UNAVAILABLE")
+        assert outcome.result["data"]["error"]["message"] == \
+            f"{tool_id[:64]} is not an available tool"
+    shown = gateway.call("t" * 64 + "XYZ", {}, READ_ONLY).result["data"]["error"]["message"]
+    assert shown == "t" * 64 + " is not an available tool", "the 65th character is cut"
+    assert gateway.log[-1] == ("t" * 64 + "XYZ", "refused"), "the refusal went through the log"
+
+
+@pytest.mark.req("GW-01", "BR-11")
+@pytest.mark.parametrize("mode", list(PermissionMode))
+def test_unknown_object_refs_are_refused_naming_the_first_in_every_session_mode(
+        gateway: AgentGateway, mode: PermissionMode) -> None:
+    """Whatever the session's mode, the gateway checks cited references before the
+    service runs: the refusal names the first unknown id the call cites (one or several),
+    and nothing is made."""
+    context = CallContext(mode)
+    listed = gateway.call("workspace.list_objects", {}, context).result["data"]["objects"]
+    known = listed[0]["object_id"]
+    first, second = "obj_" + "0" * 26, "obj_" + "1" * 26
+    for refs, named in (([known, first], first), ([first, known, second], first),
+                        ([second, first], second)):
+        outcome = gateway.call("research.prepare", {"topic": "t", "questions": ["q"],
+                                                    "object_refs": refs}, context)
+        assert (outcome.status, outcome.error_code) == ("refused", "OBJECT_NOT_FOUND")
+        assert outcome.result["data"]["error"]["message"] == \
+            f"unknown object_id {named}: copy ids exactly from earlier results"
+    assert ("research.prepare", "ok") not in gateway.log, "no campaign was prepared"
+
+
+@pytest.mark.req("GW-04")
+@pytest.mark.parametrize("before", [{"topic": "title"}, {"campaign_id": "object"}],
+                         ids=["another-kind-given", "an-object-argument-absent"])
+def test_every_object_argument_is_checked_whatever_the_traits_list_before_it(
+        specimen: Path, before: dict[str, str]) -> None:
+    """A tool's ``consumes`` trait may list other arguments before its object references
+    (of another kind, or absent from the call): the references are still checked and an
+    invented id is refused OBJECT_NOT_FOUND."""
+    workspace = open_workspace(specimen)
+    catalog = _with_traits("research.prepare", consumes={**before, "object_refs": "object"})
+    gateway = AgentGateway(workspace, workspace.open_store(), catalog)
+    invented = "obj_" + "0" * 26
+    outcome = gateway.call("research.prepare", {"topic": "Ivy bees", "questions": ["When?"],
+                                                "object_refs": [invented]}, READ_ONLY)
+    assert (outcome.status, outcome.error_code) == ("refused", "OBJECT_NOT_FOUND")
+    assert invented in outcome.result["data"]["error"]["message"]

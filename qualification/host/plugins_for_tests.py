@@ -94,3 +94,13 @@ class BadUndo(Base):
             raise OSError("undo failed")
 
         context.scope.defer(fail, "failing undo")
+
+
+class SessionTitles(Base):
+    """Publishes ``session_titles`` as its row's ``config.value``: a row's service in place
+    of the one the server seeds (the engine row reads whichever the host holds)."""
+
+    provides = ("session_titles",)
+
+    async def activate(self, context: PluginContext) -> None:
+        context.provide("session_titles", context.config["value"])

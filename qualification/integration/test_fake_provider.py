@@ -360,3 +360,107 @@ def test_slots_that_are_not_a_count_are_a_bad_scenario(value: object) -> None:
         Scenario.from_json({"answers": [], "slots": value})
     assert Scenario.from_json({"answers": []}).slots == 0
     assert Scenario.from_json({"answers": [], "slots": 1024}).slots == 1024
+
+
+@pytest.mark.req("FP-01")
+def test_health_answers_llama_servers_loading_error_then_ok(
+        provider_factory: ProviderFactory) -> None:
+    """While the model loads, ``/health`` answers as llama-server does: 503 with an
+    OpenAI-shaped error whose code is the status; then 200 ``{"status": "ok"}``."""
+    provider = provider_factory(Scenario(name="loading", answers=(), loading_health_checks=1))
+    with httpx.Client(trust_env=False, base_url=provider.base_url) as http:
+        loading = http.get("/health")
+        ready = http.get("/health")
+    assert loading.status_code == 503
+    assert loading.json() == {"error": {"code": 503, "message": "Loading model",
+                                        "type": "unavailable_error"}}
+    assert (ready.status_code, ready.json()) == (200, {"status": "ok"})
+
+
+@pytest.mark.req("FP-01")
+@pytest.mark.parametrize("path", ["/v1/nothing", "/v1/models/extra", "/v1/modelsx", "/v2",
+                                  "/x", "/"])
+def test_only_the_exact_models_path_lists_models_other_paths_are_404(
+        provider_factory: ProviderFactory, path: str) -> None:
+    """``GET /v1/models`` lists the scenario's models; any other path, even one that shares
+    its beginning or sorts after it, is llama-server's 404 error."""
+    provider = provider_factory(Scenario(name="models", answers=(), models=("a", "b")))
+    with httpx.Client(trust_env=False, base_url=provider.base_url) as http:
+        listed = http.get("/v1/models")
+        other = http.get(path)
+    assert listed.status_code == 200
+    assert [m["id"] for m in listed.json()["data"]] == ["a", "b"]
+    assert other.status_code == 404
+    assert other.json() == {"error": {"code": 404, "message": "File Not Found"}}
+
+
+@pytest.mark.req("FP-01")
+def test_an_oversize_plain_answer_is_a_whole_completion_padded_to_the_size(
+        provider_factory: ProviderFactory) -> None:
+    """``oversize_bytes`` pads a plain completion with a ``padding`` field of that many
+    characters: the body is at least that large and still one valid completion."""
+    size = 100_000
+    provider = provider_factory(Scenario.replies("big", oversize_bytes=size))
+    with httpx.Client(trust_env=False, base_url=provider.base_url) as http:
+        answer = _chat(http, "hi")
+    assert answer.status_code == 200
+    assert len(answer.content) >= size
+    document = answer.json()
+    assert document["padding"] == "x" * size
+    assert document["choices"][0]["message"]["content"] == "big"
+
+
+@pytest.mark.req("FP-01")
+def test_an_oversize_stream_is_padded_with_comment_lines_and_still_ends_with_done(
+        provider_factory: ProviderFactory) -> None:
+    """A streamed ``oversize_bytes`` answer pads with SSE comment lines (``: x…``, 16 KiB of
+    filler each) until the stream is that large, then ends with ``data: [DONE]``; the
+    official client skips the comments and reads the content."""
+    size = 40_000
+    provider = provider_factory(Scenario(name="oversize", answers=(
+        Answer(content="streamed", oversize_bytes=size),) * 2))
+    request = {"model": "fake-model", "stream": True,
+               "messages": [{"role": "user", "content": "hi"}]}
+    with (httpx.Client(trust_env=False, base_url=provider.base_url) as http,
+          http.stream("POST", "/v1/chat/completions", json=request) as response):
+        body = b"".join(response.iter_bytes())
+    assert response.status_code == 200
+    assert len(body) >= size
+    lines = body.split(b"\n")
+    comments = [line for line in lines if line.startswith(b":")]
+    assert comments and all(line == b": " + b"x" * 16384 for line in comments)
+    assert body.endswith(b"data: [DONE]\n\n")
+    client = _openai_client(provider.base_url)
+    stream = client.chat.completions.create(model="fake-model", stream=True,
+                                            messages=[{"role": "user", "content": "hi"}])
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text == "streamed"
+    client.close()
+
+
+@pytest.mark.req("FP-02", "QR-03")
+def test_each_keyed_conversation_walks_its_own_script_over_http(
+        provider_factory: ProviderFactory) -> None:
+    """Over HTTP, every (key, nonce) conversation starts at the first answer of its script
+    and moves one answer per request, whatever other conversations do in between."""
+    provider = provider_factory(Scenario.from_json({
+        "answers": [{"content": "plain"}],
+        "keyed": {"alpha": [{"content": "first {nonce}"}, {"content": "second {nonce}"}],
+                  "beta": [{"content": "other {nonce}"}]}}))
+    with httpx.Client(trust_env=False, base_url=provider.base_url) as http:
+        said = [_chat(http, marker).json()["choices"][0]["message"]["content"]
+                for marker in ("[[kit:alpha:N1]]", "[[kit:beta:N2]]", "[[kit:alpha:N3]]",
+                               "[[kit:alpha:N1]]")]
+    assert said == ["first N1", "other N2", "first N3", "second N1"]
+
+
+@pytest.mark.req("FP-02")
+def test_always_answers_every_request_alike_and_reports_each_usage(
+        provider_factory: ProviderFactory) -> None:
+    """``Scenario.always`` repeats its one answer; ``reported`` lists, oldest first, the
+    usage each completion carried."""
+    provider = provider_factory(Scenario.always("same again"))
+    with httpx.Client(trust_env=False, base_url=provider.base_url) as http:
+        bodies = [_chat(http, text).json() for text in ("one", "two", "three")]
+    assert [b["choices"][0]["message"]["content"] for b in bodies] == ["same again"] * 3
+    assert provider.reported == [b["usage"] for b in bodies]
