@@ -111,10 +111,15 @@ def test_survivors_run_again_and_everything_else_is_kept() -> None:
         "b": {"verdicts": {"AA-01": "killed"}, "mutation": "m"},
         "c": {"verdicts": {"AA-01": "timeout"}, "mutation": "m"},
         "d": {"verdicts": {"AA-01": "not applied"}},
-        "e": {"verdicts": {"AA-01": "survived"}, "mutation": "m"}}}
+        "e": {"verdicts": {"AA-01": "survived"}, "mutation": "m"},
+        "f": {"verdicts": {"AA-01": "killed", "AA-02": "untested (killed unmutated)"},
+              "mutation": "m"}}}
+    progress["baseline"] = {"AA-02": {"verdict": "killed", "seconds": 1.0}}
     left = without_survivors(progress)
     assert sorted(left["mutants"]) == ["b", "c", "d"]
-    assert left["key"] == ["k", 12] and sorted(progress["mutants"]) == ["a", "b", "c", "d", "e"]
+    assert left["baseline"] == {}, "the unmutated runs are measured again at this tree"
+    assert left["key"] == ["k", 12]
+    assert sorted(progress["mutants"]) == ["a", "b", "c", "d", "e", "f"]
 
 
 @pytest.mark.req("QR-06")

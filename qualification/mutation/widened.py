@@ -176,11 +176,14 @@ def shared_baseline(cache: Path, state: str, req: str, tree: Path,
 
 
 def without_survivors(progress: dict[str, Any]) -> dict[str, Any]:
-    """``progress`` less each mutant some attributed ID's tests let survive, so that it runs
-    again at the tests as they are now; kills, and mutants that apply to nothing, stay."""
+    """``progress`` less each mutant some attributed ID's tests let survive or could not
+    test (they failed unmutated), so that it runs again at the tests as they are now, and
+    less the unmutated runs, measured again at this tree; kills, and mutants that apply to
+    nothing, stay."""
     kept = {job: entry for job, entry in progress["mutants"].items()
-            if "survived" not in entry["verdicts"].values()}
-    return {**progress, "mutants": kept}
+            if all(v in ("killed", "timeout", "not applied")
+                   for v in entry["verdicts"].values())}
+    return {**progress, "baseline": {}, "mutants": kept}
 
 
 def run_module(path: str, *, cap: int = DEFAULT_CAP, fresh: bool = False,
@@ -331,8 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="modules mutated at once")
     parser.add_argument("--fresh", action="store_true", help="discard progress and start over")
     parser.add_argument("--survivors", action="store_true",
-                        help="run each survivor again at the tests as they are now (after "
-                             "adding tests); default modules: every recorded one")
+                        help="run each survivor, and each mutant an ID's tests could not test, "
+                             "again at the tests as they are now (after adding tests); "
+                             "default modules: every recorded one")
     parser.add_argument("--stale", action="store_true",
                         help="only list the modules whose record is missing or stale")
     args = parser.parse_args(argv)
