@@ -316,3 +316,22 @@ def test_a_direct_call_is_bounded_even_when_the_client_names_no_limit(
             "model": DIRECT, "messages": [{"role": "user", "content": "hi"}], **asked})
     assert answer.status_code == 200, answer.text
     assert provider.chat_requests()[-1].json()["max_tokens"] == sent
+
+
+@pytest.mark.req("BR-17")
+@pytest.mark.parametrize("model", ["direct:local:" + "m" * 100, "direct:local:" + "n" * 67,
+                                   "direct:nobody:fake-model"])
+def test_an_unlisted_direct_route_is_refused_naming_it_up_to_80_characters(
+        face: FaceFactory, model: str) -> None:
+    """A direct route no provider lists is UNKNOWN_MODEL; the refusal names the route as
+    sent, cut at 80 characters, and says where the routes are listed; nothing is asked."""
+    server, provider, _ = face(Scenario(name="none", answers=(), direct=(Answer(content="x"),)))
+    with bearer_client(server) as http:
+        answer = http.post("/api/cordis/v1/chat/completions", json={
+            "model": model, "messages": [{"role": "user", "content": "hi"}]})
+    assert answer.status_code == 404, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "UNKNOWN_MODEL"
+    assert error["message"] == (f"no model {model[:80]!r}; "
+                                "GET /api/cordis/v1/models lists them"), error
+    assert provider.chat_requests() == []
