@@ -11,31 +11,42 @@ reads them.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import types
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import respx
 
 from labfy_ref.errors import ConfigRefused
 from labfy_ref.eval.baseline import (
     BASELINES,
+    STEP_TOKENS,
     TEMPLATES,
     TOOL_TEMPLATES,
     BaselineTurn,
     _inputs,
+    _run,
     agent_name,
     smolagents_module,
+    tool_template,
 )
+from labfy_ref.eval.record import EvalEntry, read_record, write_entry
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.gateway.policy import CallContext
 from labfy_ref.modes import PermissionMode
+from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.tools import default_catalog
 from labfy_ref.workspace import init_workspace
 from qualification.eval_cli import eval_refusal
 
 #: The input types smolagents accepts (its AUTHORIZED_TYPES, less the media ones).
 SMOLAGENTS_TYPES = {"string", "boolean", "integer", "number", "array", "object", "any", "null"}
+#: The supervised llama-server the baselines talk to (answered by respx).
+LLAMA = "http://127.0.0.1:43121"
 
 
 @pytest.mark.req("EV-02")
@@ -150,3 +161,131 @@ def test_the_matrix_runs_every_variant_side_by_side() -> None:
     for rule in RULES:
         assert ["--runs", "3", *into, "--ablate", rule] in runs
     assert len(runs) == 2 + len(BASELINES) + len(RULES)
+
+
+@respx.mock
+@pytest.mark.req("EV-02")
+@pytest.mark.parametrize(("own", "shipped"), [
+    ("{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", "chatml-tools.jinja"),
+    ("{{ bos_token }}<start_of_turn>user\n", "gemma-tools.jinja"),
+])
+def test_the_tool_template_follows_the_models_own_chat_format(own: str, shipped: str) -> None:
+    """llama-server's /props is asked (with its key, for at most 30 s) which chat format
+    the model's own template uses; the shipped tool template of that format is used."""
+    props = respx.get(f"{LLAMA}/props").mock(return_value=httpx.Response(
+        200, json={"chat_template": own}))
+    path = asyncio.run(tool_template(LLAMA, "k3y"))
+    assert path == TEMPLATES / shipped and path.is_file()
+    request = props.calls.last.request
+    assert request.headers["Authorization"] == "Bearer k3y"
+    assert request.extensions["timeout"] == httpx.Timeout(30).as_dict()
+
+
+@respx.mock
+@pytest.mark.req("EV-02")
+@pytest.mark.parametrize("answer", [
+    httpx.Response(200, json={"chat_template": "{{ '[INST]' }}"}), httpx.Response(200, json={}),
+    httpx.Response(503, json={"chat_template": "<|im_start|>"}),
+])
+def test_a_model_of_another_chat_format_gets_no_guessed_tool_template(
+        answer: httpx.Response) -> None:
+    respx.get(f"{LLAMA}/props").mock(return_value=answer)
+    with pytest.raises(ConfigRefused, match="no tool template is shipped for it"):
+        asyncio.run(tool_template(LLAMA, "k3y"))
+
+
+class _FakeSmolagents:
+    """What :func:`labfy_ref.eval.baseline._run` uses of smolagents, recorded."""
+
+    class Tool:
+        pass
+
+    def __init__(self, answer: Any, steps: list[Any]) -> None:
+        self.models: list[dict[str, Any]] = []
+        self.agents: list[dict[str, Any]] = []
+        fake = self
+
+        def model(**kwargs: Any) -> Any:
+            fake.models.append(kwargs)
+            return "the model"
+
+        class Agent:
+            def __init__(self, **kwargs: Any) -> None:
+                fake.agents.append(kwargs)
+                self.memory = types.SimpleNamespace(steps=steps)
+
+            def run(self, message: str) -> Any:
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+
+        self.OpenAIServerModel = model
+        self.ToolCallingAgent = self.CodeAgent = Agent
+
+
+def _baseline_run(fake: _FakeSmolagents, baseline: str = "smolagents") -> BaselineTurn:
+    gateway: Any = types.SimpleNamespace(offerable=lambda context, approvals: [])
+    return _run(fake, baseline, base_url=LLAMA, api_key="k3y", model_id="tiny",
+                gateway=gateway, context=CallContext(PermissionMode.READ_ONLY),
+                message="How many species?", limits=RuntimeLimits(max_rounds=7))
+
+
+def _step(total: int | None) -> Any:
+    usage = None if total is None else types.SimpleNamespace(total_tokens=total)
+    return types.SimpleNamespace(token_usage=usage)
+
+
+@pytest.mark.req("EV-02")
+def test_the_framework_runs_on_our_llama_server_with_our_sampling_and_step_limit() -> None:
+    """Same server, same greedy sampling, no hidden retry of a failed model call (a retry
+    would run a step twice behind the step limit), the runtime's round budget as steps."""
+    fake = _FakeSmolagents("Forty-one species.", [_step(40), _step(None), object(), _step(2)])
+    turn = _baseline_run(fake)
+    assert fake.models == [{"model_id": "tiny", "api_base": f"{LLAMA}/v1", "api_key": "k3y",
+                            "client_kwargs": {"timeout": 600.0, "max_retries": 0},
+                            "temperature": 0.0, "max_tokens": STEP_TOKENS}]
+    assert fake.agents == [{"tools": [], "model": "the model", "max_steps": 7,
+                            "verbosity_level": 0}]
+    assert turn.as_turn() == {"tool_calls": [], "final_text": "Forty-one species.",
+                              "state": "COMPLETED", "rounds": 3, "_tokens": 42}
+    assert turn.error is None
+    assert _baseline_run(_FakeSmolagents(None, [])).final_text == "", "no answer: no text"
+
+
+@pytest.mark.req("EV-02")
+def test_a_framework_failure_is_the_turns_outcome_with_its_first_200_characters() -> None:
+    why = "the model said nothing a tool call could be read from. " * 10
+    turn = _baseline_run(_FakeSmolagents(RuntimeError(why), [_step(9)]), "smolagents-code")
+    assert turn.state == "FAILED" and (turn.rounds, turn.tokens) == (1, 9)
+    assert turn.error == f"RuntimeError: {why[:200]}"
+    assert len(turn.error) == len("RuntimeError: ") + 200
+
+
+def _baseline_entry(agent: str, sha: str = "a" * 64, passed: bool = True) -> EvalEntry:
+    entry = EvalEntry.begin(agent=agent, ablate=None, runs=1,
+                            model={"file": "m.gguf", "bytes": 1, "sha256": sha},
+                            settings={"conclude_after": 4})
+    entry.tasks.append({"task": "t", "kind": "k", "run": 1, "passed": passed, "reasons": [],
+                        "state": "COMPLETED", "rounds": 2, "tool_calls": [],
+                        "final_text": "x", "tokens": 10, "wall_ms": 1.0})
+    entry.finish()
+    return entry
+
+
+@pytest.mark.req("EV-02")
+def test_the_baselines_sit_side_by_side_with_labfy_ref_in_one_record(tmp_path: Path) -> None:
+    """Each agent on a model is one entry of the one record: a baseline run adds its entry
+    beside labfy-ref's (and the control's), and a rerun of it replaces only its own."""
+    directory = tmp_path / "report"
+    assert write_entry(directory, _baseline_entry("labfy-ref")) == directory / "eval-record.json"
+    for agent in ("smolagents-ToolCallingAgent", "random-control", "smolagents-CodeAgent"):
+        assert write_entry(directory, _baseline_entry(agent)) == directory / "eval-record.json"
+    write_entry(directory, _baseline_entry("smolagents-ToolCallingAgent", passed=False))
+    write_entry(directory, _baseline_entry("smolagents-ToolCallingAgent", sha="b" * 64))
+    record = read_record(directory)
+    assert record is not None
+    seen = sorted((e["model"]["sha256"][0], e["agent"], e["passed"]) for e in record["entries"])
+    assert seen == [("a", "labfy-ref", 1), ("a", "random-control", 1),
+                    ("a", "smolagents-CodeAgent", 1), ("a", "smolagents-ToolCallingAgent", 0),
+                    ("b", "smolagents-ToolCallingAgent", 1)]
+    assert sorted(p.name for p in directory.iterdir()) == ["eval-record.json"]

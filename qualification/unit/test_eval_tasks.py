@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +267,135 @@ def test_the_matrix_resumes_what_was_measured_on_this_agent(tmp_path: Path) -> N
     assert not measured(record, "a" * 64, every[0], "0" * 64), "another agent's sources"
     more = variants(["--matrix", "--runs", "5", "--record", str(tmp_path)])[0]
     assert not measured(record, "a" * 64, more, current), "fewer runs than asked"
+
+
+@pytest.mark.req("EV-01")
+def test_a_tasks_file_of_another_format_version_is_refused(tmp_path: Path) -> None:
+    """Only ``labfy.eval_tasks.v1`` loads: an earlier (or later) version, whole tasks and
+    all, is one CONFIG_INVALID refusal that names the format."""
+    task = {"id": "a", "kind": "k", "message": "m", "expect": {}}
+    for version in ("labfy.eval_tasks.v0", "labfy.eval_tasks.v2", "", "a"):
+        path = tmp_path / "tasks.json"
+        path.write_text(json.dumps({"format": version, "tasks": [task]}), "utf-8")
+        with pytest.raises(ConfigRefused, match=r"format is not labfy\.eval_tasks\.v1") as refused:
+            load_tasks(path)
+        assert refused.value.code.value == "CONFIG_INVALID", version
+    path.write_text(json.dumps({"format": "labfy.eval_tasks.v1", "tasks": [task]}), "utf-8")
+    assert [t.id for t in load_tasks(path)] == ["a"], "the same task in v1 loads"
+
+
+@pytest.mark.req("EV-01")
+def test_what_a_turn_did_is_fixed_once_observed() -> None:
+    """An observation is a value: it cannot be changed after (or while) the judge reads it."""
+    seen = _seen(final_text="Forty-one.")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        seen.final_text = "Something else."  # type: ignore[misc]
+    assert seen.final_text == "Forty-one."
+
+
+@pytest.mark.req("EV-01")
+def test_the_pass_rate_is_passed_over_total_and_zero_when_nothing_ran() -> None:
+    entry = _entry("a" * 64)
+    assert entry.pass_rate == 1.0
+    entry.tasks.append({**entry.tasks[0], "passed": False})
+    entry.tasks.append({**entry.tasks[0], "passed": False})
+    assert (entry.passed, entry.total) == (1, 3)
+    assert entry.pass_rate == pytest.approx(1 / 3)
+    assert entry.as_json()["pass_rate"] == 0.3333
+    empty = EvalEntry.begin(agent="labfy-ref", ablate=None, runs=1,
+                            model={"sha256": "a" * 64}, settings={})
+    assert (empty.total, empty.pass_rate) == (0, 0.0), "nothing ran: nothing passed"
+
+
+@pytest.mark.req("EV-01")
+def test_the_record_names_the_commit_only_when_git_gives_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry says which checkout measured it; outside a checkout (git fails or says
+    nothing) the commit is null, never an error text."""
+    from labfy_ref.eval import record  # noqa: PLC0415
+
+    answers = {"ok": (0, "0123abcd" * 5 + "\n"), "not a checkout": (128, ""),
+               "silent": (0, "  \n")}
+    for what, (code, out) in answers.items():
+        monkeypatch.setattr(subprocess, "run", lambda args, *_, code=code, out=out, **__:
+                            subprocess.CompletedProcess(args, code, out, "fatal: no"))
+        expected = "0123abcd" * 5 if what == "ok" else None
+        assert record._commit() == expected, what
+        if what == "ok":
+            assert _entry("a" * 64).as_json()["commit"] == expected
+
+    def absent(*_: Any, **__: Any) -> Any:
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(subprocess, "run", absent)
+    assert record._commit() is None, "no git at all"
+
+
+class _Scripted(random.Random):
+    """A control's generator whose coin (``random()``) gives the scripted values."""
+
+    def __init__(self, coins: list[float]) -> None:
+        super().__init__("scripted")
+        self.coins = list(coins)
+
+    def random(self) -> float:
+        return self.coins.pop(0)
+
+
+@pytest.mark.req("EV-01")
+def test_the_controls_coin_is_fair_heads_below_one_half() -> None:
+    """Every coin splits [0, 1) in two equal halves: below 0.5 an optional field is
+    present and a boolean true, from 0.5 up absent and false."""
+    from labfy_ref.eval.control import RandomControl  # noqa: PLC0415
+
+    control = RandomControl("coin")
+    optional = {"type": "object", "properties": {"flag": {"const": "x"}}}
+    for coin, present in ((0.0, True), (0.4999, True), (0.5, False), (0.75, False)):
+        control._rng = _Scripted([coin])
+        assert ("flag" in control.draw(optional)) is present, coin
+        control._rng = _Scripted([coin])
+        assert control.draw({"type": "boolean"}) is present, coin
+
+
+@pytest.mark.req("EV-01")
+def test_the_control_draws_booleans_of_both_values_and_bounded_texts() -> None:
+    from labfy_ref.eval.control import RandomControl  # noqa: PLC0415
+    from labfy_ref.protocol.text_shape import PATH_PATTERN  # noqa: PLC0415
+
+    control = RandomControl("draws")
+    flags = [control.draw({"type": "boolean"}) for _ in range(60)]
+    assert all(isinstance(flag, bool) for flag in flags), "a boolean, never a number"
+    assert True in flags and False in flags
+    assert isinstance(control.draw({"type": "integer", "maximum": 3}), int)
+    bounded = {"type": "string", "minLength": 25, "maxLength": 40}
+    texts = [control.draw(bounded) for _ in range(30)]
+    assert all(25 <= len(text) <= 40 for text in texts), texts
+    assert len(set(texts)) > 20 and "no answer" not in texts, "random words, drawn anew"
+    assert all(set(text) <= set("abcdefghijklmnopqrstuvwxyz ") for text in texts)
+    path = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": PATH_PATTERN}
+    paths = [control.draw(path) for _ in range(20)]
+    for drawn in paths:
+        assert drawn.endswith(".txt") and " " not in drawn, "a path for a path's pattern"
+        jsonschema.validate(drawn, path)
+
+
+@pytest.mark.req("EV-01")
+def test_the_control_gives_up_on_an_unfittable_field_after_a_hundred_tries() -> None:
+    """A field no lower-case words can fit costs a bounded search (100 candidates), then
+    the control says "no answer", cut to the field's length."""
+    from labfy_ref.eval.control import RandomControl  # noqa: PLC0415
+
+    class Counting(random.Random):
+        candidates = 0
+
+        def randint(self, a: int, b: int) -> int:
+            if (a, b) == (2, 6):  # the number of words of one candidate
+                self.candidates += 1
+            return super().randint(a, b)
+
+    control = RandomControl("none fit")
+    for pattern, high, said in (("[0-9]+", 80, "no answer"), ("[A-Z]+", 4, "no a")):
+        counting = Counting("none fit")
+        control._rng = counting
+        assert control.draw({"type": "string", "pattern": pattern, "maxLength": high}) == said
+        assert counting.candidates == 100

@@ -7,6 +7,7 @@ with the code its defect predicts, never a driver error.
 
 from __future__ import annotations
 
+import datetime
 import math
 from typing import Any
 
@@ -14,9 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from labfy_ref.clock import iso
 from labfy_ref.errors import ErrorCode, LabfyError
 from labfy_ref.work import State, WorkStore
 from labfy_ref.work.store.fields import MAX_JSON_BYTES, MAX_TEXT_CHARS
+from qualification.work.conftest import Clock
 
 SETTINGS = settings(deadline=None, max_examples=60,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -28,6 +31,11 @@ HOSTILE_TEXT = st.one_of(
     st.builds(lambda a, b: f"{a}\x00{b}", ANY_TEXT, ANY_TEXT),
     st.builds(lambda a, b: f"{a}\ud800{b}", ANY_TEXT, ANY_TEXT),
 )
+#: Largest step, call or cursor: PostgreSQL's ``integer`` (written out here, not imported,
+#: so the bound under test is the column's, whatever the store declares).
+LARGEST_COUNT = 2**31 - 1
+#: Longest lease a worker may take: one day.
+LONGEST_LEASE = 24 * 3600
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | HOSTILE_TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(HOSTILE_TEXT, inner,
@@ -173,3 +181,48 @@ def test_a_value_that_is_not_json_is_refused_naming_the_field(store: WorkStore, 
     with pytest.raises(LabfyError) as caught:
         store.record_reply(claim, 1, {}, value)
     assert (caught.value.code, caught.value.message) == (ErrorCode.VALIDATION_FAILED, message)
+
+
+def refusal(call: Any) -> tuple[ErrorCode, str]:
+    """The code and the message ``call`` is refused with."""
+    with pytest.raises(LabfyError) as caught:
+        call()
+    return caught.value.code, caught.value.message
+
+
+@pytest.mark.req("WK-08")
+def test_step_call_and_cursor_numbers_up_to_the_largest_integer_are_kept_and_one_more_refused(
+        store: WorkStore) -> None:
+    task = store.submit("counts").task
+    claim = store.claim("w", 600)
+    assert claim is not None
+    assert store.record_reply(claim, LARGEST_COUNT, {}, "r").step == LARGEST_COUNT
+    reply = store.get_reply(claim.run_id, LARGEST_COUNT)
+    assert reply is not None and (reply.step, reply.response) == (LARGEST_COUNT, "r")
+    assert refusal(lambda: store.record_reply(claim, LARGEST_COUNT + 1, {}, "r")) == (
+        ErrorCode.VALIDATION_FAILED, "step must be 1-2147483647")
+    effect = store.begin_effect(claim, LARGEST_COUNT, LARGEST_COUNT, "files.write", {})
+    assert (effect.step, effect.call) == (LARGEST_COUNT, LARGEST_COUNT)
+    assert refusal(lambda: store.begin_effect(claim, 1, LARGEST_COUNT + 1, "files.write",
+                                              {})) == (
+        ErrorCode.VALIDATION_FAILED, "call must be 0-2147483647")
+    assert store.list_events(task.id, after=LARGEST_COUNT) == []
+    assert refusal(lambda: store.list_events(task.id, after=LARGEST_COUNT + 1)) == (
+        ErrorCode.VALIDATION_FAILED, "after must be 0-2147483647")
+
+
+@pytest.mark.req("WK-08")
+def test_a_lease_of_a_day_is_taken_and_one_a_moment_longer_is_refused(
+        store: WorkStore, clock: Clock) -> None:
+    store.submit("lease")
+    too_long = "lease_seconds must be more than 0 and at most 86400"
+    assert refusal(lambda: store.claim("w", LONGEST_LEASE + 0.001)) == (
+        ErrorCode.VALIDATION_FAILED, too_long)
+    claim = store.claim("w", LONGEST_LEASE)
+    assert claim is not None
+    day = datetime.timedelta(days=1)
+    assert claim.lease_expires_at == iso(clock.now + day)
+    clock.advance(60)
+    assert store.heartbeat(claim, LONGEST_LEASE).lease_expires_at == iso(clock.now + day)
+    assert refusal(lambda: store.heartbeat(claim, LONGEST_LEASE + 0.001)) == (
+        ErrorCode.VALIDATION_FAILED, too_long)
