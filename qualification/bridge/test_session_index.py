@@ -23,11 +23,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labfy_ref.bridge.store.history import SessionState
-from labfy_ref.bridge.store.index import INDEX_NAME, SessionIndex, sort_at
+from labfy_ref.bridge.store.index import (
+    INDEX_NAME,
+    SessionIndex,
+    decode_cursor,
+    encode_cursor,
+    sort_at,
+)
 from labfy_ref.bridge.store.logs import JsonlSessionStore
 from labfy_ref.bridge.store.projection import check_log, project_messages, project_settings
 from labfy_ref.clock import iso, parse_iso, utcnow
-from labfy_ref.errors import RuntimeRefused, SessionInvalid
+from labfy_ref.errors import ErrorCode, RuntimeRefused, SessionInvalid
 from labfy_ref.ids import new_id
 from qualification.conftest import ServerFactory
 from qualification.harness import ApiClient, TurnReader
@@ -189,6 +195,24 @@ def test_a_cursor_of_the_right_shape_holding_text_no_server_gave_is_422_or_a_pag
         assert answered.json()["error"]["code"] == "VALIDATION_FAILED"
     else:  # text SQLite can hold is only a position: a page, maybe empty
         assert answered.status_code == 200, answered.text
+
+
+@pytest.mark.req("BR-15")
+@pytest.mark.parametrize(("chars", "taken"), [(0, True), (1, True), (127, True), (128, True),
+                                               (129, False), (150, False)])
+def test_a_cursor_position_is_taken_up_to_twice_the_sort_width_and_refused_past_it(
+        chars: int, taken: bool) -> None:
+    """A cursor's position (its sort text) is at most twice the index's sort width, 128
+    characters: a position that long is only a place in the order; one longer is no cursor
+    this server gave (422), however well formed."""
+    session = new_id("ses")
+    cursor = encode_cursor(("9" * chars, session))
+    if taken:
+        assert decode_cursor(cursor) == ("9" * chars, session)
+    else:
+        with pytest.raises(RuntimeRefused) as refused:
+            decode_cursor(cursor)
+        assert refused.value.code == ErrorCode.VALIDATION_FAILED
 
 
 @pytest.mark.req("BR-04", "BR-15")
