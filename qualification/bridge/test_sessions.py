@@ -380,6 +380,28 @@ def test_a_header_needs_every_setting_while_a_settings_record_may_change_one() -
             check_log("ses_x", {**header, "settings": partial}, [])
 
 
+@pytest.mark.req("BR-07", "BR-06", "AV-06")
+@pytest.mark.parametrize(("line", "raw", "why"), [
+    (1, b'{"kind":"header",', "is corrupt"), (2, b"[1, 2]", "is not an object"),
+    (4, b"NaN", "is corrupt"), (3, b'{"n": 1e5000000000}x', "is corrupt")])
+def test_a_corrupt_line_is_named_by_its_number_counting_the_header_as_one(
+        root: Path, line: int, raw: bytes, why: str) -> None:
+    """A complete line that is not a JSON object makes the log SESSION_INVALID, and the
+    reason names it by its line number in the file, the header being line 1."""
+    store = JsonlSessionStore(root)
+    sid = new_id("ses")
+    store.create(sid, {"created_at": "t0"})
+    for n in range(4):
+        store.append(sid, {"kind": "message", "n": n})
+    path = root / f"{sid}.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines[line - 1] = raw
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(SessionInvalid) as invalid:
+        store.read(sid)
+    assert str(invalid.value).endswith(f"session {sid}: line {line} {why}"), invalid.value
+
+
 @pytest.mark.req("BR-07")
 def test_an_invalid_record_is_named_by_its_line_in_the_log() -> None:
     header = {"created_at": "2026-01-01T00:00:00Z",
