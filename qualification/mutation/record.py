@@ -127,9 +127,12 @@ def build(results: Mapping[str, Sequence[Mutant]], *, at: str | None = None,
                     "mutation": describe(mutant), "reqs": list(reqs),
                     "justification": f"{verdict}: {reason}" if verdict == EQUIVALENT else None})
         elif scope.path in carried:
+            # the score stands (the source is unchanged); the IDs it backs are those its
+            # test files name today (a test tagged since runs with them and only adds kills)
             score = carried[scope.path]["score"]
-            killed, total, reqs = score["killed"], score["total"], tuple(score["reqs"])
-            module_survivors = [dict(s) for s in carried[scope.path]["survivors"]]
+            killed, total, reqs = score["killed"], score["total"], scope.reqs()
+            module_survivors = [{**s, "reqs": list(reqs)} if "reqs" in s else dict(s)
+                                for s in carried[scope.path]["survivors"]]
         else:
             continue
         # what this score measured: a change to this module makes only these IDs stale
