@@ -139,22 +139,14 @@ class AgentLoop:
         """Run a turn to its ``done`` chunk, whatever happens (cancellation included)."""
         handle = turn.handle
         port = _StreamPort(self, turn)
-        # The newest history that fits half the context budget: a long session never
-        # ends BUDGET_EXHAUSTED for its length alone.
-        window = recent(turn.history, self.limits.max_context_bytes // 2)
-        messages = MessageLog([{"role": "system",
-                                "content": with_context(self.system_prompt, turn.context)}])
-        messages.add(window)  # the window's pieces are reused, never encoded again
-        conversation = Conversation.start(messages)
+        conversation = Conversation.start(self.messages(turn))
         try:
             await turn.flush()  # the user's message is on disk before anything is streamed
             ending = await self.driver.drive(conversation, port,
                                              CallContext(turn.permission_mode))
             await port.finish(ending)
         except asyncio.CancelledError:
-            for approval in turn.approvals.values():
-                if approval.state == "pending":
-                    approval.state = "cancelled"
+            _cancel_pending(turn.approvals)
             await _settle(turn)
             handle.emit("done", reason="cancelled", interrupted=True)
         except LabfyError as exc:  # a refused record (RECORD_TOO_LARGE, SESSION_FULL, ...)
@@ -166,6 +158,23 @@ class AgentLoop:
             _fail(handle, ErrorCode.INTERNAL_ERROR, f"internal error (incident {incident_id})")
         finally:
             conversation.release()
+
+    def messages(self, turn: TurnContext) -> MessageLog:
+        """What the model is sent first: the system prompt with the turn's context, then the
+        newest history that fits half the context budget (a long session never ends
+        BUDGET_EXHAUSTED for its length alone)."""
+        window = recent(turn.history, self.limits.max_context_bytes // 2)
+        messages = MessageLog([{"role": "system",
+                                "content": with_context(self.system_prompt, turn.context)}])
+        messages.add(window)  # the window's pieces are reused, never encoded again
+        return messages
+
+
+def _cancel_pending(approvals: Mapping[str, PendingApproval]) -> None:
+    """A cancelled turn's approvals that still wait are cancelled: a late decision is stale."""
+    for approval in approvals.values():
+        if approval.state == "pending":
+            approval.state = "cancelled"
 
 
 async def _settle(turn: TurnContext) -> None:
