@@ -151,6 +151,21 @@ def test_every_argument_has_help_and_every_option_names_its_default() -> None:
 
 
 @pytest.mark.req("CLI-02")
+def test_every_flag_is_off_until_given() -> None:
+    """An on/off flag (``store_true``) parses as off when it is not given (or, ``--debug``
+    anywhere, as absent): one that were on by default could never be turned off, and
+    giving it would change nothing."""
+    flags = 0
+    for parser in _parsers(build_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._StoreTrueAction):
+                assert action.default in (False, argparse.SUPPRESS), (
+                    parser.prog, action.option_strings)
+                flags += 1
+    assert flags >= 5
+
+
+@pytest.mark.req("CLI-02")
 def test_help_is_written_for_users() -> None:
     for parser in _parsers(build_parser()):
         text = parser.format_help()

@@ -192,6 +192,17 @@ def test_list_pages_tasks_newest_first(run: Any, work_url: DatabaseUrl) -> None:
         run("work", "list", "--limit", wrong, *db).refused("CONFIG_INVALID")
 
 
+@pytest.mark.req("WK-05")
+def test_a_limit_is_read_up_to_a_million_and_the_store_bounds_it_further(
+        run: Any, work_url: DatabaseUrl) -> None:
+    """``--limit`` reads whole numbers up to 1,000,000 (more is no limit the command takes:
+    CONFIG_INVALID); the store then admits 1-200 (VALIDATION_FAILED)."""
+    db = ("--all-workspaces", "--work-db", full_url(work_url))
+    assert run("work", "list", "--limit", "200", *db).json()["tasks"] == []
+    run("work", "list", "--limit", "1000000", *db).refused("VALIDATION_FAILED")
+    run("work", "list", "--limit", "1000001", *db).refused("CONFIG_INVALID")
+
+
 @pytest.mark.req("WK-05", "WK-02")
 def test_cancel_cancels_a_task_once_and_refuses_a_finished_one(
         run: Any, work_url: DatabaseUrl) -> None:
