@@ -222,3 +222,50 @@ def test_a_link_in_a_databases_place_is_refused_and_its_target_untouched(
         workspace.open_store().close()
     assert caught.value.code is ErrorCode.WORKSPACE_INVALID
     assert (_mode(planted), planted.read_bytes()) == (0o644, b"not yours")
+
+
+@pytest.mark.req("WS-02")
+def test_listing_objects_gives_a_hundred_at_most_and_a_match_only_what_it_names(
+        specimen: Path) -> None:
+    """``workspace.list_objects`` lists 100 objects unless asked for another limit; with
+    ``match``, only objects holding a word that starts with one of its words (none when it
+    has no word)."""
+    from labfy_ref.gateway.services import ObjectService  # noqa: PLC0415
+
+    workspace = open_workspace(specimen)
+    store = workspace.open_store()
+    try:
+        for n in range(100):
+            store.add_object("note", f"Tally {n}", f"counted bees, row {n}")
+        service = ObjectService(store)
+        assert len(store.list_objects(limit=1000)) == 112
+        assert len(service.list_objects()["objects"]) == 100
+        assert len(service.list_objects(limit=7)["objects"]) == 7
+        tallies = service.list_objects(match="tall", limit=1000)["objects"]
+        assert len(tallies) == 100 and all(o["title"].startswith("Tally") for o in tallies)
+        for nothing in ("zzyzx-unheard", "!!! ...", ""):
+            assert service.list_objects(match=nothing)["objects"] == [], nothing
+    finally:
+        store.close()
+
+
+@pytest.mark.req("GW-04")
+def test_a_campaign_is_found_by_its_exact_id_in_its_own_workspace_only(specimen: Path) -> None:
+    """A campaign id is looked up as given: this workspace's campaign is found, an altered
+    id or one of another workspace is CAMPAIGN_NOT_FOUND."""
+    from labfy_ref.errors import ToolError  # noqa: PLC0415
+    from labfy_ref.gateway.services import ResearchService  # noqa: PLC0415
+
+    workspace = open_workspace(specimen)
+    store = workspace.open_store()
+    try:
+        service = ResearchService(store, workspace)
+        made = service.prepare("hedgerow bees", ["which bees?"])["campaign_id"]
+        assert service.campaign(made).campaign_id == made
+        other = store.add_campaign("ws_another", "other", ["q?"], []).campaign_id
+        for wrong in (made[:-1] + ("A" if made[-1] != "A" else "B"), made.upper(), other):
+            with pytest.raises(ToolError) as refused:
+                service.campaign(wrong)
+            assert refused.value.code is ErrorCode.CAMPAIGN_NOT_FOUND, wrong
+    finally:
+        store.close()
