@@ -90,6 +90,24 @@ def test_only_json_whitespace_may_surround_an_action(space: str, where: str) -> 
         PARSER.parse(space + text if where == "before" else text + space)
 
 
+@pytest.mark.req("PR-01")
+@pytest.mark.parametrize("document", [
+    {"type": "tool_call", "tool_id": "files.list", "arguments": []},
+    {"type": "tool_call", "tool_id": "files.list", "arguments": "path=notes"},
+    {"type": "tool_call", "tool_id": "files.list", "arguments": None},
+    {"type": "finale", "text": "done"},
+    {"type": "tool_call", "text": "done"},
+    {"type": "Final", "text": "done"},
+])
+def test_an_object_with_an_actions_keys_but_not_its_shape_is_no_action(
+        document: dict[str, Any]) -> None:
+    """The right keys are not enough: a final is ``type: final`` with a text, a tool call
+    carries an arguments object; anything else with those keys is refused."""
+    with pytest.raises(ProtocolRefused) as refused:
+        PARSER.parse(json.dumps(document))
+    assert refused.value.code is ErrorCode.MODEL_PROTOCOL_ERROR
+
+
 def _to_wire(action: ToolCall | Final) -> dict[str, Any]:
     if isinstance(action, Final):
         return {"type": "final", "text": action.text}
