@@ -108,6 +108,24 @@ def test_an_object_with_an_actions_keys_but_not_its_shape_is_no_action(
     assert refused.value.code is ErrorCode.MODEL_PROTOCOL_ERROR
 
 
+@pytest.mark.req("PR-01")
+@pytest.mark.parametrize(("reply", "message"), [
+    ('{"type": "final", "text": "a"}{"type": "final", "text": "b"}',
+     "text after the JSON object"),
+    ('{"type": "final", "text": "a"} then more', "text after the JSON object"),
+    ('{"type": "final", "text": "a"',
+     "not a JSON document: Expecting ',' delimiter at position 29"),
+    ("final: done", "not a JSON document: Expecting value at position 0"),
+])
+def test_a_reply_that_is_not_exactly_one_object_says_what_is_wrong(reply: str,
+                                                                   message: str) -> None:
+    """Two objects, or text after one, is 'text after the JSON object'; a reply that does not
+    parse says where the JSON stops; neither quotes the model's text."""
+    with pytest.raises(ProtocolRefused) as refused:
+        PARSER.parse(reply)
+    assert refused.value.message == message
+
+
 def _to_wire(action: ToolCall | Final) -> dict[str, Any]:
     if isinstance(action, Final):
         return {"type": "final", "text": action.text}
