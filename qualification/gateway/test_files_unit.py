@@ -292,7 +292,7 @@ def _temps(directory: Path) -> list[str]:
     return [p.name for p in directory.iterdir() if p.name.endswith(".tmp")]
 
 
-@pytest.mark.req("WK-12", "GW-06")
+@pytest.mark.req("WK-12", "GW-06", "GW-08")
 def test_a_conditional_write_lands_only_on_the_content_it_was_decided_on(root: Path) -> None:
     # ATTACKS.md §H, time of check / time of use: a Work effect decides a write on the
     # file's prior content; a later write by another holder must never be overwritten.
@@ -314,6 +314,24 @@ def test_a_conditional_write_lands_only_on_the_content_it_was_decided_on(root: P
                                         prior_sha256=_sha("x")))
     assert code is ErrorCode.FILE_CHANGED, "absent is not the content decided on"
     assert not (root / "a" / "new.md").exists()
+
+
+@pytest.mark.req("WK-12", "GW-08")
+@pytest.mark.parametrize("prior", [None, "0" * 64, "f" * 64])
+def test_a_fenced_write_puts_no_byte_anywhere_else_before_its_check(
+        root: Path, monkeypatch: pytest.MonkeyPatch, prior: str | None) -> None:
+    """The write a human approved is the one that runs, or nothing: its bytes go to a new
+    file of its own (never through a link planted at the temporary name, were it guessed)
+    and land only after the check, so a refused write leaves every other file as it was."""
+    monkeypatch.setattr(secrets, "token_hex", lambda _n: "000000000000")
+    files = ConfinedFiles(root)
+    files.write("a.txt", "held")
+    secret = root.parent / "outside" / "secret.txt"
+    (root / ".a.txt.000000000000.tmp").symlink_to(secret)
+    with pytest.raises(ToolError):
+        files.write("a.txt", "overwritten", conditional=True, prior_sha256=prior)
+    assert secret.read_text() == "secret"
+    assert (root / "a.txt").read_text() == "held"
 
 
 @pytest.mark.req("WK-12", "GW-06")
