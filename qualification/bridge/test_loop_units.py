@@ -144,3 +144,25 @@ def test_the_model_is_sent_the_newest_history_that_fits_half_the_context_budget(
     assert [m["content"] for m in sent[1:len(expected) + 1]] == [m["content"] for m in expected]
     assert 0 < len(expected) < len(history)
     assert list(recent(history, budget)) != expected, "half the budget, not all of it"
+
+
+@pytest.mark.req("AV-05", "BR-02")
+@pytest.mark.parametrize("final", ["done", "Two hives by the hedge."])
+def test_a_completed_turn_says_its_final_text_once_and_records_it(specimen: Path,
+                                                                  final: str) -> None:
+    """The final text reaches the stream once (streamed as the reply is read, never said
+    again at the end), the turn records it as the assistant's message, and done is last."""
+    workspace = open_workspace(specimen)
+    store = workspace.open_store()
+    provider = _Scripted(json.dumps({"type": "final", "text": final}))
+    loop = AgentLoop(provider, bridge_surface(AgentGateway(workspace, store)), "p")
+    records: list[dict[str, Any]] = []
+    turn, seen = _turn([{"role": "user", "content": "hello"}])
+    turn.record = records.append
+    try:
+        asyncio.run(loop.run(turn))
+    finally:
+        store.close()
+    assert "".join(c["text"] for c in seen if c["type"] == "text") == final
+    assert [c["type"] for c in seen][-1] == "done" and seen[-1]["reason"] == "completed"
+    assert records[-1] == {"kind": "message", "role": "assistant", "text": final}

@@ -327,6 +327,22 @@ def test_use_moves_the_idle_expiry_on_and_the_absolute_cap_ends_it_anyway() -> N
     assert auth.session(idle.session_id) is None
 
 
+@pytest.mark.req("SV-10", "SV-11")
+@pytest.mark.parametrize("pasted", [LAUNCH, f"  {LAUNCH}\n", f"\t{LAUNCH} "])
+def test_a_pasted_code_opens_a_session_idle_for_its_timeout_from_that_login(
+        pasted: str) -> None:
+    """A code as pasted (surrounding whitespace trimmed) logs in; the session it opens
+    lives the idle timeout counted from that login, within the absolute cap."""
+    auth = Authenticator(LAUNCH, cookie="c", idle_seconds=100, max_seconds=250)
+    clock = Clock()
+    clock.now = 7_000.0
+    auth.clock = clock
+    session = auth.login(pasted)
+    assert session is not None
+    assert (session.expires_at, session.ends_at) == (7_100.0, 7_250.0)
+    assert auth.login(pasted + "x") is None and auth.login(" ") is None
+
+
 @pytest.mark.req("SV-10")
 def test_a_login_code_is_32_base32_letters_and_digits_fresh_each_time() -> None:
     codes = {new_login_code() for _ in range(50)}
