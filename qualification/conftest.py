@@ -93,15 +93,20 @@ def composition_without(tmp_path: Path, row: str) -> Path:
     return path
 
 
-def composition_with_slow_row(tmp_path: Path, seconds: float) -> Path:
-    """The default composition plus a row that takes ``seconds`` to activate (HO-07)."""
+def composition_with_row(tmp_path: Path, row: dict[str, Any]) -> Path:
+    """The default composition with ``row`` first, written to ``tmp_path``."""
     path = tmp_path / "composition.yaml"
     rows = [{"id": r.id, "plugin": r.plugin, "config": r.config}
             for r in default_composition().rows]
-    rows.insert(0, {"id": "slow", "plugin": "qualification.host.plugins_for_tests:Slow",
-                    "config": {"seconds": seconds}})
-    path.write_text(json.dumps({"rows": rows}))  # JSON is YAML
+    path.write_text(json.dumps({"rows": [row, *rows]}))  # JSON is YAML
     return path
+
+
+def composition_with_slow_row(tmp_path: Path, seconds: float) -> Path:
+    """The default composition plus a row that takes ``seconds`` to activate (HO-07)."""
+    return composition_with_row(tmp_path, {
+        "id": "slow", "plugin": "qualification.host.plugins_for_tests:Slow",
+        "config": {"seconds": seconds}})
 
 
 ServerFactory = Callable[..., LiveServer]

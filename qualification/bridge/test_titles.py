@@ -21,8 +21,12 @@ from hypothesis import strategies as st
 
 from fake_provider import Answer, FakeProvider, Scenario
 from labfy_ref.bridge.titles import TITLE_MAX_TOKENS, TITLE_PROMPT, clean_title
-from labfy_ref.host import default_composition
-from qualification.conftest import ProviderFactory, ServerFactory, local_agent
+from qualification.conftest import (
+    ProviderFactory,
+    ServerFactory,
+    composition_with_row,
+    local_agent,
+)
 from qualification.harness import ApiClient, LiveServer, TurnReader, wait_until
 
 FINAL = Answer(content=json.dumps({"type": "final", "text": "The hedge of garden 9."}))
@@ -145,13 +149,9 @@ def test_preview_titles_and_the_demo_agent_make_no_title_call(
 
 def _titles_row(tmp_path: Path, value: str) -> Path:
     """The default composition plus, first, a row publishing ``session_titles: value``."""
-    path = tmp_path / "composition.yaml"
-    rows = [{"id": r.id, "plugin": r.plugin, "config": r.config}
-            for r in default_composition().rows]
-    rows.insert(0, {"id": "titles", "plugin": "qualification.host.plugins_for_tests:SessionTitles",
-                    "config": {"value": value}})
-    path.write_text(json.dumps({"rows": rows}))  # JSON is YAML
-    return path
+    return composition_with_row(tmp_path, {
+        "id": "titles", "plugin": "qualification.host.plugins_for_tests:SessionTitles",
+        "config": {"value": value}})
 
 
 def _title_asks_settled(server: LiveServer) -> None:

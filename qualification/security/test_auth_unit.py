@@ -334,9 +334,7 @@ def test_a_pasted_code_opens_a_session_idle_for_its_timeout_from_that_login(
     """A code as pasted (surrounding whitespace trimmed) logs in; the session it opens
     lives the idle timeout counted from that login, within the absolute cap."""
     auth = Authenticator(LAUNCH, cookie="c", idle_seconds=100, max_seconds=250)
-    clock = Clock()
-    clock.now = 7_000.0
-    auth.clock = clock
+    auth.clock = lambda: 7_000.0
     session = auth.login(pasted)
     assert session is not None
     assert (session.expires_at, session.ends_at) == (7_100.0, 7_250.0)

@@ -34,7 +34,7 @@ from labfy_ref.eval.baseline import (
     smolagents_module,
     tool_template,
 )
-from labfy_ref.eval.record import EvalEntry, read_record, write_entry
+from labfy_ref.eval.record import read_record, write_entry
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.gateway.policy import CallContext
 from labfy_ref.modes import PermissionMode
@@ -42,6 +42,7 @@ from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.tools import default_catalog
 from labfy_ref.workspace import init_workspace
 from qualification.eval_cli import eval_refusal
+from qualification.unit.test_eval_tasks import _entry
 
 #: The input types smolagents accepts (its AUTHORIZED_TYPES, less the media ones).
 SMOLAGENTS_TYPES = {"string", "boolean", "integer", "number", "array", "object", "any", "null"}
@@ -261,27 +262,17 @@ def test_a_framework_failure_is_the_turns_outcome_with_its_first_200_characters(
     assert len(turn.error) == len("RuntimeError: ") + 200
 
 
-def _baseline_entry(agent: str, sha: str = "a" * 64, passed: bool = True) -> EvalEntry:
-    entry = EvalEntry.begin(agent=agent, ablate=None, runs=1,
-                            model={"file": "m.gguf", "bytes": 1, "sha256": sha},
-                            settings={"conclude_after": 4})
-    entry.tasks.append({"task": "t", "kind": "k", "run": 1, "passed": passed, "reasons": [],
-                        "state": "COMPLETED", "rounds": 2, "tool_calls": [],
-                        "final_text": "x", "tokens": 10, "wall_ms": 1.0})
-    entry.finish()
-    return entry
-
-
 @pytest.mark.req("EV-02")
 def test_the_baselines_sit_side_by_side_with_labfy_ref_in_one_record(tmp_path: Path) -> None:
     """Each agent on a model is one entry of the one record: a baseline run adds its entry
     beside labfy-ref's (and the control's), and a rerun of it replaces only its own."""
     directory = tmp_path / "report"
-    assert write_entry(directory, _baseline_entry("labfy-ref")) == directory / "eval-record.json"
+    written = directory / "eval-record.json"
+    assert write_entry(directory, _entry("a" * 64, agent="labfy-ref")) == written
     for agent in ("smolagents-ToolCallingAgent", "random-control", "smolagents-CodeAgent"):
-        assert write_entry(directory, _baseline_entry(agent)) == directory / "eval-record.json"
-    write_entry(directory, _baseline_entry("smolagents-ToolCallingAgent", passed=False))
-    write_entry(directory, _baseline_entry("smolagents-ToolCallingAgent", sha="b" * 64))
+        assert write_entry(directory, _entry("a" * 64, agent=agent)) == written
+    write_entry(directory, _entry("a" * 64, agent="smolagents-ToolCallingAgent", passed=False))
+    write_entry(directory, _entry("b" * 64, agent="smolagents-ToolCallingAgent"))
     record = read_record(directory)
     assert record is not None
     seen = sorted((e["model"]["sha256"][0], e["agent"], e["passed"]) for e in record["entries"])
