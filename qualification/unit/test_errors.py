@@ -53,3 +53,21 @@ def test_user_visible_errors_are_defined_once_and_no_raise_site_names_a_status()
     classes, literals = _classes_and_status_literals()
     assert classes == [], "every user-visible error class lives in labfy_ref/errors.py"
     assert literals == [], "statuses are decided in HTTP_STATUS, never at a raise site"
+
+
+@pytest.mark.req("GW-05", "SV-05")
+@pytest.mark.parametrize(("text", "limit", "said"), [
+    ("short", 10, "short"),
+    ("exactly10!", 10, "exactly10!"),
+    ("eleven char", 10, "eleven ch…"),
+    ("x" * 5000, 300, "x" * 299 + "…"),
+    ("line one\nline two\x1b[31m", 300, "line one line two [31m"),
+    ("a\u2028b\tc", 5, "a b c"),
+])
+def test_a_message_is_one_printable_line_cut_at_its_bound_with_an_ellipsis(
+        text: str, limit: int, said: str) -> None:
+    """A diagnostic is one line (controls and separators become spaces) of at most
+    ``limit`` characters: one that fits is kept whole, one longer keeps ``limit - 1`` and
+    ends with an ellipsis."""
+    assert errors.bounded(text, limit) == said
+    assert len(errors.bounded(text, limit)) <= limit
