@@ -337,7 +337,7 @@ def test_a_token_count_the_provider_never_reported_stays_null(model_target: Serv
     assert "prompt_tokens_details" not in usage, usage
 
 
-@pytest.mark.req("BR-14", "BR-13")
+@pytest.mark.req("BR-14", "BR-13", "BR-20")
 def test_a_completions_usage_sums_every_model_call_of_its_turn(model_target: Served) -> None:
     """The kit provider counts a completion token per word of its reply: the tool call (1)
     and the final answer (4) make 5, the turn's, not the last call's 4."""

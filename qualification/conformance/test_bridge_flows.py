@@ -177,7 +177,7 @@ def test_a_disconnect_cancels_the_turn_and_a_deleted_session_is_gone(client: Api
     assert gone.status_code == 404
 
 
-@pytest.mark.req("BR-13", "SV-08")
+@pytest.mark.req("BR-13", "SV-08", "BR-20")
 def test_the_openai_face_answers_a_chat_client_with_a_bearer(model_target: Served) -> None:
     with httpx.Client(base_url=f"{model_target.url}/api/cordis/v1", trust_env=False, timeout=30,
                       headers={"Authorization": f"Bearer {model_target.admin_token}"}) as http:

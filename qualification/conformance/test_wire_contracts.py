@@ -247,7 +247,7 @@ def test_the_session_cookies_value_is_no_csrf_token(target: Served) -> None:
         client.close()
 
 
-@pytest.mark.req("SV-03")
+@pytest.mark.req("SV-03", "SV-10")
 def test_each_login_issues_fresh_distinct_secrets(target: Served) -> None:
     first, said = _login(target, target.admin_token)
     second, again = _login(target, target.admin_token)
