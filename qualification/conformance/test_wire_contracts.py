@@ -271,6 +271,22 @@ def test_each_login_issues_fresh_distinct_secrets(target: Served) -> None:
         second.close()
 
 
+@pytest.mark.req("SV-11")
+def test_a_user_session_says_whose_it_is_and_the_seconds_it_has_left(
+        target: Served, user_token: str) -> None:
+    """The session answer the page reads to warn before a logout is the user's own, and its
+    headers say the idle seconds left, never more than the seconds to the absolute cap."""
+    client, said = _login(target, user_token)
+    try:
+        answer = client.get("/api/v1/session")
+        assert (answer.json()["role"], answer.json()["name"]) == ("user", said["name"])
+        idle = float(answer.headers["X-Session-Idle-Seconds"])
+        ends = float(answer.headers["X-Session-Ends-In"])
+        assert 0 < idle <= ends
+    finally:
+        client.close()
+
+
 @pytest.mark.req("SV-03")
 def test_a_user_login_says_user_and_its_own_name(target: Served, user_token: str) -> None:
     client, said = _login(target, user_token)
