@@ -55,6 +55,8 @@ RECORDS = REPO / "qualification" / "mutation" / "modules"
 DEFAULT_CAP = 12
 TIMEOUT_FACTOR = 4.0
 MIN_TIMEOUT_S = 60.0
+#: The verdicts that count a mutant killed for an ID.
+KILLS = ("killed", "timeout")
 PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
           "--run-name", "mutation", "--ignore=qualification/smoke",
           "--ignore=qualification/browser", "-rN", "--no-header")
@@ -181,7 +183,7 @@ def without_survivors(progress: dict[str, Any]) -> dict[str, Any]:
     less the unmutated runs, measured again at this tree; kills, and mutants that apply to
     nothing, stay."""
     kept = {job: entry for job, entry in progress["mutants"].items()
-            if all(v in ("killed", "timeout", "not applied")
+            if all(v in (*KILLS, "not applied")
                    for v in entry["verdicts"].values())}
     return {**progress, "baseline": {}, "mutants": kept}
 
@@ -287,7 +289,7 @@ def build_record(path: str, key: str, progress: dict[str, Any], in_scope: int,
             "occurrence": entry["occurrence"], "mutation": entry["mutation"],
             "ids": entry["ids"],
             "killed_for": sorted(req for req, v in entry["verdicts"].items()
-                                 if v in ("killed", "timeout")),
+                                 if v in KILLS),
             "verdicts": entry["verdicts"],
             "justification": f"{verdict}: {reason}" if verdict == EQUIVALENT else None})
     sample = (f"a fixed sample of {cap} of the {in_scope} mutants in the declared code"
