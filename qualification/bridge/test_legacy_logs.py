@@ -96,3 +96,24 @@ def test_any_unknown_settings_field_is_ignored_and_known_ones_still_checked(
     missing = {**header, "settings": dict(extra)}
     with pytest.raises(SessionInvalid):
         check_log("ses_x", missing, [])
+
+
+@pytest.mark.req("BR-21")
+def test_a_later_settings_event_changes_the_known_fields_only_and_other_records_none() -> None:
+    """Settings in force are the header's, then each settings event's known fields in order:
+    a later release's field in the same event is dropped, the known one beside it kept; a
+    tool, title or message record (whatever its fields) changes no setting."""
+    from labfy_ref.bridge.store.projection import project_settings  # noqa: PLC0415
+
+    events: list[dict[str, Any]] = [
+        {"kind": "settings", "settings": {"permission_mode": "workspace-write",
+                                          "persona_model": "engine:local:other"}},
+        {"kind": "tool", "tool_id": "files.list", "settings": {"model": "engine:local:t"}},
+        {"kind": "title", "title": "A title", "settings": {"model": "engine:local:u"}},
+        {"kind": "message", "role": "user", "text": "hi"},
+        {"kind": "settings", "settings": {"model": "engine:local:later", "theme": "dark"}},
+    ]
+    assert project_settings(LEGACY_HEADER, events) == {
+        "model": "engine:local:later", "permission_mode": "workspace-write"}
+    assert project_settings(LEGACY_HEADER, events[:4]) == {
+        "model": DEMO, "permission_mode": "workspace-write"}

@@ -252,3 +252,78 @@ def test_nothing_is_written_after_a_refused_record(tmp_path: Path) -> None:
              (tmp_path / f"{session_id}.jsonl").read_bytes().splitlines()[1:]]
     assert texts == ["x" * 100] and len(catalog.landed) == 1
     store.close()
+
+
+@pytest.mark.req("BR-06", "AV-06")
+def test_a_drain_writes_what_a_finished_turn_staged_without_a_flush(tmp_path: Path) -> None:
+    """A turn that ended without flushing (cancelled, or a title staged after it) still has
+    its records written, in order: ``drain`` starts the write, and while a batch is in
+    flight it starts none beside it (that batch's landing would be lost)."""
+    store = JsonlSessionStore(tmp_path)
+    session_id = new_id("ses")
+    store.create(session_id, HEADER)
+    catalog = _Catalog()
+    writer = SessionWriter(store, catalog, session_id)
+    idle: list[bool] = []
+    writer.on_idle = lambda: idle.append(writer.busy)
+    path = tmp_path / f"{session_id}.jsonl"
+
+    def numbers() -> list[int]:
+        return [json.loads(line)["n"] for line in path.read_bytes().splitlines()[1:]]
+
+    async def run() -> None:
+        writer.stage({"kind": "note", "n": 1})
+        writer.drain()
+        assert writer.busy
+        await wait_until_async(lambda: not writer.busy)
+        assert numbers() == [1] and idle == [False]
+        with store.holding(session_id):
+            writer.stage({"kind": "note", "n": 2})
+            writer.drain()  # in flight, held on the disk
+            writer.stage({"kind": "note", "n": 3})
+            writer.drain()  # must wait for 2's batch, not start beside it
+            await asyncio.sleep(0.05)
+        await writer.flush()
+        assert numbers() == [1, 2, 3] and not writer.busy
+        assert [event["n"] for event, _ in catalog.landed] == [1, 2, 3]
+
+    asyncio.run(run())
+    store.close()
+
+
+class _FailingStore(JsonlSessionStore):
+    """A store whose disk fails outright (an ``OSError`` no refusal describes)."""
+
+    def append_line(self, session_id: str, line: bytes) -> Appended:
+        raise OSError(5, "Input/output error")
+
+
+@pytest.mark.req("BR-06", "AV-06")
+def test_a_batch_the_disk_failed_is_forgotten_and_the_writer_goes_idle(tmp_path: Path) -> None:
+    """A write that failed with no refusal leaves no record counted as landed: the catalog
+    forgets the session (it re-reads the log), the writer is idle and says so once."""
+    store = _FailingStore(tmp_path)
+    session_id = new_id("ses")
+    store.create(session_id, HEADER)
+    catalog = _Catalog()
+    writer = SessionWriter(store, catalog, session_id)
+    idle: list[bool] = []
+    writer.on_idle = lambda: idle.append(writer.busy)
+
+    async def run() -> None:
+        writer.stage({"kind": "note", "n": 1})
+        with pytest.raises(OSError, match="Input/output error"):
+            await writer.flush()
+
+    asyncio.run(run())
+    assert (catalog.landed, catalog.forgotten, idle, writer.busy) == ([], 1, [False], False)
+    store.close()
+
+
+async def wait_until_async(done: Any, *, timeout: float = 10.0) -> None:
+    """Yield to the loop until ``done()`` holds (bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not done():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.01)

@@ -204,6 +204,22 @@ def test_a_store_an_older_release_made_world_readable_is_narrowed_when_opened(
     assert caught.value.code is ErrorCode.WORKSPACE_INVALID
 
 
+@pytest.mark.req("WS-01", "WS-06")
+def test_a_store_removed_after_the_workspace_was_read_is_missing_and_never_remade(
+        tmp_path: Path) -> None:
+    """``serve`` reads the workspace, then opens its store: a store deleted in between is
+    refused as missing, and no empty database is left in its place (that would turn a lost
+    ledger into a silent fresh start)."""
+    workspace = open_workspace(init_workspace(tmp_path / "ws", specimen=True).root)
+    workspace.store_path.unlink()
+    with pytest.raises(WorkspaceError) as caught:
+        workspace.open_store()
+    assert (caught.value.code, "missing" in str(caught.value)) == (
+        ErrorCode.WORKSPACE_INVALID, True)
+    assert sorted(p.name for p in workspace.root.iterdir()) == [
+        "files", "labfy-workspace.toml", "sessions"]
+
+
 @pytest.mark.req("WS-06")
 @pytest.mark.parametrize("sidecar", ["", "-wal", "-journal"])
 def test_a_link_in_a_databases_place_is_refused_and_its_target_untouched(

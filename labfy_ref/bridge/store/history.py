@@ -34,6 +34,14 @@ DEFAULT_CACHED_SESSIONS = 64
 DEFAULT_CACHED_BYTES = 64 * 1024 * 1024
 
 
+def session_title(events: list[dict[str, Any]], messages: list[dict[str, Any]]) -> str | None:
+    """The model's title (BR-18) when one was recorded (the last), else the first user
+    message's preview; None before any."""
+    return next((str(e["title"])[:TITLE_CHARS] for e in reversed(events)
+                 if e.get("kind") == "title"),
+                next((m["text"][:TITLE_CHARS] for m in messages if m["role"] == "user"), None))
+
+
 class SessionState:
     """One checked log, projected: settings, messages, model history, summary."""
 
@@ -53,11 +61,7 @@ class SessionState:
         """Check a log that was just read (SESSION_INVALID if malformed) and project it."""
         check_log(session_id, log.header, log.events)
         messages = [m for e in log.events if (m := project_message(e)) is not None]
-        # the model's title (BR-18) when one was recorded, else the first message's preview
-        title = next((str(e["title"])[:TITLE_CHARS] for e in reversed(log.events)
-                      if e.get("kind") == "title"),
-                     next((m["text"][:TITLE_CHARS] for m in messages if m["role"] == "user"),
-                          None))
+        title = session_title(log.events, messages)
         created_at = log.header["created_at"]
         summary = Summary(session_id, created_at,
                           log.events[-1].get("at") if log.events else created_at,
