@@ -35,6 +35,16 @@ def test_no_code_spells_the_reserved_port_outside_its_one_constant() -> None:
 
 
 @pytest.mark.req("MC-04")
+def test_a_free_port_is_one_the_kernel_picked_from_its_ephemeral_range() -> None:
+    """``free_port`` never chooses a number itself: it asks the kernel for one (bind to
+    port 0), which picks from its ephemeral range, never a well-known port."""
+    low, high = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range")
+                 .read_text().split())
+    picked = [netutil.free_port() for _ in range(8)]
+    assert all(low <= port <= high and port != int(RESERVED) for port in picked), picked
+
+
+@pytest.mark.req("MC-04")
 def test_free_port_skips_the_reserved_port_even_when_the_os_offers_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     offered = [int(RESERVED), 45123]
