@@ -204,6 +204,18 @@ def test_a_store_an_older_release_made_world_readable_is_narrowed_when_opened(
     assert caught.value.code is ErrorCode.WORKSPACE_INVALID
 
 
+@pytest.mark.req("WS-06")
+@pytest.mark.parametrize("wide", [0o777, 0o755, 0o641])
+def test_narrowing_takes_every_group_and_other_bit_and_keeps_the_owners(
+        tmp_path: Path, wide: int) -> None:
+    """Whatever an older release (or a user's chmod) left, opening the store leaves the
+    owner's bits as they were and no bit for group or others, execute included."""
+    workspace = init_workspace(tmp_path / "ws", specimen=True)
+    workspace.store_path.chmod(wide)
+    workspace.open_store().close()
+    assert _mode(workspace.store_path) == wide & 0o700
+
+
 @pytest.mark.req("WS-01", "WS-06")
 def test_a_store_removed_after_the_workspace_was_read_is_missing_and_never_remade(
         tmp_path: Path) -> None:
