@@ -103,26 +103,35 @@ class StreamHandle:
         chunk = {"type": type_, "session_id": self.session_id, "agent_id": self.agent_id,
                  "seq": len(self._entries) + 1, **fields}
         line = encode_line(chunk)  # the one encoding: the bound counts what the wire carries
-        reserve = 2  # room for the STREAM_LIMIT error and done
-        if type_ not in ("error", "done") and (
-                len(self._entries) + 1 > self._max_chunks - reserve
-                or self._bytes + len(line) > self._max_bytes):
-            self._append({"type": "error", "session_id": self.session_id,
-                          "agent_id": self.agent_id, "seq": len(self._entries) + 1,
-                          "code": ErrorCode.STREAM_LIMIT.value,
-                          "message": "the turn's stream exceeded its bounds"})
-            self._errored = True
-            self._append({"type": "done", "session_id": self.session_id,
-                          "agent_id": self.agent_id, "seq": len(self._entries) + 1,
-                          "reason": "error", "interrupted": True})
-            if self._cancel is not None:  # the producer must stop: its stream is closed
-                self._cancel()
+        if type_ not in ("error", "done") and self._over_bounds(line):
+            self._overflow()
             return False
         if type_ == "error":
             self._errored = True
         self._append(chunk, line)
         self._bytes += len(line)
         return True
+
+    def _over_bounds(self, line: bytes) -> bool:
+        """Would ``line`` take the stream past its chunks (less room for the error and done
+        that end it) or its bytes (BR-03)?"""
+        reserve = 2  # room for the STREAM_LIMIT error and done
+        return (len(self._entries) + 1 > self._max_chunks - reserve
+                or self._bytes + len(line) > self._max_bytes)
+
+    def _overflow(self) -> None:
+        """End the stream at its bound: STREAM_LIMIT, then an interrupted done, numbered on
+        from the last chunk; the producer is told to stop (its stream is closed)."""
+        self._append({"type": "error", "session_id": self.session_id,
+                      "agent_id": self.agent_id, "seq": len(self._entries) + 1,
+                      "code": ErrorCode.STREAM_LIMIT.value,
+                      "message": "the turn's stream exceeded its bounds"})
+        self._errored = True
+        self._append({"type": "done", "session_id": self.session_id,
+                      "agent_id": self.agent_id, "seq": len(self._entries) + 1,
+                      "reason": "error", "interrupted": True})
+        if self._cancel is not None:
+            self._cancel()
 
     def _append(self, chunk: Chunk, line: bytes | None = None) -> None:
         type_ = chunk["type"]

@@ -49,6 +49,39 @@ def test_chunks_carry_ids_and_seq_one_error_at_most_and_done_last() -> None:
         _handle().emit("shout")
 
 
+@pytest.mark.req("BR-02")
+def test_after_its_one_error_a_turn_still_says_what_it_has_until_done() -> None:
+    """Only a second error is refused: the chunks of every other type a producer still
+    emits after its error (a tool's result, its reasoning, an approval's decision) are
+    numbered on, and done ends it."""
+    handle = _handle()
+    assert handle.emit("error", code="MODEL_PROTOCOL_ERROR", message="bad")
+    kinds = sorted(CHUNK_TYPES - {"error", "done"})
+    assert [handle.emit(kind, note=kind) for kind in kinds] == [True] * len(kinds)
+    assert not handle.emit("error", code="OTHER", message="second")
+    assert handle.emit("done", reason="error", interrupted=True)
+    assert [(c["type"], c["seq"]) for c in handle.chunks] == [
+        ("error", 1), *((kind, n) for n, kind in enumerate(kinds, 2)), ("done", len(kinds) + 2)]
+
+
+@pytest.mark.req("BR-02", "BR-03")
+@pytest.mark.parametrize("limits", [{"max_chunks": 7}, {"max_bytes": 900}])
+def test_a_stream_ended_at_its_bound_numbers_its_error_and_done_on(
+        limits: dict[str, int]) -> None:
+    """The STREAM_LIMIT error and the done after it continue the numbering (1..n, no gap),
+    carry the session and agent, and done says the turn was interrupted."""
+    handle = _handle(**limits)
+    sent = 0
+    while handle.emit("text", text="y" * 120):
+        sent += 1
+    chunks = handle.chunks
+    assert [c["seq"] for c in chunks] == list(range(1, sent + 3))
+    assert [(c["type"], c.get("code"), c.get("interrupted")) for c in chunks[-2:]] == [
+        ("error", "STREAM_LIMIT", None), ("done", None, True)]
+    assert {(c["session_id"], c["agent_id"]) for c in chunks} == {("ses_X", "assistant")}
+    assert not handle.emit("text", text="after")
+
+
 @pytest.mark.req("BR-03")
 @given(kinds=st.lists(st.sampled_from(sorted(CHUNK_TYPES - {"done"})), max_size=12),
        late=st.integers(0, 12))
