@@ -209,3 +209,15 @@ def test_qualified_routes_round_trip_any_name(provider: str, model: str) -> None
     text = str(route)
     assert text.count(":") == 2
     assert ModelRoute.parse(text) == route
+
+
+@pytest.mark.req("BR-10")
+@pytest.mark.parametrize("text", [
+    "other:local:m", "Engine:local:m", "engine ", ":local:m", "engine:local", "engine::m",
+    "engine:local:", "engine:local:m:x", "local:m"])
+def test_a_route_not_written_engine_provider_model_is_refused(text: str) -> None:
+    """Only ``engine:<provider>:<model>``, both parts non-empty: another prefix (whatever its
+    case), a missing or empty part, or an extra one is MODEL_NOT_FOUND."""
+    with pytest.raises(RuntimeRefused) as caught:
+        ModelRoute.parse(text)
+    assert caught.value.code.value == "MODEL_NOT_FOUND"

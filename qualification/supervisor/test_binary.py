@@ -160,6 +160,19 @@ def test_identify_names_the_package_a_packaged_binary_comes_from(
 
 
 @pytest.mark.req("SM-03")
+@pytest.mark.parametrize(("length", "kept"), [(160, 160), (161, 159)])
+def test_a_version_line_is_kept_whole_up_to_160_characters_then_cut(
+        tmp_path: Path, length: int, kept: int) -> None:
+    """The record names the binary by its version line, on one line and bounded: 160
+    characters are kept whole, a longer line is cut to 160 with an ellipsis."""
+    line = "version: " + "v" * (length - 9)
+    printer = script(tmp_path / f"printer{length}", f"print({line!r})")
+    version = identify(printer).version
+    assert (len(version), version[:kept]) == (160, line[:kept])
+    assert version.endswith("…") is (length > 160)
+
+
+@pytest.mark.req("SM-03")
 def test_a_binary_whose_version_fails_or_hangs_is_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     failing = script(tmp_path / "failing", "import sys\nprint('libllama-common.so.0: cannot "

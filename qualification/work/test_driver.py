@@ -353,6 +353,25 @@ def test_an_approval_summary_is_always_a_name_the_store_keeps(tool_id: str, path
         assert f"({size} bytes): " in summary
 
 
+@pytest.mark.req("WK-05")
+def test_a_tool_that_targets_a_file_but_writes_no_content_is_summarised_as_its_call() -> None:
+    """Only a call whose traits name both its target and what it writes is summarised as a
+    write of so many bytes; a tool that names a target only (a removal another catalog
+    could ship) is shown as its call, never as a write of 0 bytes."""
+    import dataclasses  # noqa: PLC0415
+
+    from labfy_ref.tools.catalog import Recovery  # noqa: PLC0415
+
+    write = default_catalog()["files.write"]
+    remove = dataclasses.replace(write, tool_id="files.remove", traits=dataclasses.replace(
+        write.traits, written=None, recovery=Recovery.MADE))
+    assert remove.target == "path"
+    assert approval_summary(remove, {"path": "notes/old.txt"}) == \
+        'files.remove {"path": "notes/old.txt"}'
+    assert approval_summary(write, {"path": "notes/a.txt", "content": "hé"}) == \
+        'files.write notes/a.txt (3 bytes): "hé"'
+
+
 @pytest.mark.req("PR-07", "GW-02")
 def test_work_tells_effects_apart_by_the_catalog_not_by_tool_ids() -> None:
     """Work's effect ledger and approval summaries read each tool's catalog traits

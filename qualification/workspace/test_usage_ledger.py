@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from labfy_ref.errors import ErrorCode, WorkspaceError
+from labfy_ref.errors import ErrorCode, RuntimeRefused, WorkspaceError
 from labfy_ref.gateway import AgentGateway
 from labfy_ref.gateway.usage import UsageService
 from labfy_ref.protocol import Usage
@@ -195,3 +195,45 @@ def _rows(path: Path) -> list[str]:
     """The ledger's callers as the file holds them (another connection), oldest first."""
     with sqlite3.connect(path) as db:
         return [caller for (caller,) in db.execute("SELECT caller FROM usage ORDER BY usage_id")]
+
+
+@pytest.mark.req("BR-14")
+def test_a_page_without_a_limit_holds_fifty_and_a_cursor_to_the_rest(tmp_path: Path) -> None:
+    """The usage answer's default page is 50 records (the documented default), newest first;
+    its cursor leads to the rest."""
+    workspace = init_workspace(tmp_path / "ws", specimen=False)
+    store = workspace.open_store()
+    try:
+        ledger = UsageService(store)
+        for number in range(51):
+            ledger.record("engine:local:m", Usage(1, 1, None), 1.0, "ok", f"turn_{number}")
+        first = ledger.report()
+        assert [r["caller"] for r in first["usage"]] == [f"turn_{n}" for n in range(50, 0, -1)]
+        rest = ledger.report(cursor=first["next_cursor"])
+        assert ([r["caller"] for r in rest["usage"]], rest["next_cursor"]) == (["turn_0"], None)
+    finally:
+        store.close()
+
+
+@pytest.mark.req("BR-14")
+@pytest.mark.parametrize(("cursor", "taken"), [
+    ("9223372036854775807", True),  # the largest rowid SQLite gives: 19 digits
+    ("0999999999999999999", True),  # 19 digits, well within a rowid
+    ("9223372036854775808", False),  # one past it
+    ("09223372036854775807", False),  # 20 digits
+    ("1e3", False), ("-1", False), ("١٢", False)])
+def test_a_cursor_is_any_rowid_sqlite_can_give_and_nothing_else(
+        tmp_path: Path, cursor: str, taken: bool) -> None:
+    workspace = init_workspace(tmp_path / "ws", specimen=False)
+    store = workspace.open_store()
+    try:
+        ledger = UsageService(store)
+        ledger.record("engine:local:m", Usage(1, 1, None), 1.0, "ok", "turn_0")
+        if taken:
+            assert [r["caller"] for r in ledger.report(cursor=cursor)["usage"]] == ["turn_0"]
+        else:
+            with pytest.raises(RuntimeRefused) as caught:
+                ledger.report(cursor=cursor)
+            assert caught.value.code is ErrorCode.VALIDATION_FAILED
+    finally:
+        store.close()
