@@ -17,7 +17,15 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from labfy_ref.model.demo import SAYS, DemoAgent, asks_research, overlap, question_words
+from labfy_ref.model.demo import (
+    QUOTE_CHARS,
+    SAYS,
+    DemoAgent,
+    asks_research,
+    overlap,
+    question_words,
+)
+from labfy_ref.protocol import TOOL_RESULT_PREFIX
 from labfy_ref.workspace import init_workspace, open_workspace
 from qualification.harness import TERMINAL, ApiClient, LiveServer
 
@@ -123,10 +131,11 @@ def test_the_rule_holds_on_objects_it_has_never_seen(tmp_path: Path) -> None:
         server.stop()
 
 
-@pytest.mark.req("RT-10")
+@pytest.mark.req("RT-07", "RT-10")
 def test_the_words_rule_as_documented() -> None:
     assert question_words("Which BEES visit the lavender, the Lavender?") == (
         "bee", "visit", "lavender")
+    assert question_words("field notes, glass cases") == ("field", "note", "glass", "case")
     assert question_words("is it ok? grass 42 a") == ("grass", "42")
     assert asks_research("please look it up") and asks_research("Find out when")
     assert asks_research("CHECK this") and not asks_research("a checklist of looks")
@@ -145,3 +154,77 @@ def test_any_question_gets_one_valid_first_action(question: str) -> None:
     parsed = json.loads(action)
     assert parsed["tool_id"] == "workspace.list_objects"
     assert len(parsed["arguments"].get("match", "x")) <= 100
+
+
+def _conversation(question: str, *rounds: tuple[str, dict[str, Any], bool, dict[str, Any]]
+                  ) -> list[dict[str, Any]]:
+    """The messages a turn holds after ``rounds`` of (tool, arguments, ok, data): each call
+    as the assistant said it, each result as the loop wraps it."""
+    messages = [{"role": "user", "content": question}]
+    for tool_id, arguments, ok, data in rounds:
+        messages.append({"role": "assistant", "content": json.dumps(
+            {"type": "tool_call", "tool_id": tool_id, "arguments": arguments})})
+        messages.append({"role": "user", "content": TOOL_RESULT_PREFIX + json.dumps(
+            {"tool_id": tool_id, "ok": ok, "data": data})})
+    return messages
+
+
+def _final_text(action: str) -> str:
+    parsed = json.loads(action)
+    assert parsed["type"] == "final" and parsed["text"].startswith(SAYS), parsed
+    return str(parsed["text"][len(SAYS):])
+
+
+def _object(number: int, title: str, kind: str = "fact") -> dict[str, Any]:
+    return {"object_id": f"obj_{number}", "kind": kind, "title": title}
+
+
+@pytest.mark.req("RT-07")
+def test_a_failed_tool_is_named_in_the_stop_cut_at_64_characters() -> None:
+    tool = "t" * 64 + "EXTRA"
+    messages = _conversation("Which bees?", (tool, {}, False, {"error": {
+        "code": "C" * 64 + "ODE", "message": "no"}}))
+    assert _final_text(DemoAgent().decide(messages)) == (
+        f"I stopped: {'t' * 64} failed with {'C' * 64}.")
+
+
+@pytest.mark.req("RT-07")
+@pytest.mark.parametrize(("count", "more"), [(5, ""), (6, " and 1 more"), (9, " and 4 more")])
+def test_the_overview_names_five_objects_and_counts_the_rest(count: int, more: str) -> None:
+    objects = [_object(n, f"Title {n}") for n in range(count)]
+    messages = _conversation("xyzzy", ("workspace.list_objects", {"match": "xyzzy"}, True,
+                                       {"objects": []}),
+                             ("workspace.list_objects", {}, True, {"objects": objects}))
+    text = _final_text(DemoAgent().decide(messages))
+    shown = ", ".join(f"\u201cTitle {n}\u201d (fact)" for n in range(5))
+    assert f"This workspace holds {shown}{more}; ask about one" in text, text
+
+
+@pytest.mark.req("RT-07", "RT-10")
+@pytest.mark.parametrize("length", [QUOTE_CHARS - 1, QUOTE_CHARS, QUOTE_CHARS + 1])
+def test_a_quoted_sentence_is_whole_up_to_its_bound_then_cut(length: int) -> None:
+    sentence = ("Bees " + "b" * length)[:length - 1] + "."
+    body = f"Unrelated words here. {sentence}"
+    messages = _conversation(
+        "bees", ("workspace.list_objects", {"match": "bee"}, True,
+                 {"objects": [_object(1, "Bees")]}),
+        ("workspace.read_object", {"object_id": "obj_1"}, True,
+         {"object_id": "obj_1", "title": "Bees", "body": body}))
+    text = _final_text(DemoAgent().decide(messages))
+    quoted = sentence if length <= QUOTE_CHARS else sentence[:QUOTE_CHARS - 1] + "\u2026"
+    assert text.endswith(f"says: \u201c{quoted}\u201d"), text
+
+
+@pytest.mark.req("RT-07", "RT-10")
+def test_a_check_where_research_is_not_offered_quotes_and_says_so() -> None:
+    """Asked to check something where research is not on offer (a read-only round), the
+    demo answers from what it read and says research is not offered, never an error."""
+    messages = _conversation(
+        "Check the bees", ("workspace.list_objects", {"match": "bee"}, True,
+                           {"objects": [_object(1, "Bees")]}),
+        ("workspace.read_object", {"object_id": "obj_1"}, True,
+         {"object_id": "obj_1", "title": "Bees", "body": "Bees were counted."}))
+    offered = frozenset({"workspace.list_objects", "workspace.read_object"})
+    assert _final_text(DemoAgent().decide(messages, offered)) == (
+        "the object whose words best match your question: \u201cBees\u201d (obj_1) says: "
+        "\u201cBees were counted.\u201d Research is not offered here.")

@@ -46,6 +46,15 @@ def test_sse_events_survive_any_split_and_line_ending(
 
 
 @pytest.mark.req("MC-03")
+def test_sse_crlf_split_between_its_two_bytes_at_every_place_loses_nothing() -> None:
+    """A CR at the end of one read and its LF at the start of the next are one line end:
+    the LF alone is dropped, never the character after it, wherever the cut falls."""
+    stream = b"data: one\r\ndata: two\r\n\r\ndata: three\r\n\r\n"
+    for cut in range(len(stream) + 1):
+        assert _events(stream, [cut]) == ["one\ntwo", "three"], cut
+
+
+@pytest.mark.req("MC-03")
 def test_sse_comments_are_skipped_and_multi_line_data_joined() -> None:
     assert _events(b": keepalive\ndata: a\ndata: b\n\nevent: x\ndata: c\n\n", [3]) == [
         "a\nb", "c"]
