@@ -138,6 +138,19 @@ def test_an_unreadable_header_uses_the_stated_fallback_estimate(tmp_path: Path) 
 
 
 @pytest.mark.req("SM-04")
+def test_a_model_without_grouped_query_attention_gets_its_full_kv_cache(
+        tmp_path: Path) -> None:
+    """A header with as many KV heads as heads (Llama-2-13B: 40 and 40) is read, not
+    replaced by the fallback estimate: 40 x 40 x (128 + 128) x 2 = 800 KiB a token."""
+    path = model(tmp_path, llama(layers=40, width=5120, heads=40, kv_heads=40), 1024**2)
+    report = check_resources(path, ctx_size=4096, scratch=tmp_path,
+                             meminfo=meminfo(tmp_path, 64 * 1024 * 1024))
+    assert not report.kv_estimated
+    assert report.kv_bytes == 4096 * 40 * 40 * 256 * 2
+    assert "KV 3.1 GiB + margin" in report.memory_text()
+
+
+@pytest.mark.req("SM-04")
 def test_memory_that_cannot_be_told_is_a_refusal_not_a_pass(tmp_path: Path) -> None:
     path = model(tmp_path, llama(), 1024)
     broken = tmp_path / "broken-meminfo"
@@ -229,6 +242,24 @@ def test_the_header_is_read_past_a_large_vocabulary_and_per_layer_arrays(
                   u32("llama.attention.key_length", 96), u32("llama.attention.value_length", 32))
     # The largest per-layer entry counts for every layer: an over-estimate, never under.
     assert kv_bytes_per_token(model(tmp_path, head, len(head))) == 4 * 8 * (96 + 32) * 2
+
+
+@pytest.mark.req("SM-04")
+def test_a_long_header_is_read_once_a_block_at_a_time(tmp_path: Path) -> None:
+    """Fields that follow a real-sized vocabulary (~300 KiB of header) cost about one read
+    of the header, not a fresh 64 KiB block for every value."""
+    tokens = b"".join(gguf_string(f"tok{n}".encode()) for n in range(20_000))
+    vocab = entry("tokenizer.ggml.tokens", ARRAY, struct.pack("<IQ", STRING, 20_000) + tokens)
+    types = entry("tokenizer.ggml.token_type", ARRAY,
+                  struct.pack("<IQ", I32, 20_000) + bytes(4 * 20_000))
+    extras = [u32(f"tokenizer.ggml.extra_{n}", n) for n in range(200)]
+    head = header(vocab, types, *extras, ARCH, u32("llama.block_count", 30),
+                  u32("llama.embedding_length", 576), u32("llama.attention.head_count", 9),
+                  u32("llama.attention.head_count_kv", 3))
+    path = model(tmp_path, head, 8 * GIB)  # sparse weights after the header
+    before = bytes_read()
+    assert kv_bytes_per_token(path) == 30 * 3 * (64 + 64) * 2
+    assert bytes_read() - before < len(head) + 2 * 64 * 1024
 
 
 @pytest.mark.req("SM-04")

@@ -7,11 +7,14 @@ import os
 import re
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from labfy_ref.errors import ConfigRefused, ErrorCode, LlamaServerFailed
+from labfy_ref.model.governor import LOG_CAP_BYTES, check_resources
 from labfy_ref.model.supervisor import SupervisorState
 from labfy_ref.model.variants import (
     available_variants,
@@ -21,6 +24,7 @@ from labfy_ref.model.variants import (
     stage_variant,
 )
 from qualification.supervisor.fake_llama import group_exists, install_fake
+from qualification.supervisor.test_governor import llama, meminfo, model
 from qualification.supervisor.test_supervisor import supervisor
 
 HASWELL_CPU = frozenset({"sse4_2", "avx", "f16c", "avx2", "bmi2", "fma", "avx512f"})
@@ -95,6 +99,25 @@ def test_staging_copies_across_file_systems(tmp_path: Path) -> None:
         shutil.rmtree(foreign, ignore_errors=True)
 
 
+@pytest.mark.req("SM-06", "SM-04")
+def test_the_scratch_need_is_a_copy_of_the_binary_its_libraries_and_largest_backend(
+        tmp_path: Path) -> None:
+    """Before a start the governor asks for the log plus what staging a variant may copy:
+    the binary and its libraries (not their relative links) and the largest backend; a
+    static build has no backend to add: its need is the log and exactly its own files."""
+    path = model(tmp_path, llama(), 1024)
+    enough = meminfo(tmp_path, 64 * 1024 * 1024)
+    for name, variants, backend in (("static", (), 0), ("dynamic", ("haswell", "x64"), 5004)):
+        fake = install_fake(tmp_path / name, variants=variants)
+        folder = fake.binary.parent
+        if variants:  # haswell, the larger backend, is what a copy may have to hold
+            (folder / "libggml-cpu-haswell.so").write_bytes(b"\x7fELF" + bytes(5000))
+        files = fake.binary.stat().st_size + (folder / "libllama.so.0.6.0").stat().st_size
+        report = check_resources(path, ctx_size=16, scratch=tmp_path, meminfo=enough,
+                                 binary=fake.binary)
+        assert report.scratch_need == LOG_CAP_BYTES + files + backend, name
+
+
 @pytest.mark.req("SM-06")
 def test_an_unknown_variant_is_refused_naming_the_available_ones(tmp_path: Path) -> None:
     fake = install_fake(tmp_path / "bin", variants=("haswell", "x64"))
@@ -113,6 +136,48 @@ def test_an_unknown_variant_is_refused_naming_the_available_ones(tmp_path: Path)
 def test_loaded_variant_is_none_without_a_backend_or_a_process() -> None:
     assert loaded_variant(os.getpid()) is None
     assert loaded_variant(2**22 + 1) is None  # above the default pid_max: no such process
+
+
+#: A child that maps a CPU backend, then enough other mappings below it (each names a
+#: long file path) that its /proc/<pid>/maps lists megabytes before the backend.
+_MANY_MAPPINGS = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+def place(path, count):
+    fd = os.open(path, os.O_RDONLY)
+    for _ in range(count):
+        if libc.mmap(None, 4096, 1, 2, fd, 0) in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap")
+place(sys.argv[1], 1)
+place(sys.argv[2], int(sys.argv[3]))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.req("SM-06")
+def test_the_variant_is_found_in_a_process_with_megabytes_of_mappings(tmp_path: Path) -> None:
+    """A busy llama-server maps thousands of regions (thread stacks, buffers, the model);
+    the backend it loaded is still named when its line comes megabytes into the maps."""
+    fake = install_fake(tmp_path / "bin", variants=("haswell",))
+    backend = fake.binary.parent / "libggml-cpu-haswell.so"
+    filler = tmp_path / ("d" * 200) / ("buffer-" + "f" * 200)
+    filler.parent.mkdir()
+    filler.write_bytes(bytes(4096))
+    child = subprocess.Popen([sys.executable, "-c", _MANY_MAPPINGS, str(backend), str(filler),
+                              "8000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        maps = Path(f"/proc/{child.pid}/maps").read_bytes()
+        # The case this is about: the backend's line lies between 2 MiB and 8 MiB in.
+        assert 2 * 1024 * 1024 < maps.index(b"libggml-cpu-haswell.so") < 8 * 1024 * 1024
+        assert loaded_variant(child.pid) == "haswell"
+    finally:
+        child.kill()
+        child.communicate()
 
 
 @pytest.mark.req("SM-06")
