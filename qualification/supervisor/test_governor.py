@@ -259,7 +259,9 @@ def test_a_long_header_is_read_once_a_block_at_a_time(tmp_path: Path) -> None:
     path = model(tmp_path, head, 8 * GIB)  # sparse weights after the header
     before = bytes_read()
     assert kv_bytes_per_token(path) == 30 * 3 * (64 + 64) * 2
-    assert bytes_read() - before < len(head) + 2 * 64 * 1024
+    # other threads of this process may read a little meanwhile: a margin of 4 MiB, where
+    # re-reading a block per value costs about a gigabyte
+    assert bytes_read() - before < len(head) + 4 * 1024 * 1024
 
 
 @pytest.mark.req("SM-04")
