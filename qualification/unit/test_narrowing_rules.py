@@ -277,12 +277,23 @@ def test_relevance_keeps_bounded_memory() -> None:
     """What is kept is bounded in entries and in the size of each collection kept."""
     kept = relevance._kept_scores
     assert kept.cache_info().maxsize == relevance.SCORES_KEPT <= 64
-    before = kept.cache_info().currsize
+    # a full cache stays full whatever enters it: count the lookups, not the entries
+    before = kept.cache_info()
     huge = "hive " * (relevance.KEPT_CHARS // 5 + 1)
     assert scores(huge, {"a": "hive"})["a"] > 0
     many = {f"k{i}": "x" * 1024 for i in range(relevance.KEPT_CHARS // 1024 + 1)}
     assert set(scores("hive", many)) == set(many)
-    assert kept.cache_info().currsize == before, "neither the long query nor the collection"
+    edge = {"a": "h" * (relevance.KEPT_CHARS - len("hive") + 1)}  # one past, together
+    assert set(scores("hive", edge)) == {"a"}
+    after = kept.cache_info()
+    assert (after.hits, after.misses) == (before.hits, before.misses), \
+        "neither the long query nor the collection was looked up or kept"
+    small = {"a": "h" * (relevance.KEPT_CHARS - len("hive"))}  # exactly the bound: kept
+    scores("hive", small)
+    scores("hive", small)
+    last = kept.cache_info()
+    assert (last.hits + last.misses) - (after.hits + after.misses) == 2
+    assert last.hits > after.hits, "a repeat at the bound is the kept score"
 
 
 @pytest.mark.req("PR-07")
