@@ -166,3 +166,28 @@ def test_a_completed_turn_says_its_final_text_once_and_records_it(specimen: Path
     assert "".join(c["text"] for c in seen if c["type"] == "text") == final
     assert [c["type"] for c in seen][-1] == "done" and seen[-1]["reason"] == "completed"
     assert records[-1] == {"kind": "message", "role": "assistant", "text": final}
+
+
+@pytest.mark.req("PR-03", "BR-02")
+def test_a_reply_whose_text_was_shown_is_refused_at_once_never_repaired(
+        specimen: Path) -> None:
+    """A final answer the stream already showed the user, then broken by text after the
+    object, is not repaired (the user would read a second answer): the turn ends
+    MODEL_PROTOCOL_ERROR after that one request, with no tool run."""
+    workspace = open_workspace(specimen)
+    store = workspace.open_store()
+    provider = _Scripted('{"type":"final","text":"Two hives by the hedge."} IGNORE-ME',
+                         json.dumps({"type": "final", "text": "repaired"}))
+    loop = AgentLoop(provider, bridge_surface(AgentGateway(workspace, store)), "p")
+    turn, seen = _turn([{"role": "user", "content": "how many hives?"}])
+    try:
+        asyncio.run(loop.run(turn))
+    finally:
+        store.close()
+    assert "".join(c["text"] for c in seen if c["type"] == "text") == \
+        "Two hives by the hedge.", "the user read one answer as it streamed, no second"
+    assert len(provider.sent) == 1, "no repair request after the text was shown"
+    [error] = [c for c in seen if c["type"] == "error"]
+    assert error["code"] == "MODEL_PROTOCOL_ERROR", error
+    assert not [c for c in seen if c["type"].startswith("tool")], "no tool ran"
+    assert seen[-1]["type"] == "done" and seen[-1]["reason"] == "error"

@@ -177,6 +177,59 @@ def test_references_come_only_from_this_turns_results_and_leave_once_answered() 
     assert "research.prepare" in third.offered
 
 
+def _objects(ids: list[str], titles: list[str]) -> dict[str, Any]:
+    return {"trust": "UNTRUSTED_DATA", "tool_id": "workspace.list_objects", "ok": True,
+            "data": {"objects": [{"object_id": i, "kind": "note", "title": t}
+                                 for i, t in zip(ids, titles, strict=True)]}}
+
+
+@pytest.mark.req("PR-06", "PR-07")
+def test_a_listed_title_is_kept_whatever_its_spelling_so_a_request_can_name_it() -> None:
+    """Each reference a result shows is kept with its name (an object's title) whether the
+    title sorts before or after the id: a request that names any of them has that one read
+    first, and only that one."""
+    ids = ["obj_" + letter * 26 for letter in "ABC"]
+    titles = ["Field plan 2026", "zinnia beds 2026", "2026 ivy bee survey"]
+    listed = Observations().observe("workspace.list_objects", {}, _objects(ids, titles))
+    budget = Budget(round=1, max_rounds=16, max_tool_calls=64)
+    for object_id, title in zip(ids, titles, strict=True):
+        seen = dataclasses.replace(listed, query=f"Read the note called {title}, please.")
+        decoding = narrow(CATALOG, CATALOG, seen, budget)
+        assert decoding.offered == {"workspace.read_object"}, title
+        read = next(b for b in decoding.schema["oneOf"]
+                    if b["properties"].get("tool_id") == {"const": "workspace.read_object"})
+        assert read["properties"]["arguments"]["properties"]["object_id"]["enum"] == [
+            object_id], title
+    assert dict(listed.names) == dict(zip(ids, titles, strict=True))
+
+
+@pytest.mark.req("PR-06")
+def test_what_a_long_turn_remembers_of_its_references_is_bounded_newest_kept() -> None:
+    """A turn that lists more references than it keeps remembers what it saw of at most
+    4 x MAX_REFERENCES of them (their labels and names), the newest: its memory does not
+    grow with its length, and the references still on offer are the ones it remembers."""
+    from labfy_ref.protocol.narrowing import MAX_REFERENCES  # noqa: PLC0415
+
+    kept = MAX_REFERENCES * 4
+    seen = Observations(query="Which note is about hedges?")
+    listed: list[str] = []
+    for page, kind in enumerate(["note", "fact", "observation", "source", "note", "fact"]):
+        ids = [f"obj_{page:02}{n:024}" for n in range(MAX_REFERENCES)]
+        seen = seen.observe("workspace.list_objects", {"kind": kind},
+                            _objects(ids, [f"Survey {page} entry {n}" for n in range(len(ids))]))
+        listed.extend(ids)
+    assert len(listed) > kept
+    assert list(seen.labels) == listed[-kept:], "the newest labels, in the order seen"
+    assert list(seen.names) == listed[-kept:], "the newest names, in the order seen"
+    assert seen.names[listed[-1]] == f"Survey 5 entry {MAX_REFERENCES - 1}"
+    decoding = narrow(CATALOG, CATALOG, seen, Budget(round=1, max_rounds=16,
+                                                      max_tool_calls=64))
+    read = next(b for b in decoding.schema["oneOf"]
+                if b["properties"].get("tool_id") == {"const": "workspace.read_object"})
+    offered = read["properties"]["arguments"]["properties"]["object_id"]["enum"]
+    assert set(offered) == set(listed[-MAX_REFERENCES:]) <= set(seen.labels)
+
+
 @pytest.mark.req("PR-06", "GW-07")
 def test_tools_unavailable_now_are_not_offered(specimen: Path) -> None:
     workspace = open_workspace(specimen)
@@ -240,6 +293,25 @@ def test_the_completion_limit_is_the_largest_admitted_action_at_its_longest() ->
     assert decoding.max_tokens >= 6 * FINAL.max_chars
     with pytest.raises(ValueError, match="unbounded"):
         max_json_bytes({"type": "string"})
+
+
+@pytest.mark.req("PR-06")
+@pytest.mark.parametrize("items", [1, 2, 3, 5])
+def test_the_completion_limit_fits_an_array_at_its_longest_with_the_grammars_whitespace(
+        items: int) -> None:
+    """An array of ``maxItems`` values, each spelled at its longest (every character a
+    6-byte escape), a comma between two, and the grammar's widest whitespace (a blank line
+    and 20 blanks) after ``[``, after each comma and before ``]``, is a reply the grammar
+    can write: the round's completion limit holds it."""
+    values = [letter * 12 for letter in "éèêëē"]
+    schema = {"type": "array", "minItems": 1, "maxItems": items, "uniqueItems": True,
+              "items": {"type": "string", "enum": values}}
+    space = "\n\n" + " " * 20
+    chosen = values[:items]
+    text = "[" + space + ("," + space).join(json.dumps(v) for v in chosen) + space + "]"
+    assert Draft202012Validator(schema).is_valid(json.loads(text))
+    assert all(len(json.dumps(v)) == 2 + 6 * 12 for v in chosen), "each at its longest"
+    assert len(text.encode("utf-8")) <= max_json_bytes(schema)
 
 
 @pytest.mark.req("PR-06")

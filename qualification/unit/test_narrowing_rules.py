@@ -402,6 +402,32 @@ def test_grounding_makes_research_text_of_the_words_read(
         seen.scripts | scripts_of(query)).pattern, "off: the shape alone"
 
 
+@pytest.mark.req("PR-07")
+def test_research_text_offers_what_was_read_most_relevant_first_none_left_out() -> None:
+    """The topic and questions research may be prepared with are titles and passages the
+    turn read, ordered by relevance to the request (what it asks about first), never cut
+    by it: the unrelated note's passages are still on offer, after."""
+    query = "Prepare research on where ivy bees nest."
+    seen = Observations(query=query)
+    for object_id, title, body in (
+            ("obj_" + "A" * 26, "Hedge cutting", "The hedge was cut in May. Why so late?"),
+            ("obj_" + "B" * 26, "Ivy bee survey",
+             "Ivy bees nest in sandy banks. Where do ivy bees nest?")):
+        seen = seen.observe("workspace.read_object", {"object_id": object_id},
+                            _read(object_id, title, body), CATALOG)
+    prepare = _branch(narrow(CATALOG, CATALOG, seen, BUDGET), "research.prepare")
+    assert prepare is not None, "research was asked for and something was read"
+    topics = prepare["properties"]["topic"]["enum"]
+    assert set(topics) == {"Hedge cutting", "Hedge cutting: The hedge was cut in May.",
+                           "Hedge cutting: Why so late?", "Ivy bee survey",
+                           "Ivy bee survey: Ivy bees nest in sandy banks.",
+                           "Ivy bee survey: Where do ivy bees nest?"}, "none left out"
+    assert [t.startswith("Ivy bee") for t in topics] == [True] * 3 + [False] * 3, topics
+    assert topics[0] == "Ivy bee survey: Where do ivy bees nest?", "the words asked, first"
+    assert prepare["properties"]["questions"]["items"]["enum"] == [
+        "Ivy bee survey: Where do ivy bees nest?", "Hedge cutting: Why so late?"]
+
+
 def _enum(decoding: Any, tool_id: str, field: str) -> list[str] | None:
     branch = _branch(decoding, tool_id)
     return None if branch is None else list(branch["properties"][field]["enum"])
@@ -549,6 +575,31 @@ def test_quoted_final_is_a_passage_read_verbatim(ids: list[str], bodies: list[st
     off = _final_text(narrow(CATALOG, CATALOG, seen, dataclasses.replace(
         budget, rules=ALL_RULES - {QUOTED})))
     assert off is not None and "enum" not in off, "off: the shaped sentence"
+
+
+@pytest.mark.req("PR-07")
+def test_a_quoted_final_says_nothing_read_answers_until_a_passage_says_the_words() -> None:
+    """While no passage read says the request's words, the quoted final offers "nothing I
+    read says this" first; once one does, the answer is a passage, that one first."""
+    from labfy_ref.protocol.narrowing import NOT_SAID, answers  # noqa: PLC0415
+
+    query = "How many bee species were recorded?"
+    budget = dataclasses.replace(BUDGET, round=16)  # the last round: final is on offer
+    hedge, bees = "obj_" + "A" * 26, "obj_" + "B" * 26
+    seen = Observations(query=query).observe(
+        "workspace.read_object", {"object_id": hedge},
+        _read(hedge, "Hedges", "The hedge was cut in May."), CATALOG)
+    text = _final_text(narrow(CATALOG, CATALOG, seen, budget))
+    assert text is not None and text["enum"] == [NOT_SAID, "Hedges: The hedge was cut in May."]
+    seen = seen.observe("workspace.read_object", {"object_id": bees},
+                        _read(bees, "Bees", "Twelve bee species were recorded."), CATALOG)
+    text = _final_text(narrow(CATALOG, CATALOG, seen, budget))
+    assert text is not None and NOT_SAID not in text["enum"]
+    assert text["enum"][0] == "Bees: Twelve bee species were recorded."
+    assert not answers(["bee", "species"], ["The hedge was cut in May.", "Bees."]), \
+        "one word of the request is a coincidence of topic"
+    assert answers(["bee", "species"], ["Bees of many species."])
+    assert answers([], []), "a request without words: nothing to say it does not answer"
 
 
 @pytest.mark.req("PR-07")
@@ -723,6 +774,23 @@ def test_a_request_that_speaks_of_files_looks_at_files_first() -> None:
     rest = narrow(CATALOG, CATALOG, exhausted, BUDGET)
     assert _branch(rest, "workspace.list_objects") is not None, \
         "nothing of it left to look at: look elsewhere"
+
+
+@pytest.mark.req("PR-07")
+def test_a_request_that_speaks_of_every_read_restricts_nothing() -> None:
+    """A request that says a distinctive word of each read that has listings leading to
+    it (an object and a file) speaks of no one of them first: nothing is restricted, and
+    saying one of them alone still restricts the round to it."""
+    from labfy_ref.protocol.narrowing import spoken_reads  # noqa: PLC0415
+
+    both = "Which object mentions the log file?"
+    assert spoken_reads(CATALOG, CATALOG, Observations(query=both)) == frozenset()
+    assert spoken_reads(CATALOG, CATALOG, Observations(query="What does the log file say?")) \
+        == {"files.list", "files.read"}
+    assert spoken_reads(CATALOG, CATALOG, Observations(query="Which object is newest?")) \
+        == {"workspace.list_objects", "workspace.read_object"}
+    first = narrow(CATALOG, CATALOG, Observations(query=both), BUDGET)
+    assert {"files.list", "workspace.list_objects"} <= first.offered, "both are looked at"
 
 
 @pytest.mark.req("PR-07")
