@@ -88,6 +88,24 @@ def test_an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out(
     assert store.get_task(submitted.task.id).final_text == "by w2"
 
 
+@pytest.mark.req("WK-09")
+def test_a_worker_that_took_its_own_run_over_fences_its_earlier_attempt_out(
+        store: WorkStore, clock: Clock) -> None:
+    """A worker restarted under the same name takes over the run it held before its lease
+    expired: the run's new attempt holds it; the earlier attempt's claim (same worker,
+    same run, an older attempt, e.g. a paused thread of the old process) writes nothing."""
+    store.submit("crashy")
+    old = claimed(store, "w1")
+    clock.advance(LEASE + 0.001)
+    new = claimed(store, "w1")
+    assert (new.run_id, new.worker, new.attempt) == (old.run_id, "w1", old.attempt + 1)
+    for write in (lambda: store.heartbeat(old, LEASE),
+                  lambda: store.append_message(old, "assistant", "late"),
+                  lambda: store.finish(old, State.COMPLETED, final_text="late")):
+        assert refused_code(write) is ErrorCode.LEASE_NOT_HELD
+    store.finish(store.heartbeat(new, LEASE), State.COMPLETED, final_text="by attempt 2")
+
+
 @pytest.mark.req("WK-10", "WK-09")
 def test_a_heartbeat_extends_the_lease_for_the_holder_only(
         store: WorkStore, clock: Clock) -> None:

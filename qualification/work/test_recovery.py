@@ -273,3 +273,35 @@ def test_a_worker_paused_past_its_lease_never_overwrites_the_later_write(
     assert resolutions(store, task_id) == resolved
     assert lines(tmp_path / "paused.out") == [] or all(
         line["outcome"] != "COMPLETED" for line in lines(tmp_path / "paused.out"))
+
+
+@pytest.mark.req("WK-03")
+def test_a_resumed_prepare_finds_only_the_campaign_with_exactly_its_fields(
+        tmp_path: Path) -> None:
+    """What a crashed ``research.prepare`` made is found by every field it was called with,
+    in this workspace, since the effect began: a campaign differing in any one field (a
+    topic that sorts before or after, a question, a reference, another workspace, an older
+    one) is not it, so it is never adopted in its place."""
+    from labfy_ref.clock import iso, utcnow  # noqa: PLC0415
+    from labfy_ref.workspace import init_workspace  # noqa: PLC0415
+
+    ws, other = "ws_" + "4" * 26, "ws_" + "5" * 26
+    store = init_workspace(tmp_path / "ws", specimen=False).open_store()
+    try:
+        older = store.add_campaign(ws, "hedges", ["why?"], ["obj_1"])
+        since = iso(utcnow())
+        for _ in range(1_000_000):  # the next millisecond (times are kept to the ms)
+            if since > older.created_at:
+                break
+            since = iso(utcnow())
+        made = [store.add_campaign(*fields).campaign_id for fields in (
+            (ws, "hedge", ["why?"], ["obj_1"]), (ws, "hedgez", ["why?"], ["obj_1"]),
+            (ws, "hedges", ["why not?"], ["obj_1"]), (ws, "hedges", ["why?"], ["obj_2"]),
+            (other, "hedges", ["why?"], ["obj_1"]))]
+        assert len(set(made)) == 5 and older.campaign_id not in made
+        assert store.campaigns_like(ws, "hedges", ["why?"], ["obj_1"], since) == []
+        ours = store.add_campaign(ws, "hedges", ["why?"], ["obj_1"]).campaign_id
+        assert store.campaigns_like(ws, "hedges", ["why?"], ["obj_1"], since) == [ours]
+        assert store.campaigns_like(ws, "hedge", ["why?"], ["obj_1"], since) == [made[0]]
+    finally:
+        store.close()
