@@ -181,3 +181,29 @@ def test_a_workspace_owns_its_own_work_sqlite_by_any_path_and_nothing_else(
                   workspace / "work.sqlite-copy"):
         assert not owns_database(workspace, sqlite_url(other)), other
     assert not owns_database(workspace, parse_database_url("postgresql://u@h/db"))
+
+
+@pytest.mark.req("WK-07")
+def test_a_pool_that_stays_busy_is_unavailable_in_one_line_not_a_traceback(
+        tmp_path: Path) -> None:
+    """Every pooled connection held elsewhere past the pool's wait: the transaction is
+    WORK_DB_UNAVAILABLE naming the database and why, with no driver exception chained
+    (the pool here is SQLAlchemy's own, made small and quick to wait)."""
+    from sqlalchemy import create_engine  # noqa: PLC0415
+
+    from labfy_ref.work.store.engine import WorkEngine  # noqa: PLC0415
+
+    url = sqlite_url(tmp_path / "work.sqlite")
+    engine = WorkEngine(url)
+    engine.engine.dispose()
+    engine.engine = create_engine(url.url, pool_size=1, max_overflow=0, pool_timeout=0.2)
+    try:
+        with (engine.engine.connect(),  # the only connection, held
+              pytest.raises(LabfyError) as caught, engine.transaction(write=False)):
+            pass
+        assert caught.value.code is ErrorCode.WORK_DB_UNAVAILABLE
+        assert caught.value.message == (f"work database {url.redacted()}: "
+                                         "every pooled connection stayed busy")
+        assert not chained(caught.value)
+    finally:
+        engine.close()

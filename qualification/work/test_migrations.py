@@ -281,3 +281,19 @@ def test_tasks_of_release_1_on_a_shared_database_belong_to_no_workspace(
             assert one.value.code is ErrorCode.VALIDATION_FAILED
     finally:
         admin.close()
+
+
+@pytest.mark.req("WK-06")
+def test_migrate_answers_the_version_the_database_is_at_after_it(tmp_path: Path) -> None:
+    """``migrate`` returns the version it brought the database to: the newest step's on a
+    fresh database, on one already there, and after a next migration."""
+    from labfy_ref.work.store.engine import WorkEngine  # noqa: PLC0415
+    from labfy_ref.work.store.migrations import migrate  # noqa: PLC0415
+
+    engine = WorkEngine(sqlite_url(tmp_path / "work.sqlite"))
+    try:
+        assert migrate(engine) == SCHEMA_VERSION
+        assert migrate(engine) == SCHEMA_VERSION
+        assert migrate(engine, (*MIGRATIONS, ADD_PRIORITY)) == NEXT
+    finally:
+        engine.close()

@@ -197,6 +197,28 @@ def test_an_effect_is_started_before_and_completed_after_keyed_by_run_step_call(
 
 
 @pytest.mark.req("WK-02")
+def test_a_runs_replies_and_effects_are_its_own_never_a_later_runs(
+        store: WorkStore) -> None:
+    """Two runs held at once: what the later run (a larger id) recorded for step 1 is never
+    read, listed or adopted as the earlier run's: each sees its own replies and effects."""
+    store.submit("first")
+    store.submit("second")
+    first, second = store.claim("w1", 30), store.claim("w2", 30)
+    assert first is not None and second is not None and first.run_id < second.run_id
+    store.record_reply(second, 1, {"q": "second"}, {"a": "second"})
+    theirs = store.begin_effect(second, 1, 0, "files.write", {"path": "b.md"})
+    assert store.get_reply(first.run_id, 1) is None
+    assert store.list_effects(first.run_id) == []
+    assert store.find_effect(first.run_id, 1, 0) is None
+    ours = store.begin_effect(first, 1, 0, "files.write", {"path": "a.md"})
+    assert ours.id != theirs.id and ours.arguments == {"path": "a.md"}
+    assert store.list_effects(first.run_id) == [ours]
+    assert store.list_effects(second.run_id) == [theirs]
+    reply = store.record_reply(first, 1, {"q": "first"}, {"a": "first"})
+    assert store.get_reply(first.run_id, 1) == reply and reply.response == {"a": "first"}
+
+
+@pytest.mark.req("WK-02")
 def test_events_append_in_order_and_page_by_cursor(store: WorkStore) -> None:
     task = store.submit("events").task
     for index in range(5):

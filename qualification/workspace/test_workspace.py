@@ -267,6 +267,7 @@ def test_listing_objects_gives_a_hundred_at_most_and_a_match_only_what_it_names(
             store.add_object("note", f"Tally {n}", f"counted bees, row {n}")
         service = ObjectService(store)
         assert len(store.list_objects(limit=1000)) == 112
+        assert len(store.list_objects()) == 100, "the store's own listing: 100 unless asked"
         assert len(service.list_objects()["objects"]) == 100
         assert len(service.list_objects(limit=7)["objects"]) == 7
         tallies = service.list_objects(match="tall", limit=1000)["objects"]
