@@ -219,6 +219,36 @@ def test_a_runs_replies_and_effects_are_its_own_never_a_later_runs(
 
 
 @pytest.mark.req("WK-02")
+def test_what_the_store_hands_out_are_values_no_reader_can_change(store: WorkStore) -> None:
+    """Tasks, runs, claims, messages, replies, effects, events and approvals are values: a
+    reader cannot change one in place (a claim is the fence's token), two reads of the same
+    record are equal, and those holding no JSON document hash alike (a dict key, a set)."""
+    import dataclasses  # noqa: PLC0415
+
+    submitted = store.submit("values")
+    claim = store.claim("w", 30)
+    assert claim is not None
+    reply = store.record_reply(claim, 1, {"q": 1}, {"a": 1})
+    effect = store.begin_effect(claim, 1, 0, "files.write", {"path": "a.md"})
+    approval = store.request_approval(claim, 1, 1, "files.write", "files.write a.md")
+    values = [submitted, store.get_task(submitted.task.id), store.list_runs(claim.task_id)[0],
+              claim, store.list_messages(claim.run_id)[0], reply, effect,
+              store.list_events(claim.task_id)[0], approval]
+    again = [submitted, store.get_task(submitted.task.id), store.list_runs(claim.task_id)[0],
+             claim, store.list_messages(claim.run_id)[0], store.get_reply(claim.run_id, 1),
+             store.find_effect(claim.run_id, 1, 0), store.list_events(claim.task_id)[0],
+             store.get_approval(approval.id)]
+    for value, read in zip(values, again, strict=True):
+        name = dataclasses.fields(value)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, name, None)
+        assert value == read, type(value).__name__
+    # those without a JSON document inside (a reply, an effect, an event carry one)
+    for value, read in zip(values[:5] + values[8:], again[:5] + again[8:], strict=True):
+        assert hash(value) == hash(read) and {value: 1}[read] == 1, type(value).__name__
+
+
+@pytest.mark.req("WK-02")
 def test_events_append_in_order_and_page_by_cursor(store: WorkStore) -> None:
     task = store.submit("events").task
     for index in range(5):
