@@ -283,6 +283,27 @@ def test_tasks_of_release_1_on_a_shared_database_belong_to_no_workspace(
         admin.close()
 
 
+@pytest.mark.req("WK-11")
+def test_only_the_workspace_that_owns_the_database_adopts_its_unowned_tasks(
+        tmp_path: Path) -> None:
+    """Adopting release 1's unowned tasks is one workspace's act: its store takes them
+    (another workspace's still sees none); the admin's view of all workspaces cannot adopt
+    (VALIDATION_FAILED), and opening it that way changes nothing."""
+    url = sqlite_url(release_1_database(tmp_path / "work.sqlite"))
+    with pytest.raises(LabfyError) as refused:
+        WorkStore.open(url, workspace_id=ALL_WORKSPACES, adopt=True)
+    assert refused.value.code is ErrorCode.VALIDATION_FAILED
+    assert "only one workspace adopts" in refused.value.message
+    owner = open_store(url, adopt=True)
+    other = WorkStore.open(url, workspace_id="ws_" + "6" * 26)
+    try:
+        assert [t.id for t in owner.list_tasks()] == [QUEUED_IN_1, WAITING_IN_1, FINISHED_IN_1]
+        assert other.list_tasks() == []
+    finally:
+        other.close()
+        owner.close()
+
+
 @pytest.mark.req("WK-06")
 def test_migrate_answers_the_version_the_database_is_at_after_it(tmp_path: Path) -> None:
     """``migrate`` returns the version it brought the database to: the newest step's on a
