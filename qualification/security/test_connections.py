@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from fake_provider import Answer, Scenario
-from labfy_ref.logs import BURST, FloodGuard
+from labfy_ref.logs import BURST, MAX_KEYS, WINDOW_SECONDS, FloodGuard
 from labfy_ref.server.connections import ConnectionLimits
 from labfy_ref.workspace import init_workspace
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
@@ -277,6 +277,90 @@ def test_a_flood_of_one_error_is_a_few_lines_and_one_count_that_is_never_lost() 
                for line in flood[:BURST])
     assert flood[-1].startswith(f"{45_807 - BURST} similar lines suppressed")
     assert "server stopped" in lines.lines, "another line is never held back by the flood"
+
+
+class _Clock:
+    """The time FloodGuard reads: set by the test, never slept for. It starts at 1000s,
+    as a monotonic clock never reads 0, so a time far later differs from its remainder."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _line(message: str) -> logging.LogRecord:
+    return logging.LogRecord("labfy_ref.server", logging.WARNING, __file__, 1, message,
+                             None, None)
+
+
+def _held(count: int, message: str) -> str:
+    return f"{count} similar lines suppressed in {WINDOW_SECONDS:g}s: {message}"
+
+
+@pytest.mark.req("SV-09")
+@pytest.mark.parametrize("later", [WINDOW_SECONDS, 1005.0], ids=["as-it-ends", "long-after"])
+def test_a_window_that_ended_is_said_when_any_later_line_comes(later: float) -> None:
+    """A flood that stops is summed up by the next line of any kind, not left until its
+    own kind comes back or the log closes (the server may run quiet for hours)."""
+    lines, clock = LogLines(), _Clock()
+    guard = FloodGuard(lines, clock=clock)
+    for _ in range(BURST + 5):
+        guard.handle(_line("flood"))
+    clock.now += WINDOW_SECONDS - 0.001
+    guard.handle(_line("before"))
+    assert lines.lines == ["flood"] * BURST + ["before"], "its window is not over yet"
+    clock.now = 1000.0 + later
+    guard.handle(_line("after"))
+    assert lines.lines[BURST + 1:] == [_held(5, "flood"), "after"]
+    guard.close()
+    assert lines.lines[BURST + 1:] == [_held(5, "flood"), "after"], "said once, not twice"
+
+
+def _fill(guard: FloodGuard, clock: _Clock, flooded: set[int]) -> None:
+    """MAX_KEYS kinds, each a little later than the one before, all windows still open:
+    those in ``flooded`` over their burst (one line held each), the others once."""
+    for key in range(MAX_KEYS):
+        clock.now += 0.001
+        for _ in range(BURST + 1 if key in flooded else 1):
+            guard.handle(_line(f"kind {key}"))
+
+
+@pytest.mark.req("SV-09")
+def test_past_max_keys_the_oldest_windows_are_forgotten_and_their_counts_said() -> None:
+    lines, clock = LogLines(), _Clock()
+    guard = FloodGuard(lines, clock=clock)
+    quarter = MAX_KEYS // 4
+    _fill(guard, clock, {0, quarter - 1, quarter})
+    assert not any("suppressed" in line for line in lines.lines), \
+        "up to MAX_KEYS kinds, every window is kept"
+    assert len(lines.lines) == MAX_KEYS + 3 * (BURST - 1)
+    guard.handle(_line("one kind too many"))
+    assert lines.lines[-3:] == [_held(1, "kind 0"), _held(1, f"kind {quarter - 1}"),
+                                "one kind too many"], \
+        "the oldest quarter is forgotten, and what it held back said"
+    guard.handle(_line("kind 0"))
+    assert lines.lines[-1] == "kind 0", "a forgotten kind starts a fresh window"
+    before = len(lines.lines)
+    guard.handle(_line(f"kind {quarter}"))
+    assert len(lines.lines) == before, "a younger window is kept: still over its burst"
+    guard.close()
+    assert lines.lines[before:] == [_held(2, f"kind {quarter}")]
+    assert sum("suppressed" in line for line in lines.lines) == 3, "each said once"
+
+
+@pytest.mark.req("SV-09")
+def test_past_max_keys_the_kind_being_logged_keeps_its_window() -> None:
+    lines, clock = LogLines(), _Clock()
+    guard = FloodGuard(lines, clock=clock)
+    _fill(guard, clock, {0})
+    written = len(lines.lines)
+    guard.handle(_line("kind 0"))
+    assert len(lines.lines) == written, \
+        "the oldest, but the kind being logged: still over its burst, held, nothing said"
+    guard.close()
+    assert lines.lines[written:] == [_held(2, "kind 0")], "both held lines said, once"
 
 
 @pytest.mark.req("SV-09", "SV-05")
