@@ -11,6 +11,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -231,9 +232,10 @@ def test_what_the_store_hands_out_are_values_no_reader_can_change(store: WorkSto
     reply = store.record_reply(claim, 1, {"q": 1}, {"a": 1})
     effect = store.begin_effect(claim, 1, 0, "files.write", {"path": "a.md"})
     approval = store.request_approval(claim, 1, 1, "files.write", "files.write a.md")
-    values = [submitted, store.get_task(submitted.task.id), store.list_runs(claim.task_id)[0],
-              claim, store.list_messages(claim.run_id)[0], reply, effect,
-              store.list_events(claim.task_id)[0], approval]
+    values: list[Any] = [
+        submitted, store.get_task(submitted.task.id), store.list_runs(claim.task_id)[0],
+        claim, store.list_messages(claim.run_id)[0], reply, effect,
+        store.list_events(claim.task_id)[0], approval]
     again = [submitted, store.get_task(submitted.task.id), store.list_runs(claim.task_id)[0],
              claim, store.list_messages(claim.run_id)[0], store.get_reply(claim.run_id, 1),
              store.find_effect(claim.run_id, 1, 0), store.list_events(claim.task_id)[0],
