@@ -102,3 +102,37 @@ def test_serve_warns_of_nothing_with_the_demo_agent(
     finally:
         code, out, _ = server.stop()
     assert code == 0 and "warning" not in out
+
+
+def _shown(**sections: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ``work show`` answer (SPEC §15) with the given runs, approvals and effects."""
+    task = {"id": "task_01M8PXTGGGR4JX4HWH1BF5EPDR", "state": "WAITING_APPROVAL",
+            "message": "rewrite notes", "final_text": None,
+            "created_at": "2026-12-06T10:00:00.000Z", "updated_at": "2026-12-06T10:00:01.000Z"}
+    return {"task": task, "runs": sections.get("runs", []),
+            "approvals": sections.get("approvals", []), "effects": sections.get("effects", []),
+            "events": []}
+
+
+@pytest.mark.req("CLI-03")
+def test_show_prints_each_section_the_task_has_and_no_empty_one() -> None:
+    """``work show`` on a terminal: the runs, approvals and effects tables appear exactly
+    when the task has some; a worker's name (anyone's text, up to 500 characters) is cut
+    to its 40-character column with an ellipsis."""
+    from labfy_ref.cli.tables import task_detail  # noqa: PLC0415
+
+    worker = "worker-on-a-host-with-a-very-long-name-" + "x" * 30
+    run = {"id": "run_01M8PXTGGBW0ZYKK7MAVZJBRD2", "state": "WAITING_APPROVAL",
+           "attempt": 1, "worker": worker}
+    approval = {"id": "appr_01M8PXTGGEAB8JYPX9383FHFNY", "decision": None,
+                "tool_id": "files.write", "summary": "files.write notes/a.md (3 bytes)"}
+    effect = {"id": "eff_01M8PXTGGEAB8JYPX9383FHFNZ", "status": "started",
+              "tool_id": "files.write", "arguments": {"path": "notes/a.md"}}
+    bare = task_detail(_shown())
+    assert not any(head in bare for head in ("RUN ", "APPROVAL ", "EFFECT ")), bare
+    full = task_detail(_shown(runs=[run], approvals=[approval], effects=[effect]))
+    lines = full.splitlines()
+    assert [line.split()[0] for line in lines if line.split()[:1] in (
+        ["RUN"], ["APPROVAL"], ["EFFECT"])] == ["RUN", "APPROVAL", "EFFECT"]
+    assert f"  {worker[:39]}…" in full and worker[:40] not in full
+    assert "files.write notes/a.md (3 bytes)" in full and "notes/a.md" in lines[-3]
