@@ -154,3 +154,28 @@ def test_an_ids_unmutated_run_is_measured_once_per_tree_state(
     records.mkdir(parents=True)
     (records / "pkg.m.json").write_text("{}", "utf-8")
     assert widened.tree_digest(tree) == grown, "a record the run writes is no new state"
+
+
+@pytest.mark.req("QR-06")
+def test_what_a_mutants_tests_left_running_is_killed_when_they_end(tmp_path: Path) -> None:
+    """A server a test started in a session of its own and never stopped (a mutant broke
+    its shutdown) would hold its port for every later ID's run: it is killed by the
+    folder its command line names, and the tests' own group with it."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from qualification.mutation.widened import reap  # noqa: PLC0415
+
+    marker = tmp_path / "left-running"
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                             str(marker)], start_new_session=True)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                 start_new_session=True)
+    try:
+        assert left.pid in reap(str(marker))
+        assert left.wait(timeout=10) < 0
+        assert bystander.poll() is None, "a process naming another folder is left alone"
+    finally:
+        for process in (left, bystander):
+            process.kill()
+            process.wait(timeout=10)

@@ -28,14 +28,19 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
 import difflib
 import hashlib
 import json
+import os
+import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -129,17 +134,53 @@ def scope_of(path: str, source: str, specs: list[Spec], cap: int,
 
 
 def _run_tests(tree: Path, req: str, files: list[str], timeout: float) -> tuple[str, float]:
-    """``killed``, ``survived``, ``timeout`` or ``no test`` for one ID's tests, and seconds."""
+    """``killed``, ``survived``, ``timeout`` or ``no test`` for one ID's tests, and seconds.
+
+    The tests get a temporary folder of their own; whatever they started and left running
+    (a mutant may break a server's shutdown, a timeout leaves a test's servers behind) is
+    killed when they end, so no later run finds a port or a file of theirs still held.
+    """
+    basetemp = Path(tempfile.mkdtemp(prefix="labfy-widened-"))
     started = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, *PYTEST, "--req", req, *files], cwd=tree,
-                              env=_environment(tree), check=False, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return "timeout", time.monotonic() - started
-    seconds = time.monotonic() - started
-    verdict = {0: "survived", 5: "no test"}.get(done.returncode, "killed")
+        with subprocess.Popen([sys.executable, *PYTEST, f"--basetemp={basetemp / 't'}",
+                               "--req", req, *files], cwd=tree, env=_environment(tree),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True) as tests:
+            try:
+                code = tests.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                code = None
+            seconds = time.monotonic() - started
+            reap(str(basetemp), tests.pid)
+    finally:
+        shutil.rmtree(basetemp, ignore_errors=True)
+    if code is None:
+        return "timeout", seconds
+    verdict = {0: "survived", 5: "no test"}.get(code, "killed")
     return verdict, seconds
+
+
+def reap(marker: str, group: int | None = None) -> list[int]:
+    """Kill the process group ``group`` and every process whose command line names
+    ``marker`` (those a test started in a session of their own); their pids."""
+    killed = []
+    if group is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+            killed.append(group)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if marker.encode() in command:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
 
 
 _BASELINES_LOCK = threading.Lock()
