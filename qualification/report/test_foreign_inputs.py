@@ -115,3 +115,21 @@ def test_terminal_text_holds_no_control_surrogate_or_ci_command(text: str) -> No
     assert len(shown) <= 41
     _inert_on_a_terminal(shown)
     assert not any(unicodedata.category(ch) == "Cc" for ch in shown)
+
+
+@pytest.mark.req("QR-05")
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096])
+def test_a_file_up_to_its_bound_is_read_whole_and_one_byte_more_is_refused(
+        tmp_path: Path, size: int) -> None:
+    """A results or status file is read up to its byte bound, whatever it holds; one byte
+    past it is refused naming the bound (never read to the end first)."""
+    from labfy_ref.errors import ReportInvalid  # noqa: PLC0415
+    from labfy_ref.report.validate import read_bounded  # noqa: PLC0415
+
+    kept = tmp_path / "kept.json"
+    kept.write_bytes(b"x" * size)
+    assert read_bounded(kept, "results", limit=4096) == b"x" * size
+    over = tmp_path / "over.json"
+    over.write_bytes(b"x" * (4096 + 1 + size))
+    with pytest.raises(ReportInvalid, match="larger than 4096 bytes"):
+        read_bounded(over, "results", limit=4096)
