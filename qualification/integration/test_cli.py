@@ -389,3 +389,20 @@ def test_the_workspace_group_lists_upgrade() -> None:
     done = _run("workspace")
     assert done.returncode == 2
     assert "\n    upgrade" in done.stderr and "\n    init" in done.stderr
+
+
+@pytest.mark.req("CLI-01")
+def test_an_unexpected_error_is_one_internal_error_line_with_its_kind_and_exit_1(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A failure no refusal describes (a bug, a disk that vanished mid-command) is still one
+    line, ``INTERNAL_ERROR: <kind>: <what it said>``, exit 1, and no traceback."""
+    import labfy_ref.cli.main as cli_main  # noqa: PLC0415
+
+    def broken(_: argparse.Namespace) -> int:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(cli_main, "_report", broken)
+    assert cli_main.main(["report"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == "INTERNAL_ERROR: OSError: [Errno 5] Input/output error\n"
+    assert captured.out == ""

@@ -119,6 +119,8 @@ def test_progress_is_shown_in_human_units(done: int, total: int, shown: str) -> 
     show(done, total)
     assert terminal.getvalue().rstrip("\n").endswith(f"] {shown}")
     assert "bytes" not in terminal.getvalue()
+    bar = terminal.getvalue().split("[", 1)[1].split("]", 1)[0]
+    assert bar == ("#" * (30 * done // total)).ljust(30), "30 cells, filled by the share done"
 
 
 @pytest.mark.req("SM-01", "CLI-02")
