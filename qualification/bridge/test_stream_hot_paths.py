@@ -254,18 +254,26 @@ def test_nothing_is_written_after_a_refused_record(tmp_path: Path) -> None:
     store.close()
 
 
-@pytest.mark.req("BR-06", "AV-06")
-def test_a_drain_writes_what_a_finished_turn_staged_without_a_flush(tmp_path: Path) -> None:
-    """A turn that ended without flushing (cancelled, or a title staged after it) still has
-    its records written, in order: ``drain`` starts the write, and while a batch is in
-    flight it starts none beside it (that batch's landing would be lost)."""
-    store = JsonlSessionStore(tmp_path)
+def _watched_writer(store: JsonlSessionStore) -> tuple[SessionWriter, _Catalog, list[bool]]:
+    """A writer of a new session of ``store``, its catalog, and whether it was busy each
+    time it said it went idle."""
     session_id = new_id("ses")
     store.create(session_id, HEADER)
     catalog = _Catalog()
     writer = SessionWriter(store, catalog, session_id)
     idle: list[bool] = []
     writer.on_idle = lambda: idle.append(writer.busy)
+    return writer, catalog, idle
+
+
+@pytest.mark.req("BR-06", "AV-06")
+def test_a_drain_writes_what_a_finished_turn_staged_without_a_flush(tmp_path: Path) -> None:
+    """A turn that ended without flushing (cancelled, or a title staged after it) still has
+    its records written, in order: ``drain`` starts the write, and while a batch is in
+    flight it starts none beside it (that batch's landing would be lost)."""
+    store = JsonlSessionStore(tmp_path)
+    writer, catalog, idle = _watched_writer(store)
+    session_id = writer.session_id
     path = tmp_path / f"{session_id}.jsonl"
 
     def numbers() -> list[int]:
@@ -303,12 +311,7 @@ def test_a_batch_the_disk_failed_is_forgotten_and_the_writer_goes_idle(tmp_path:
     """A write that failed with no refusal leaves no record counted as landed: the catalog
     forgets the session (it re-reads the log), the writer is idle and says so once."""
     store = _FailingStore(tmp_path)
-    session_id = new_id("ses")
-    store.create(session_id, HEADER)
-    catalog = _Catalog()
-    writer = SessionWriter(store, catalog, session_id)
-    idle: list[bool] = []
-    writer.on_idle = lambda: idle.append(writer.busy)
+    writer, catalog, idle = _watched_writer(store)
 
     async def run() -> None:
         writer.stage({"kind": "note", "n": 1})
