@@ -391,7 +391,7 @@ def test_the_workspace_group_lists_upgrade() -> None:
     assert "\n    upgrade" in done.stderr and "\n    init" in done.stderr
 
 
-@pytest.mark.req("CLI-01")
+@pytest.mark.req("CLI-01", "CLI-02")
 def test_an_unexpected_error_is_one_internal_error_line_with_its_kind_and_exit_1(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A failure no refusal describes (a bug, a disk that vanished mid-command) is still one
