@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -283,7 +284,7 @@ def test_a_drain_writes_what_a_finished_turn_staged_without_a_flush(tmp_path: Pa
         writer.stage({"kind": "note", "n": 1})
         writer.drain()
         assert writer.busy
-        await wait_until_async(lambda: not writer.busy)
+        await _until(lambda: not writer.busy)
         assert numbers() == [1] and idle == [False]
         with store.holding(session_id):
             writer.stage({"kind": "note", "n": 2})
@@ -323,7 +324,7 @@ def test_a_batch_the_disk_failed_is_forgotten_and_the_writer_goes_idle(tmp_path:
     store.close()
 
 
-async def wait_until_async(done: Any, *, timeout: float = 10.0) -> None:
+async def _until(done: Callable[[], bool], *, timeout: float = 10.0) -> None:
     """Yield to the loop until ``done()`` holds (bounded)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
