@@ -17,6 +17,7 @@ from qualification.mutation.scope import REPO
 from qualification.mutation.widened import (
     RECORDS,
     Spec,
+    applied,
     build_record,
     module_sha256,
     scope_of,
@@ -179,3 +180,25 @@ def test_what_a_mutants_tests_left_running_is_killed_when_they_end(tmp_path: Pat
         for process in (left, bystander):
             process.kill()
             process.wait(timeout=10)
+
+
+@pytest.mark.req("QR-06")
+def test_a_mutant_cosmic_ray_fails_to_apply_is_not_applied_and_said(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """cosmic-ray's exception replacer raises on ``except (json.JSONDecodeError, ...)``:
+    that mutant is recorded not applied (and said), never the end of the module's run."""
+    def broken() -> str | None:
+        raise AttributeError("'PythonNode' object has no attribute 'value'")
+
+    assert applied(lambda: "mutated", "m.py:3") == "mutated"
+    assert applied(lambda: None, "m.py:3") is None
+    assert capsys.readouterr().err == ""
+    assert applied(broken, "m.py:7") is None
+    assert capsys.readouterr().err == ("m.py:7: cosmic-ray cannot apply this mutant ('PythonNode' "
+                                       "object has no attribute 'value'); not applied\n")
+
+    def failing() -> str | None:
+        raise ValueError("a bug of ours")
+
+    with pytest.raises(ValueError, match="a bug of ours"):
+        applied(failing, "m.py:9")

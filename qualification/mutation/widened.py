@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import datetime
 import difflib
+import functools
 import hashlib
 import json
 import os
@@ -43,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +231,18 @@ def without_survivors(progress: dict[str, Any]) -> dict[str, Any]:
     return {**progress, "baseline": {}, "mutants": kept}
 
 
+def applied(mutate: Callable[[], str | None], where: str) -> str | None:
+    """The mutated source, or None where the operator applies to nothing — or where
+    cosmic-ray fails on the node (its exception replacer cannot rewrite a dotted name,
+    ``except (json.JSONDecodeError, ...)``): said on stderr, recorded ``not applied``."""
+    try:
+        return mutate()
+    except AttributeError as exc:
+        print(f"{where}: cosmic-ray cannot apply this mutant ({exc}); not applied",
+              file=sys.stderr, flush=True)
+        return None
+
+
 def run_module(path: str, *, cap: int = DEFAULT_CAP, fresh: bool = False,
                survivors: bool = False) -> dict[str, Any]:
     """Run ``path``'s sample to the end (resuming; with ``survivors``, its survivors again)
@@ -276,7 +290,8 @@ def run_module(path: str, *, cap: int = DEFAULT_CAP, fresh: bool = False,
     for spec, ids in chosen:
         if spec.job_id in progress["mutants"]:
             continue
-        mutated = mutate_code(source, get_operator(spec.operator)(), spec.occurrence)
+        mutated = applied(functools.partial(mutate_code, source, get_operator(spec.operator)(),
+                                            spec.occurrence), f"{path}:{spec.line}")
         entry: dict[str, Any] = {"line": spec.line, "operator": spec.operator,
                                  "occurrence": spec.occurrence, "ids": list(ids),
                                  "verdicts": {}}
