@@ -133,3 +133,22 @@ def test_a_file_up_to_its_bound_is_read_whole_and_one_byte_more_is_refused(
     over.write_bytes(b"x" * (4096 + 1 + size))
     with pytest.raises(ReportInvalid, match="larger than 4096 bytes"):
         read_bounded(over, "results", limit=4096)
+
+
+@pytest.mark.req("QR-05")
+def test_the_report_reads_inputs_up_to_256_mib_and_refuses_one_byte_more(
+        tmp_path: Path) -> None:
+    """The default bound of every JSON input the report reads: 256 MiB (far above the full
+    suite's results, about 1 MiB) is read whole, one byte more is refused naming it.
+    Sparse files: nothing is written to disk but their size."""
+    from labfy_ref.errors import ReportInvalid  # noqa: PLC0415
+    from labfy_ref.report.validate import read_bounded  # noqa: PLC0415
+
+    bound = 256 * 1024 * 1024
+    at, over = tmp_path / "at.json", tmp_path / "over.json"
+    for path, size in ((at, bound), (over, bound + 1)):
+        with path.open("wb") as file:
+            file.truncate(size)
+    assert len(read_bounded(at, "results")) == bound
+    with pytest.raises(ReportInvalid, match=f"over.json: larger than {bound} bytes$"):
+        read_bounded(over, "results")

@@ -196,6 +196,26 @@ def test_faults_and_mutants_add_up_to_one_share_per_id(tmp_path: Path) -> None:
     assert two.weak == ("AA-01",)
 
 
+@pytest.mark.req("QR-06")
+def test_a_weak_reason_adds_faults_and_mutants(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """AA-01 has two faults (one killed by its own test) and three operator mutants (one
+    killed by its own tests): its reason counts 2 of the 5, naming every survivor."""
+    _module(tmp_path, "m", "x = 1\n", [
+        _mutant(1, ["AA-01"], ["AA-01"]), _mutant(1, ["AA-01"], []), _mutant(1, ["AA-01"], [])])
+    (tmp_path / "qualification" / "mutation").mkdir(parents=True)
+    (tmp_path / "records").rename(tmp_path / "qualification" / "mutation" / "modules")
+    monkeypatch.chdir(tmp_path)  # the report reads the records beside the tree it runs in
+    report = _report(tmp_path, [_fault("a", ["AA-01"], "killed", ["AA-01"]),
+                                _fault("b", ["AA-01"], "survived", [])])
+    line = next(line for line in valid_status(report / "status.json")["requirements"]
+                if line["id"] == "AA-01")
+    survivor = "pkg/m.py:1 `a == b` -> `a != b` (survived)"
+    assert (line["status"], line["weak"]) == ("CURRENT", True)
+    assert line["reason"] == ("weak: its own tests kill 2 of the 5 faults and mutants "
+                              f"attributed to it (not: b; {survivor}; {survivor})")
+
+
 @pytest.mark.req("QR-06", "QR-05")
 def test_a_malformed_module_record_is_refused(tmp_path: Path) -> None:
     module = _module(tmp_path, "m", "z = 0\n", [_mutant(1, ["AA-01"], ["AA-01"])])
