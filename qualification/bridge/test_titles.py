@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ def test_the_first_turn_is_titled_by_its_own_model_in_one_bounded_direct_call(
     [asked] = _direct(provider)
     assert asked["messages"] == [{"role": "system", "content": TITLE_PROMPT},
                                  {"role": "user", "content": FIRST}]
-    assert asked["max_tokens"] == TITLE_MAX_TOKENS
+    assert asked["max_tokens"] == TITLE_MAX_TOKENS == 32, "eight words, with room"
     assert "tools" not in asked and asked.get("response_format") is None
     records = client.get("/api/cordis/usage", params={"limit": 20}).json()["usage"]
     assert any(r["model"] == "direct:local:fake-model" and r["caller"] == session_id
@@ -89,8 +90,10 @@ def test_the_first_turn_is_titled_by_its_own_model_in_one_bounded_direct_call(
 
 @pytest.mark.req("BR-18")
 def test_the_preview_stands_meanwhile_and_stays_when_the_model_cannot_title(
-        specimen: Path, provider_factory: ProviderFactory,
-        server_factory: ServerFactory) -> None:
+        specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The model is shown at most the first 2,000 characters of a long first message; a
+    title it cannot give is said in the log (info: the preview stays), never an error."""
     provider, client = _titled(provider_factory, server_factory, specimen,
                                Answer(content="A slow title", delay=1.5),
                                Answer(status=500, content="no"))
@@ -99,11 +102,18 @@ def test_the_preview_stands_meanwhile_and_stays_when_the_model_cannot_title(
     assert _title(client, slow) == FIRST[:80], "the preview, until the model has answered"
     wait_until(lambda: _title(client, slow) == "A slow title", timeout=15)
     failed = _session(client)
-    assert TurnReader(client, failed, "A second question").join()[-1]["reason"] == "completed"
-    wait_until(lambda: len(_direct(provider)) == 2, timeout=15)
-    wait_until(lambda: any(r["caller"] == failed and r["outcome"] == "MODEL_UNAVAILABLE"
-                           for r in client.get("/api/cordis/usage").json()["usage"]))
-    assert _title(client, failed) == "A second question", "the preview stays"
+    long = ("A second question " * 120)[:2001]
+    with caplog.at_level(logging.INFO, logger="labfy_ref.bridge.titles"):
+        assert TurnReader(client, failed, long).join()[-1]["reason"] == "completed"
+        wait_until(lambda: len(_direct(provider)) == 2, timeout=15)
+        wait_until(lambda: any(r["caller"] == failed and r["outcome"] == "MODEL_UNAVAILABLE"
+                               for r in client.get("/api/cordis/usage").json()["usage"]))
+        wait_until(lambda: any(failed in r.getMessage() for r in caplog.records), timeout=15)
+    assert _title(client, failed) == long[:80], "the preview stays"
+    assert _direct(provider)[1]["messages"][1]["content"] == long[:2000]
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, f"session {failed}: no title from engine:local:fake-model "
+                       "(MODEL_UNAVAILABLE); its preview stays")]
 
 
 @pytest.mark.req("BR-18", "BR-19")
