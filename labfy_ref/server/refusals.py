@@ -34,6 +34,8 @@ from labfy_ref.server.security import (
 log = logging.getLogger("labfy_ref.server.refused")
 #: A refusal that is no JSON (the Host page) names its code in this header.
 CODE_HEADER = b"x-error-code"
+#: How much of a refusal's body is read for its code, whatever its chunks.
+READ_BYTES = 4096
 
 
 class Refusals:
@@ -141,8 +143,7 @@ class RefusalMiddleware:
                 said = next((value.decode("ascii", "replace") for name, value in
                              message.get("headers", []) if name.lower() == CODE_HEADER), None)
             elif 400 <= status < 500 and message["type"] == "http.response.body":
-                if len(body) < 4096:
-                    body.extend(message.get("body", b"")[:4096])
+                body.extend(message.get("body", b"")[:READ_BYTES - len(body)])
                 if not message.get("more_body", False):
                     route = getattr(scope.get("route"), "path", None)
                     self.refusals.note(said or refused_code(bytes(body)),

@@ -9,14 +9,18 @@ code; a ``user`` login's status does not show them.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from labfy_ref.logs import BURST, FloodGuard
 from labfy_ref.server.auth import token_hash
+from labfy_ref.server.refusals import RefusalMiddleware, Refusals
 from qualification.conftest import ServerFactory
 from qualification.harness import LAUNCH_CODE, LogLines
 
@@ -85,3 +89,59 @@ def test_a_flood_of_one_refusal_is_counted_whole_and_logged_bounded(
     assert len(flood) == BURST + 1 and flood[-1].startswith(f"{60 - BURST} similar lines")
     assert any("VALIDATION_FAILED" in line for line in written.lines), \
         "a flood of one code never hides another's line"
+
+
+def _sized(code: str, size: int) -> bytes:
+    """A refusal body of exactly ``size`` bytes whose code comes after its padding."""
+    head = json.dumps({"pad": "", "error": {"code": code}}).encode()
+    body = json.dumps({"pad": "x" * (size - len(head)), "error": {"code": code}}).encode()
+    assert len(body) == size
+    return body
+
+
+def _counted(*chunks: bytes) -> dict[str, int]:
+    """The refusal counts after an app answers 400 with ``chunks`` (no code header)."""
+    refusals = Refusals()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 400, "headers": []})
+        for n, chunk in enumerate(chunks):
+            await send({"type": "http.response.body", "body": chunk,
+                        "more_body": n < len(chunks) - 1})
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        pass
+
+    middleware = RefusalMiddleware(app, port=9123, cookie="c", refusals=refusals)
+    asyncio.run(middleware({"type": "http", "method": "GET", "path": "/x",
+                            "headers": [(b"host", b"127.0.0.1:9123")]}, receive, send))
+    return refusals.counts()
+
+
+@pytest.mark.req("BR-20")
+@pytest.mark.parametrize(("chunks", "code"), [
+    ((b'{"error": {"code": "NO_SUCH_CODE"}}',), "NO_SUCH_CODE"),
+    ((b'{"error": ', b'{"code": "SPLIT"}}'), "SPLIT"),
+    ((b"not json",), "UNKNOWN"), ((b"",), "UNKNOWN"), ((b"[]",), "UNKNOWN"),
+    ((b'{"detail": "Not Found"}',), "UNKNOWN"), ((b'{"error": "x"}',), "UNKNOWN"),
+    ((b'{"error": {"code": 7}}',), "UNKNOWN"),
+    ((json.dumps({"error": {"code": "\u00e9"}}).encode(),), "UNKNOWN"),
+    ((json.dumps({"error": {"code": "C" * 64}}).encode(),), "C" * 64),
+    ((json.dumps({"error": {"code": "C" * 65}}).encode(),), "UNKNOWN"),
+    # the body is read to 4,096 bytes at most, whatever its chunks
+    ((_sized("AT_BOUND", 4096),), "AT_BOUND"),
+    ((_sized("AT_BOUND", 4096)[:4000], _sized("AT_BOUND", 4096)[4000:]), "AT_BOUND"),
+    ((_sized("PAST_BOUND", 4097),), "UNKNOWN"),
+    ((_sized("AT_BOUND", 4096)[:4095], _sized("AT_BOUND", 4096)[4095:]), "AT_BOUND"),
+    ((_sized("PAST_BOUND", 4100)[:4096], _sized("PAST_BOUND", 4100)[4096:]), "UNKNOWN"),
+    ((_sized("PAST_BOUND", 4100)[:4095], _sized("PAST_BOUND", 4100)[4095:]), "UNKNOWN"),
+])
+def test_a_refusal_without_a_code_header_is_counted_by_its_bodys_code(
+        chunks: tuple[bytes, ...], code: str) -> None:
+    """Whoever answered a 4xx without the code header (a framework's own 404), its JSON
+    ``error.code`` is counted — a short ASCII one — and anything else is ``UNKNOWN``,
+    never an error of the middleware."""
+    assert _counted(*chunks) == {code: 1}
