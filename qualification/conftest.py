@@ -87,7 +87,7 @@ def specimen(tmp_path: Path) -> Path:
 def composition_without(tmp_path: Path, row: str) -> Path:
     """The default composition minus ``row``, written to ``tmp_path`` (a bridge that fails)."""
     path = tmp_path / "composition.yaml"
-    rows = default_composition().without(row).rows
+    rows = [r for r in default_composition().rows if r.id != row]
     path.write_text(json.dumps({"rows": [{"id": r.id, "plugin": r.plugin, "config": r.config}
                                          for r in rows]}))  # JSON is YAML
     return path

@@ -45,10 +45,6 @@ class Composition:
 
     rows: tuple[RowSpec, ...]
 
-    def without(self, row_id: str) -> Composition:
-        """The same composition less one row (used to diagnose silent engines)."""
-        return Composition(tuple(row for row in self.rows if row.id != row_id))
-
 
 def parse_composition(text: str, source: str = "composition") -> Composition:
     """Parse and check a composition document; refuse anything unexpected."""

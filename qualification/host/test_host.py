@@ -164,3 +164,29 @@ def test_stop_twice_is_harmless_and_a_closed_scope_refuses_effects() -> None:
 def test_malformed_compositions_are_refused(text: str) -> None:
     with pytest.raises(ConfigRefused):
         parse_composition(text)
+
+
+@pytest.mark.req("HO-01")
+@pytest.mark.parametrize(("text", "message"), [
+    ("rows:\n  - id: a\n    plugin: x\n  - id: a\n    plugin: y",
+     "composition: row 2: duplicate id a"),
+    ("rows:\n  - id: a\n    plugin: x\n  - id: b\n    plugin: y\n  - id: C\n    plugin: z",
+     "composition: row 3: id must match [a-z][a-z0-9_-]*"),
+    ("rows:\n  - id: a\n    plugin: 'x y'", "composition: row 1: plugin must be an entry "
+                                           "point name or module:attr"),
+])
+def test_a_refusal_names_the_row_counted_from_one(text: str, message: str) -> None:
+    with pytest.raises(ConfigRefused) as refused:
+        parse_composition(text)
+    assert refused.value.message == message
+
+
+@pytest.mark.req("HO-01")
+def test_a_composition_of_256_kib_is_read_and_one_byte_more_is_refused() -> None:
+    bound = 256 * 1024
+    document = "rows:\n  - id: a\n    plugin: x\n#"
+    document += "x" * (bound - len(document))
+    assert [row.id for row in parse_composition(document).rows] == ["a"]
+    with pytest.raises(ConfigRefused) as refused:
+        parse_composition(document + "x")
+    assert refused.value.message == f"composition: larger than {bound} bytes"
