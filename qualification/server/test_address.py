@@ -20,6 +20,7 @@ from labfy_ref.errors import ConfigRefused
 from labfy_ref.netutil import RESERVED_PORTS
 from labfy_ref.server import registry
 from labfy_ref.server import serve as serving
+from labfy_ref.server.refusals import prefers_html
 from labfy_ref.server.registry import (
     ENV_RUNTIME_DIR,
     RunningServer,
@@ -174,6 +175,22 @@ def test_a_browser_at_a_foreign_host_gets_a_page_saying_which_are_served(
     admin = server.client()
     refusals = admin.get("/api/v1/agent-runtime/status").json()["refusals"]
     assert refusals["HOST_NOT_ALLOWED"] == 3, "the page counts as a refusal too"
+
+
+@pytest.mark.req("SV-12")
+@pytest.mark.parametrize(("accept", "html"), [
+    (None, False), ("", False), ("text/html", True), ("TEXT/HTML", True),
+    ("application/xhtml+xml", True), ("text/html;q=0.9, application/json", True),
+    (" text/html ; charset=utf-8", True), ("application/json, text/html", False),
+    ("*/*", False), ("*/*, text/html", False), ("image/png, text/plain", False),
+    (",".join(["image/png"] * 31 + ["text/html"]), True),  # the 32nd kind is read
+    (",".join(["image/png"] * 32 + ["text/html"]), False),  # the 33rd is not
+])
+def test_a_browser_is_an_accept_that_names_html_before_json(accept: str | None,
+                                                            html: bool) -> None:
+    """The first kind the header names decides, its parameters aside; a header's first
+    32 kinds are read, no more (it is only a hint for which refusal to send)."""
+    assert prefers_html(accept) is html
 
 
 @pytest.mark.req("SV-12")
