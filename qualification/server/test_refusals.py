@@ -20,7 +20,7 @@ import pytest
 
 from labfy_ref.logs import BURST, FloodGuard
 from labfy_ref.server.auth import token_hash
-from labfy_ref.server.refusals import RefusalMiddleware, Refusals
+from labfy_ref.server.refusals import RefusalMiddleware, Refusals, credential_of
 from qualification.conftest import ServerFactory
 from qualification.harness import LAUNCH_CODE, LogLines
 
@@ -145,3 +145,18 @@ def test_a_refusal_without_a_code_header_is_counted_by_its_bodys_code(
     ``error.code`` is counted — a short ASCII one — and anything else is ``UNKNOWN``,
     never an error of the middleware."""
     assert _counted(*chunks) == {code: 1}
+
+
+@pytest.mark.req("BR-20")
+@pytest.mark.parametrize(("headers", "credential"), [
+    ([], "none"),
+    ([(b"authorization", b"Bearer x")], "bearer"),
+    ([(b"cookie", b"labfy_session=abc")], "cookie"),
+    ([(b"cookie", b"theme=dark; labfy_session=abc")], "cookie"),
+    ([(b"cookie", b"theme=dark")], "none"),  # someone else's cookie is no credential
+    ([(b"cookie", b"theme=dark"), (b"cookie", b"labfy_session=abc")], "cookie"),
+    ([(b"cookie", b"labfy_session=abc"), (b"authorization", b"Bearer x")], "bearer"),
+])
+def test_a_refusals_line_names_the_credential_it_came_with(
+        headers: list[tuple[bytes, bytes]], credential: str) -> None:
+    assert credential_of({"type": "http", "headers": headers}, "labfy_session") == credential
