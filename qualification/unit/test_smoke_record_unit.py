@@ -54,11 +54,12 @@ def test_a_record_that_stopped_short_of_final_fails(reached: str) -> None:
 @pytest.mark.req("SM-03")
 def test_timings_are_milliseconds_of_the_monotonic_clock(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    ticks: Iterator[float] = iter([100.25, 102.0, 103.5])
+    ticks: Iterator[float] = iter([100.25, 102.00004, 103.50037])
     monkeypatch.setattr(smoke_record, "time", types.SimpleNamespace(monotonic=lambda: next(ticks)))
     record = SmokeRecord(model={}, llama_server={}, settings={}, conclude_after=4,
                          _clock=100.0)  # started at 100.0
-    with record.timed("verify"):  # 100.25 to 102.0
+    with record.timed("verify"):  # 100.25 to 102.00004
         pass
-    document = record.as_json()  # now 103.5
-    assert document["timings_ms"] == {"rounds": [], "verify": 1750.0, "total": 3500.0}
+    document = record.as_json()  # now 103.50037
+    assert document["timings_ms"] == {"rounds": [], "verify": 1750.0, "total": 3500.4}, \
+        "to a tenth of a millisecond"
