@@ -10,7 +10,9 @@ model was sent is read from what the fake provider received.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import types
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,15 @@ import openai
 import pytest
 
 from fake_provider import Answer, Scenario
+from labfy_ref.bridge import direct
+from labfy_ref.bridge.direct import DirectAsk
+from labfy_ref.bridge.llm import LocalProvider
+from labfy_ref.bridge.stream import StreamHandle
+from labfy_ref.config import RawOptions, resolve
+from labfy_ref.gateway import AgentGateway
+from labfy_ref.gateway.usage import UsageService
+from labfy_ref.model.route import ModelRoute
+from labfy_ref.workspace import open_workspace
 from qualification.bridge.test_openai_face import (
     MODEL,
     FaceFactory,
@@ -28,7 +39,7 @@ from qualification.bridge.test_openai_face import (
     official_client,
 )
 from qualification.conformance.sse import completion_chunks, delta_text
-from qualification.conftest import ServerFactory
+from qualification.conftest import ProviderFactory, ServerFactory
 from qualification.harness import bearer_client
 
 DIRECT = "direct:local:fake-model"
@@ -335,3 +346,36 @@ def test_an_unlisted_direct_route_is_refused_naming_it_up_to_80_characters(
     assert error["message"] == (f"no model {model[:80]!r}; "
                                 "GET /api/cordis/v1/models lists them"), error
     assert provider.chat_requests() == []
+
+
+@pytest.mark.req("BR-17", "BR-14")
+def test_a_direct_calls_ledger_record_times_it_in_milliseconds_of_the_monotonic_clock(
+        specimen: Path, provider_factory: ProviderFactory,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """From before the request to after its last piece, as the monotonic clock says."""
+    provider = provider_factory(Scenario("direct", (), direct=(Answer(content="Hedge"),)))
+    agent = resolve(RawOptions(workspace=str(specimen), agent_mode="local-model",
+                               agent_endpoint=provider.base_url, agent_model="fake-model"),
+                    {}).agent
+    workspace = open_workspace(specimen)
+    store = workspace.open_store()
+    ticks = iter([10.0, 10.25])
+    monkeypatch.setattr(direct, "time", types.SimpleNamespace(monotonic=lambda: next(ticks)))
+
+    async def ask() -> list[str]:
+        llm = LocalProvider(agent)
+        try:
+            asked = DirectAsk(llm, AgentGateway(workspace, store).usage,
+                              ModelRoute("local", "fake-model"), StreamHandle("ttl_1", "t"))
+            return [delta.content async for delta in asked.stream(
+                [{"role": "user", "content": "A title?"}], None, 16)]
+        finally:
+            await llm.aclose()
+
+    try:
+        assert "".join(asyncio.run(ask())) == "Hedge"
+        [record] = UsageService(store).report()["usage"]
+    finally:
+        store.close()
+    assert (record["model"], record["caller"], record["outcome"]) == (DIRECT, "direct", "ok")
+    assert record["latency_ms"] == 250.0
