@@ -190,3 +190,30 @@ def test_a_composition_of_256_kib_is_read_and_one_byte_more_is_refused() -> None
     with pytest.raises(ConfigRefused) as refused:
         parse_composition(document + "x")
     assert refused.value.message == f"composition: larger than {bound} bytes"
+
+
+@pytest.mark.req("HO-05", "RT-09")
+@pytest.mark.parametrize(("length", "shown"), [(200, 200), (201, 200), (5000, 200), (20, 20)])
+def test_an_undo_that_fails_is_one_line_of_200_characters_at_most(length: int,
+                                                                  shown: int) -> None:
+    """Whatever an undo raises, its error is one printable line, cut to 200 characters
+    (the label and the exception's type first), and the other undos still run."""
+    undone: list[str] = []
+    label = "x"
+    head = f"{label}: ValueError: "
+    message = ("m\n" * length)[:length - len(head)]
+
+    def failing() -> None:
+        raise ValueError(message)
+
+    async def scenario() -> list[str]:
+        scope = Scope("s")
+        scope.defer(lambda: undone.append("first"), "first")
+        scope.defer(failing, label)
+        return await scope.aclose()
+
+    [error] = asyncio.run(scenario())
+    assert undone == ["first"]
+    assert len(error) == shown and error.isprintable()
+    assert error.startswith(head)
+    assert error.endswith("…") == (length > 200)

@@ -108,11 +108,13 @@ def test_a_run_engine_holds_only_its_own_rows_and_is_disposed() -> None:
 
     asyncio.run(scenario())
     assert [row.id for row in run_composition().rows] == list(ROWS)
-    for plugin in ("sessions", "labfy_ref.bridge.plugins:SessionsPlugin", "x:ShellPlugin",
-                   "x:FilesPlugin"):
+    for row_id, plugin in (("extra", "sessions"),
+                           ("extra", "labfy_ref.bridge.plugins:SessionsPlugin"),
+                           ("extra", "x:ShellPlugin"), ("extra", "x:FilesPlugin"),
+                           ("files", "x:Thing"), ("shell", "x:Thing")):  # by its row's id
         with pytest.raises(ValueError, match="not allowed in a Work run"):
             check_isolated(Composition((*run_composition().rows,
-                                        RowSpec("extra", plugin, {}))))
+                                        RowSpec(row_id, plugin, {}))))
 
 
 @pytest.mark.req("WK-02", "WK-04")
