@@ -225,6 +225,33 @@ def test_status_says_loading_until_our_server_is_proven_then_a_turn_and_the_brid
 
 
 @pytest.mark.req("SM-07")
+def test_a_supervised_model_reads_loading_then_ready_then_exited_once_stopped(
+        tmp_path: Path) -> None:
+    """The state ``/status`` shows of the supervised model itself, through a start and a
+    stop (a server stopped on purpose is no longer ready: it reads ``exited``)."""
+    import asyncio  # noqa: PLC0415
+
+    from labfy_ref.model.gguf import open_gguf  # noqa: PLC0415
+    from labfy_ref.model.supervised import supervised_llama  # noqa: PLC0415
+
+    model, _ = gguf(tmp_path)
+    fake = install_fake(tmp_path / "llama", scenario=final_scenario(tmp_path))
+
+    async def lifetime() -> list[str]:
+        with open_gguf(model) as pinned:
+            served = supervised_llama(fake.binary, pinned, "m", cpu_variant=None,
+                                      timeout_seconds=30, log_dir=tmp_path / "log")
+            states = [served.state]
+            await served.start()
+            states.append(served.state)
+            await served.aclose()
+            states.append(served.state)
+            return states
+
+    assert asyncio.run(lifetime()) == ["loading", "ready", "exited"]
+
+
+@pytest.mark.req("SM-07")
 def test_a_killed_child_is_shown_with_its_signal_and_turns_end_model_unavailable(
         serve: Serve, tmp_path: Path) -> None:
     model, digest = gguf(tmp_path)
