@@ -12,6 +12,7 @@ that file's SHA-256 and inode (``model``) -- what the fake actually runs.
   ``--host``/``--port`` with the key, ``/health`` 503 for ``loading_checks``
   polls, then 200;
 * ``exit``: prints an error and exits with ``exit_code`` before serving;
+* ``segfault``: dies of SIGSEGV before serving (a crash that is no SIGILL);
 * ``ignore_key``: serves, but ``/v1/models`` answers without the key;
 * ``never_healthy``: ``/health`` stays 503;
 * ``grandchild``: serves after spawning a grandchild (in its group) that
@@ -226,6 +227,9 @@ def main(config_path: str, launcher: str) -> int:
     if mode == "exit":
         print("error: failed to load model (fake)", file=sys.stderr, flush=True)
         return int(config["exit_code"])
+    if mode == "segfault":  # dies of a signal other than SIGILL before ready
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file for the test
+        os.kill(os.getpid(), signal.SIGSEGV)
     if mode == "impostor":
         time.sleep(600)
         return 0

@@ -201,3 +201,42 @@ def test_only_a_regular_file_is_opened_and_a_fifo_is_refused_at_once(
     assert isinstance(error, ConfigRefused)
     assert error.code is ErrorCode.GGUF_INVALID
     assert "not a regular file" in error.message
+
+
+@pytest.mark.req("SM-09")
+@pytest.mark.parametrize(("by_descriptor", "maps_tell", "refused"), [
+    (True, True, False),
+    (True, False, False),  # handed the descriptor: that file runs, mapped or read
+    (False, True, False),  # no /proc fds: its path, and the maps show that inode
+    (False, False, True),  # its path, and the server never mapped it: not proven, refused
+])
+def test_a_server_that_reads_without_mapping_is_refused_only_when_handed_a_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by_descriptor: bool,
+        maps_tell: bool, refused: bool) -> None:
+    """llama-server ``--no-mmap`` reads its model instead of mapping it: then the maps cannot
+    name the inode. A descriptor needs no proof; a path handed where ``/proc`` has no fds
+    does, and without it nothing runs."""
+    from labfy_ref.model import supervisor as supervising  # noqa: PLC0415
+    from labfy_ref.model.gguf import PinnedGguf  # noqa: PLC0415
+
+    if not by_descriptor:
+        monkeypatch.setattr(PinnedGguf, "by_descriptor", lambda self: None)
+    if not maps_tell:
+        monkeypatch.setattr(supervising, "maps_file", lambda pid, identity: False)
+    fake = install_fake(tmp_path / "bin")
+    path = write(tmp_path / "model.gguf", VERIFIED)
+    with open_gguf(path) as pinned:
+        pinned.hash(digest(VERIFIED))
+        sup = LocalModelSupervisor(fake.binary, pinned, OPTIONS, log_dir=tmp_path / "logs")
+        if refused:
+            with pytest.raises(ConfigRefused) as caught:
+                run_and_stop(sup)
+            assert caught.value.code is ErrorCode.GGUF_CHANGED
+            assert caught.value.message == ("model.gguf: the server did not map the verified "
+                                            "file")
+        else:
+            run_and_stop(sup)
+    opened = sup.opened
+    assert (opened["handed"], opened["mapped"]) == (
+        "descriptor" if by_descriptor else "path", maps_tell)
+    assert ran(fake)["sha256"] == digest(VERIFIED)

@@ -266,3 +266,17 @@ def test_a_retry_that_dies_of_sigill_too_is_not_retried_again(tmp_path: Path) ->
     assert "(signal SIGILL)" in caught.value.message
     assert len(fake.runs()) == 2
     assert sup.state is SupervisorState.EXITED
+
+
+@pytest.mark.req("SM-06")
+def test_a_child_that_dies_of_another_signal_before_ready_is_not_retried(
+        tmp_path: Path) -> None:
+    """Only SIGILL says "this CPU variant": a crash of any other kind is the server's
+    failure as it is, reported, never retried on another variant."""
+    fake = install_fake(tmp_path / "bin", mode="segfault", variants=ALL)
+    sup = supervisor(fake, tmp_path)
+    with pytest.raises(LlamaServerFailed) as caught:
+        asyncio.run(sup.start())
+    assert caught.value.code is ErrorCode.LLAMA_SERVER_EXITED
+    assert "(signal SIGSEGV)" in caught.value.message
+    assert len(fake.runs()) == 1 and sup.notes == ()
