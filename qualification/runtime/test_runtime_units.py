@@ -126,14 +126,16 @@ def test_the_runtime_holds_no_store_path_shell_or_adapter() -> None:
         assert leaked == set(), f"{path.name} imports {sorted(leaked)}"
 
 
-@pytest.mark.req("RT-01")
+@pytest.mark.req("RT-01", "RT-04")
 def test_finished_turns_keep_no_conversation_and_retention_is_bounded(
         specimen: Path, server_factory: ServerFactory) -> None:
     server = server_factory(specimen, limits=RuntimeLimits(max_retained_turns=3))
     client = server.client()
     ids = []
     for index in range(5):
-        turn = client.start_turn(f"Check the early ivy bee record, {index}.")
+        turn = client.post("/api/v1/agent-runtime/turns", {
+            "message": f"Check the early ivy bee record, {index}.",
+            "client_request_id": f"request-{index}"}).json()["turn"]
         client.wait_state(turn["id"], {"AUTHORIZATION_REQUIRED"})
         client.post(f"/api/v1/agent-runtime/turns/{turn['id']}/cancel")
         ids.append(turn["id"])
@@ -142,6 +144,8 @@ def test_finished_turns_keep_no_conversation_and_retention_is_bounded(
     assert len(retained) == 3 and set(retained) == set(ids[2:])
     assert all(len(t.conversation.messages) == 0 for t in runtime.list_turns())
     assert client.get(f"/api/v1/agent-runtime/turns/{ids[0]}").status_code == 404
+    # the index of request ids is bounded with the turns: a forgotten turn's id goes too
+    assert sorted(runtime._by_request) == ["request-2", "request-3", "request-4"]
 
 
 @pytest.mark.req("RT-06")
