@@ -72,6 +72,11 @@ def test_a_missing_system_prompt_leaves_tools_pending_and_startup_names_it() -> 
     assert (tools["state"], tools["missing"]) == ("PENDING", ["system_prompt"])
     assert status["missing_mandatory"] == ["engine", "tools"]
     assert {s["name"]: s["state"] for s in status["services"]}["tools"] == "pending"
+    # a mandatory service no row even declares is listed too: nobody provides it
+    bare = Host(parse_composition(_doc(("prompt", "SystemPrompt"))), mandatory=["engine"])
+    assert isinstance(_run(bare), HostStartupError)
+    assert [(s["name"], s["state"], s["provider"]) for s in bare.status()["services"]] == [
+        ("engine", "pending", None), ("system_prompt", "ready", "prompt")]
 
 
 @pytest.mark.req("HO-02", "HO-03")
