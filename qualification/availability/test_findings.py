@@ -179,6 +179,50 @@ def test_an_unexpected_error_ends_that_turn_and_the_worker_goes_on(
     assert "a bug nobody handled" not in caplog.text, "no exception text in the log"
 
 
+class _Stuck(_Exploding):
+    """A model that never answers (its call is only ever cancelled)."""
+
+    async def chat(self, messages: Sequence[Mapping[str, Any]], *,
+                   response_format: Mapping[str, Any] | None = None,
+                   max_tokens: int | None = None) -> DemoReply:
+        self.calls += 1
+        await asyncio.Event().wait()
+        raise AssertionError("never answered")
+
+
+@pytest.mark.req("AV-01", "RT-01")
+def test_a_worker_cancelled_while_it_drives_a_turn_stops_and_the_turn_with_it(
+        specimen: Path) -> None:
+    """Whoever cancels the worker itself (a loop shutting down cancels tasks in any order)
+    stops it, even while it waits on a turn; only a turn's own cancellation lets it go on."""
+    workspace = open_workspace(specimen)
+    store = workspace.open_store()
+    model = _Stuck()
+    runtime = AgentRuntime(model, AgentGateway(workspace, store), label="test")
+
+    async def run() -> tuple[bool, bool, str]:
+        runtime.start()
+        turn, _ = runtime.start_turn("one")
+        for _ in range(500):
+            if model.calls:
+                break
+            await asyncio.sleep(0.01)
+        worker = runtime._worker
+        assert worker is not None and model.calls == 1
+        worker.cancel()
+        done, _ = await asyncio.wait([worker], timeout=10)
+        stopped = worker in done
+        await runtime.close()
+        return stopped, runtime.running, turn.state.value
+
+    try:
+        stopped, running, state = asyncio.run(run())
+    finally:
+        store.close()
+    assert stopped and not running, "a cancelled worker ends; it never waits for a next turn"
+    assert state == "CANCELLED"
+
+
 class _ExplodingProvider(DemoProvider):
     """A provider whose first stream raises what no handler expects."""
 

@@ -164,7 +164,7 @@ def test_stop_twice_is_harmless_and_a_closed_scope_refuses_effects() -> None:
     "rows: {}", "[]", "rows:\n  - id: Bad Id\n    plugin: x", "rows:\n  - plugin: x",
     "rows:\n  - id: a\n    plugin: x\n    extra: 1", "rows:\n  - id: a\n    plugin: 'x y'",
     "rows:\n  - id: a\n    plugin: x\n  - id: a\n    plugin: y", "rows: [", "other: 1\nrows: []",
-    "rows:\n  - id: a\n    plugin: x\n    disabled: 'no'",
+    "rows:\n  - id: a\n    plugin: x\n    disabled: 'no'", "other: 1", "{}",
 ])
 def test_malformed_compositions_are_refused(text: str) -> None:
     with pytest.raises(ConfigRefused):
@@ -222,3 +222,10 @@ def test_an_undo_that_fails_is_one_line_of_200_characters_at_most(length: int,
     assert len(error) == shown and error.isprintable()
     assert error.startswith(head)
     assert error.endswith("…") == (length > 200)
+
+
+@pytest.mark.req("HO-01")
+def test_a_row_may_have_every_key_a_row_knows() -> None:
+    [row] = parse_composition("rows:\n  - id: a\n    plugin: x\n    config: {k: 1}\n"
+                              "    disabled: true\n").rows
+    assert (row.id, row.plugin, row.config, row.disabled) == ("a", "x", {"k": 1}, True)

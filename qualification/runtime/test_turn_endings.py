@@ -99,6 +99,25 @@ def test_a_full_queue_refuses_with_429(
     assert again.status_code == 202, "a cancelled turn frees its place at once"
 
 
+@pytest.mark.req("RT-03")
+def test_resuming_a_paused_turn_with_the_live_cap_full_is_admitted(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    """A paused turn is live already: resuming it adds none, so a full live cap of paused
+    turns still lets each be resumed once granted (a new turn would supersede one)."""
+    server = server_factory(specimen, limits=RuntimeLimits(max_live_turns=2))
+    client = server.client()
+    paused = []
+    for _ in range(2):
+        turn = client.start_turn("Check the early ivy bee record.")
+        paused.append(client.wait_state(turn["id"], {"AUTHORIZATION_REQUIRED"}))
+    first = paused[0]
+    assert client.grant(first["authorization"]["campaign_id"]).status_code == 201
+    resumed = client.post(f"/api/v1/agent-runtime/turns/{first['id']}/resume")
+    assert resumed.status_code == 202, resumed.text
+    assert client.wait_state(first["id"], {"COMPLETED"})["state"] == "COMPLETED"
+    assert client.turn(paused[1]["id"])["state"] == "AUTHORIZATION_REQUIRED"
+
+
 @pytest.mark.req("RT-04", "RT-03")
 def test_a_retried_start_while_the_queue_is_full_is_the_same_turn(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
