@@ -315,3 +315,24 @@ def test_parametrized_cases_are_counted_in_status_md() -> None:
 
     assert _grouped(("a.py::t[1]", "a.py::t[2]", "a.py::u", "a.py::t[x-y]")) == \
         "`a.py::t` x3, `a.py::u`"
+
+
+@pytest.mark.req("QR-02")
+def test_the_requirements_copy_is_rewritten_only_when_it_differs(tmp_path: Path) -> None:
+    """The results keep the requirements they were run against (``labfy-ref report`` works
+    from anywhere): an identical copy is left as it is (also when ``--requirements``
+    names the copy itself); a different one is replaced whole, never half-written."""
+    from labfy_ref.report import keep_requirements  # noqa: PLC0415
+
+    source, results = tmp_path / "requirements.toml", tmp_path / "results"
+    source.write_text('[requirements]\n"AA-01" = "one"\n', "utf-8")
+    copy = keep_requirements(source, results)
+    assert copy.read_bytes() == source.read_bytes()
+    inode = copy.stat().st_ino
+    for again in (source, copy):  # (a rewrite could reuse the inode it freed: one at a time)
+        assert keep_requirements(again, results) == copy
+        assert copy.stat().st_ino == inode, "an identical copy is not written again"
+    source.write_text('[requirements]\n"AA-01" = "two"\n', "utf-8")
+    keep_requirements(source, results)
+    assert copy.read_bytes() == source.read_bytes() and copy.stat().st_ino != inode
+    assert sorted(p.name for p in results.iterdir()) == [copy.name], "no temporary file left"

@@ -99,12 +99,12 @@ def _sized(code: str, size: int) -> bytes:
     return body
 
 
-def _counted(*chunks: bytes) -> dict[str, int]:
-    """The refusal counts after an app answers 400 with ``chunks`` (no code header)."""
+def _counted(*chunks: bytes, status: int = 400) -> dict[str, int]:
+    """The refusal counts after an app answers ``status`` with ``chunks`` (no code header)."""
     refusals = Refusals()
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 400, "headers": []})
+        await send({"type": "http.response.start", "status": status, "headers": []})
         for n, chunk in enumerate(chunks):
             await send({"type": "http.response.body", "body": chunk,
                         "more_body": n < len(chunks) - 1})
@@ -160,3 +160,13 @@ def test_a_refusal_without_a_code_header_is_counted_by_its_bodys_code(
 def test_a_refusals_line_names_the_credential_it_came_with(
         headers: list[tuple[bytes, bytes]], credential: str) -> None:
     assert credential_of({"type": "http", "headers": headers}, "labfy_session") == credential
+
+
+@pytest.mark.req("BR-20")
+@pytest.mark.parametrize(("status", "refused"), [
+    (200, False), (399, False), (400, True), (404, True), (499, True), (500, False),
+    (503, False)])
+def test_only_a_4xx_answer_is_a_refusal(status: int, refused: bool) -> None:
+    """A refusal is the client's to fix (4xx); a server error is no refusal of it."""
+    body = b'{"error": {"code": "SOME_CODE"}}'
+    assert _counted(body, status=status) == ({"SOME_CODE": 1} if refused else {})

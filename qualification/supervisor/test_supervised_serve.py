@@ -252,6 +252,26 @@ def test_a_supervised_model_reads_loading_then_ready_then_exited_once_stopped(
 
 
 @pytest.mark.req("SM-07")
+def test_a_ready_server_that_stops_answering_is_unavailable_by_the_probe(
+        serve: Serve, tmp_path: Path) -> None:
+    """Ready is not the last word: a live llama-server that no longer answers (stopped,
+    swapping, wedged) is found by status's periodic probe, while it still reads ready."""
+    model, digest = gguf(tmp_path)
+    fake = install_fake(tmp_path / "llama", scenario=final_scenario(tmp_path))
+    server = serve(*supervised(model, digest, fake), "--agent-timeout", "2")
+    server.wait_status("ready")
+    child = the_child(fake)
+    os.kill(child["pid"], signal.SIGSTOP)
+    try:
+        wedged = server.wait_status("no complete reply within 2 s", timeout=40)
+    finally:
+        os.kill(child["pid"], signal.SIGCONT)
+    assert wedged["available"] is False
+    assert wedged["llama_server"]["state"] == "ready", "the child itself is still there"
+    server.wait_status("ready", timeout=40)
+
+
+@pytest.mark.req("SM-07")
 def test_a_killed_child_is_shown_with_its_signal_and_turns_end_model_unavailable(
         serve: Serve, tmp_path: Path) -> None:
     model, digest = gguf(tmp_path)
