@@ -325,14 +325,31 @@ def test_the_requirements_copy_is_rewritten_only_when_it_differs(tmp_path: Path)
     from labfy_ref.report import keep_requirements  # noqa: PLC0415
 
     source, results = tmp_path / "requirements.toml", tmp_path / "results"
-    source.write_text('[requirements]\n"AA-01" = "one"\n', "utf-8")
+    source.write_text('[requirements]\n"AA-01" = "two"\n', "utf-8")
     copy = keep_requirements(source, results)
     assert copy.read_bytes() == source.read_bytes()
     inode = copy.stat().st_ino
     for again in (source, copy):  # (a rewrite could reuse the inode it freed: one at a time)
         assert keep_requirements(again, results) == copy
         assert copy.stat().st_ino == inode, "an identical copy is not written again"
-    source.write_text('[requirements]\n"AA-01" = "two"\n', "utf-8")
+    source.write_text('[requirements]\n"AA-01" = "one"\n', "utf-8")  # sorts before "two"
     keep_requirements(source, results)
     assert copy.read_bytes() == source.read_bytes() and copy.stat().st_ino != inode
     assert sorted(p.name for p in results.iterdir()) == [copy.name], "no temporary file left"
+
+
+
+@pytest.mark.req("QR-02")
+def test_a_requirements_copy_that_cannot_be_written_says_why(tmp_path: Path) -> None:
+    """Where nothing may be created (sysfs refuses even root), the copy fails with the
+    write's own error, not one of the cleanup of a temporary file never made."""
+    from labfy_ref.report import keep_requirements  # noqa: PLC0415
+
+    unwritable = Path("/sys/kernel")
+    if not unwritable.is_dir():
+        pytest.skip("no /sys/kernel on this system")
+    source = tmp_path / "requirements.toml"
+    source.write_text('[requirements]\n"AA-01" = "one"\n', "utf-8")
+    with pytest.raises(OSError, match=r"^\[Errno (13|30)\] ") as refused:  # EACCES, EROFS
+        keep_requirements(source, unwritable)
+    assert not isinstance(refused.value, FileNotFoundError), refused.value

@@ -99,7 +99,8 @@ def _sized(code: str, size: int) -> bytes:
     return body
 
 
-def _counted(*chunks: bytes, status: int = 400) -> dict[str, int]:
+def _counted(*chunks: bytes, status: int = 400, path: str = "/x",
+             method: str = "GET") -> dict[str, int]:
     """The refusal counts after an app answers ``status`` with ``chunks`` (no code header)."""
     refusals = Refusals()
 
@@ -116,7 +117,7 @@ def _counted(*chunks: bytes, status: int = 400) -> dict[str, int]:
         pass
 
     middleware = RefusalMiddleware(app, port=9123, cookie="c", refusals=refusals)
-    asyncio.run(middleware({"type": "http", "method": "GET", "path": "/x",
+    asyncio.run(middleware({"type": "http", "method": method, "path": path,
                             "headers": [(b"host", b"127.0.0.1:9123")]}, receive, send))
     return refusals.counts()
 
@@ -170,3 +171,15 @@ def test_only_a_4xx_answer_is_a_refusal(status: int, refused: bool) -> None:
     """A refusal is the client's to fix (4xx); a server error is no refusal of it."""
     body = b'{"error": {"code": "SOME_CODE"}}'
     assert _counted(body, status=status) == ({"SOME_CODE": 1} if refused else {})
+
+
+@pytest.mark.req("BR-20", "LOG-01")
+def test_a_refusals_line_cuts_a_long_unrouted_path_and_method(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A request no route matched is logged by its path, cut to 120 characters, and its
+    method to 16: a client cannot write a line of any length into the log."""
+    path, method = "/" + "p" * 300, "M" * 40
+    with caplog.at_level(logging.INFO, logger="labfy_ref.server.refused"):
+        assert _counted(b"{}", path=path, method=method) == {"UNKNOWN": 1}
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line == f"refused UNKNOWN {method[:16]} {path[:120]} credential=none"
