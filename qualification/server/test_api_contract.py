@@ -102,7 +102,7 @@ def test_errors_have_stable_codes(demo_client: ApiClient, method: str, path: str
     assert _error(response)["code"] == code
 
 
-@pytest.mark.req("API-01")
+@pytest.mark.req("API-01", "SV-06")
 def test_the_route_table_is_exactly_the_routes_the_app_serves(demo_server: LiveServer) -> None:
     served = set()
     for route in iter_route_contexts(create_app(demo_server.state).routes):
