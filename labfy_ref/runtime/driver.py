@@ -233,7 +233,7 @@ class TurnDriver:
             decoding = self.decoding(conversation, port, context)
             started = time.monotonic()
             try:
-                accepted = await request_action(self._recorded(port, conversation),
+                accepted = await request_action(self._numbered(port, conversation),
                                                 self._asked(conversation, decoding),
                                                 self.parser, decoding)
             except ModelUnavailable as exc:
@@ -263,11 +263,19 @@ class TurnDriver:
             self.record(conversation, port, call_id, outcome)
             if conversation.context_bytes > limits.max_context_bytes:
                 return _budget(f"context exceeds {limits.max_context_bytes} bytes")
-            spec = self.gateway.catalog[action.tool_id]
-            if spec.traits.pauses_turn and outcome.ok:
-                paused_on = spec.produced(outcome.result["data"])
-                return Ending(TurnState.AUTHORIZATION_REQUIRED, campaign_id=paused_on[0])
+            paused = self._paused(action, outcome)
+            if paused is not None:
+                return paused
         return None
+
+    def _paused(self, action: ToolCall, outcome: ToolOutcome) -> Ending | None:
+        """A tool that pauses the turn (``research.prepare``), called with success, ends it
+        AUTHORIZATION_REQUIRED on the campaign it made (RT-08); None otherwise."""
+        spec = self.gateway.catalog[action.tool_id]
+        if not (spec.traits.pauses_turn and outcome.ok):
+            return None
+        return Ending(TurnState.AUTHORIZATION_REQUIRED,
+                      campaign_id=spec.produced(outcome.result["data"])[0])
 
     def _asked(self, conversation: Conversation,
                decoding: Decoding) -> Sequence[ChatMessage]:
@@ -292,9 +300,19 @@ class TurnDriver:
                             rules=self.limits.narrowing_rules)
         port.answered(call_id, outcome)
 
-    def _recorded(self, port: TurnPort, conversation: Conversation) -> Ask:
-        """``port.ask`` with each call counted and recorded in the usage ledger, however it
-        ends (BR-14).
+    def _numbered(self, port: TurnPort, conversation: Conversation) -> Ask:
+        """:meth:`_recorded`'s ask, each call numbered in ``conversation.asks``: the step a
+        tool call of that answer is stored and keyed by (a Work effect's or approval's)."""
+        recorded = self._recorded(port)
+
+        async def ask(messages: Sequence[ChatMessage], decoding: Decoding) -> Answer:
+            conversation.asks += 1
+            return await recorded(messages, decoding)
+
+        return ask
+
+    def _recorded(self, port: TurnPort) -> Ask:
+        """``port.ask`` with each call recorded in the usage ledger, however it ends (BR-14).
 
         The outcome is the call's own: ``ok`` when the provider answered (its reply
         may still fail the action contract: that is the turn's business, not the
@@ -303,7 +321,6 @@ class TurnDriver:
         ledger = self.gateway.usage
 
         async def ask(messages: Sequence[ChatMessage], decoding: Decoding) -> Answer:
-            conversation.asks += 1
             started = time.monotonic()
             outcome, reported = ErrorCode.INTERNAL_ERROR.value, Usage()
             try:
