@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ from fastapi.routing import iter_route_contexts
 
 from labfy_ref.server.app import create_app
 from labfy_ref.server.security import PUBLIC_API
+from qualification.conftest import ServerFactory
 from qualification.harness import ApiClient, LiveServer
 from qualification.security.server_routes import ALL, SERVED, Route, params
 from qualification.target import Served
@@ -186,3 +188,27 @@ def test_the_page_has_no_inline_script(demo_client: ApiClient) -> None:
         script = demo_client.get(f"/ui/{name}").text
         assert "innerHTML" not in script and "insertAdjacentHTML" not in script, name
         assert "textContent" in script, name
+
+
+@pytest.mark.req("SV-06", "RT-06", "RT-08")
+def test_a_fresh_event_log_missed_nothing_and_a_grant_may_expire(
+        specimen: Path, server_factory: ServerFactory) -> None:
+    """``GET /events`` without a cursor reads from the start: nothing missed on a log that
+    dropped nothing. ``expires_in_seconds`` sets a grant's end that far from now."""
+    import datetime  # noqa: PLC0415
+
+    client = server_factory(specimen).client()
+    first = client.get("/api/v1/agent-runtime/events").json()
+    assert (first["events"], first["next_cursor"], first["oldest_cursor"], first["missed"]) \
+        == ([], 0, 0, False)
+    turn = client.wait_state(client.start_turn("Check the early ivy bee record.")["id"],
+                             {"AUTHORIZATION_REQUIRED"})
+    before = datetime.datetime.now(datetime.UTC)
+    made = client.grant(turn["authorization"]["campaign_id"], expires_in_seconds=3600)
+    assert made.status_code == 201, made.text
+    expires = datetime.datetime.fromisoformat(made.json()["grant"]["expires_at"])
+    after = datetime.datetime.now(datetime.UTC)
+    assert before + datetime.timedelta(seconds=3599) <= expires \
+        <= after + datetime.timedelta(seconds=3601)
+    events = client.get("/api/v1/agent-runtime/events").json()
+    assert events["missed"] is False and events["events"][0]["seq"] == 1

@@ -28,7 +28,7 @@ SECRET_BEARER = "not-the-code-5d2c1e"
 USER_TOKEN = "dana-token-8891"
 
 
-@pytest.mark.req("BR-20", "LOG-01")
+@pytest.mark.req("BR-20", "LOG-01", "SV-06")
 def test_each_refusal_is_one_info_line_and_a_count_for_the_admin(
         specimen: Path, server_factory: ServerFactory, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
