@@ -79,7 +79,11 @@ def _spawn_and_wait(tmp_path: Path, script: str, *, release: bool) -> tuple[int 
                              env={"PATH": os.environ["PATH"]}, log=log,
                              on_exit=lambda: ended.append(True))
         if release:
-            time.sleep(0.5)  # the loop never runs: what it wrote is still in the pipe
+            wrote = tmp_path / "wrote"
+            for _ in range(3000):  # bounded: 30 s; the loop never runs meanwhile, so what
+                if wrote.exists():  # the child wrote before saying so is still in the pipe
+                    break
+                time.sleep(0.01)
             child.release()
             kept.append(log.tail(8192))  # before the loop could read the pipe itself
         else:
@@ -112,7 +116,7 @@ def test_without_a_pidfd_the_exit_is_polled_and_its_code_kept(
 @pytest.mark.req("SM-02")
 def test_release_keeps_what_the_child_wrote_last(tmp_path: Path) -> None:
     script = "import sys, time; sys.stdout.write('x' * 5000 + 'last'); sys.stdout.flush(); " \
-             "time.sleep(60)"
+             "open('wrote', 'w').close(); time.sleep(60)"  # (its folder: the test's tmp_path)
     code, output = _spawn_and_wait(tmp_path, script, release=True)
     assert code is not None and code < 0, "killed"
     assert output.endswith(b"last") and len(output) == 5004
