@@ -108,10 +108,12 @@ def test_the_preview_stands_meanwhile_and_stays_when_the_model_cannot_title(
         wait_until(lambda: len(_direct(provider)) == 2, timeout=15)
         wait_until(lambda: any(r["caller"] == failed and r["outcome"] == "MODEL_UNAVAILABLE"
                                for r in client.get("/api/cordis/usage").json()["usage"]))
-        wait_until(lambda: any(failed in r.getMessage() for r in caplog.records), timeout=15)
+        wait_until(lambda: any(failed in r.getMessage() for r in caplog.records
+                               if r.name == "labfy_ref.bridge.titles"), timeout=15)
     assert _title(client, failed) == long[:80], "the preview stays"
     assert _direct(provider)[1]["messages"][1]["content"] == long[:2000]
-    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+    assert [(r.levelno, r.getMessage()) for r in caplog.records
+            if r.name == "labfy_ref.bridge.titles"] == [
         (logging.INFO, f"session {failed}: no title from engine:local:fake-model "
                        "(MODEL_UNAVAILABLE); its preview stays")]
 

@@ -181,5 +181,5 @@ def test_a_refusals_line_cuts_a_long_unrouted_path_and_method(
     path, method = "/" + "p" * 300, "M" * 40
     with caplog.at_level(logging.INFO, logger="labfy_ref.server.refused"):
         assert _counted(b"{}", path=path, method=method) == {"UNKNOWN": 1}
-    [line] = [r.getMessage() for r in caplog.records]
+    [line] = [r.getMessage() for r in caplog.records if r.name == "labfy_ref.server.refused"]
     assert line == f"refused UNKNOWN {method[:16]} {path[:120]} credential=none"
