@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import threading
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from qualification.harness import (
     session_files,
     wait_until,
 )
+from qualification.server.test_boundaries import BOUNDS
 
 MODEL = "engine:local:fake-model"
 FINAL_TEXT = "Lavender drew 62 visits — the busiest garden. « ünïcödé » 𝄞 \u2028 end."
@@ -468,6 +470,43 @@ def test_the_last_user_message_is_bounded_at_the_engines_message_length(
             assert answer.status_code == status, answer.text[:300]
             assert len(provider.chat_requests()) == before + (status == 200)
     assert answer.json()["error"]["code"] == "VALIDATION_FAILED"
+
+
+def _ignored_bounds() -> list[tuple[str, str, int, str]]:
+    """(field, keyword, bound, value type) of every ignored field bounded in
+    ``qualification/bounds.toml`` (pinned there, never read from the schema under test)."""
+    table = tomllib.loads(BOUNDS.read_text("utf-8"))["bound"]
+    return [(row["field"], keyword, int(row[keyword]), row.get("values", "string"))
+            for row in table if row["route"] == "POST /api/cordis/v1/chat/completions"
+            and row["field"] in IGNORED_FIELDS
+            for keyword in ("maxLength", "maxProperties") if keyword in row]
+
+
+def _sized(keyword: str, size: int, kind: str) -> Any:
+    if keyword == "maxLength":
+        return "u" * size
+    return {str(n): (0 if kind == "number" else "v") for n in range(size)}
+
+
+@pytest.mark.req("BR-20", "BR-13")
+@pytest.mark.parametrize(("field", "keyword", "bound", "kind"), _ignored_bounds())
+def test_an_ignored_field_is_accepted_to_its_bound_and_refused_past_it(
+        echo_face: tuple[LiveServer, FakeProvider], field: str, keyword: str, bound: int,
+        kind: str) -> None:
+    """Fields a client may send and the engine ignores are still bounded (a 1,024-entry
+    ``logit_bias``, 16 ``metadata`` pairs, 256 characters of ``user``): on the bound the
+    chat is answered, one past it is 422 naming the field, and the model is not asked."""
+    assert bound > 0
+    server, provider = echo_face
+    with bearer_client(server) as http:
+        for size, status in ((bound, 200), (bound + 1, 422)):
+            before = len(provider.chat_requests())
+            answer = http.post("/api/cordis/v1/chat/completions", json={
+                "model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                field: _sized(keyword, size, kind)})
+            assert answer.status_code == status, (size, answer.text[:300])
+            assert len(provider.chat_requests()) == before + (status == 200)
+    assert answer.json()["error"]["param"] == field
 
 
 texts = st.text(st.characters(codec=None), max_size=40) | st.text(

@@ -28,7 +28,10 @@ from qualification.harness import ApiClient, LiveServer
 from qualification.security.server_routes import SERVED, Route
 
 BOUNDS = Path(__file__).resolve().parents[1] / "bounds.toml"
-_BOUNDS = ("minLength", "maxLength", "minimum", "maximum", "minItems", "maxItems")
+_BOUNDS = ("minLength", "maxLength", "minimum", "maximum", "minItems", "maxItems",
+           "minProperties", "maxProperties")
+#: A mapping's values, by the type its schema gives them.
+_FILLER = {"string": "v", "number": 0, "integer": 0, "boolean": False}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -89,6 +92,12 @@ def _values(schema: dict[str, Any], example: Any) -> Iterator[tuple[str, Any, bo
             yield bound, [copy.deepcopy(example[0]) for _ in range(limit)], True
             if past >= 0:
                 yield bound, [copy.deepcopy(example[0]) for _ in range(past)], False
+        elif kind == "object" and isinstance(schema.get("additionalProperties"), dict) \
+                and schema["additionalProperties"].get("type") in _FILLER:
+            filler = _FILLER[schema["additionalProperties"]["type"]]
+            yield bound, {str(n): filler for n in range(limit)}, True
+            if past >= 0:
+                yield bound, {str(n): filler for n in range(past)}, False
 
 
 def _limits(schema: dict[str, Any]) -> dict[str, int]:
@@ -165,6 +174,8 @@ def _rows(document: dict[str, Any], limits: dict[str, Any]) -> list[Row]:
     """The boundary rows: each pinned bound on and one past, sent where the route takes it."""
     rows = []
     bounds, below = pinned(), pinned(held=True)
+    values = {(row["route"], row["field"]): row["values"]  # a mapping's values' type
+              for row in tomllib.loads(BOUNDS.read_text("utf-8"))["bound"] if "values" in row}
     for route in SERVED:
         key = f"{route.method} {route.template}"
         for (where, field), limit in bounds.items():
@@ -176,8 +187,11 @@ def _rows(document: dict[str, Any], limits: dict[str, Any]) -> list[Row]:
                 for part in field.removeprefix("query.").split("."))
             example = _example(route.body, path) if place == "body" else None
             kind = ("array" if {"minItems", "maxItems"} & set(limit) else
-                    "string" if {"minLength", "maxLength"} & set(limit) else "integer")
-            for bound, value, accepted in _values({"type": kind, **limit}, example):
+                    "string" if {"minLength", "maxLength"} & set(limit) else
+                    "object" if {"minProperties", "maxProperties"} & set(limit) else "integer")
+            mapped = {"additionalProperties": {"type": values[(where, field)]}} \
+                if kind == "object" else {}
+            for bound, value, accepted in _values({"type": kind, **limit, **mapped}, example):
                 rows.append(Row(route, place, path, bound, value, accepted,
                                 (where, field) in below))
     # A bound the runtime holds and reports rather than the schema (RT-03).
