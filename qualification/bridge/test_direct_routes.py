@@ -129,7 +129,7 @@ def test_a_title_task_beside_a_chat_is_one_model_call_and_the_chat_stays_in_step
     _no_trace(server, specimen)
 
 
-@pytest.mark.req("BR-17", "BR-20")
+@pytest.mark.req("BR-17", "BR-20", "BR-13")
 @pytest.mark.parametrize(("response_format", "why"), [
     ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
         "$ref": "https://example.com/schema.json"}}}, "remote schema"),

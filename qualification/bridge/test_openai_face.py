@@ -469,6 +469,9 @@ def test_the_last_user_message_is_bounded_at_the_engines_message_length(
                 "model": MODEL, "messages": [{"role": "user", "content": "x" * length}]})
             assert answer.status_code == status, answer.text[:300]
             assert len(provider.chat_requests()) == before + (status == 200)
+            if status == 200:  # one choice, the first: index 0 (as the spec's wire shape)
+                [choice] = answer.json()["choices"]
+                assert (choice["index"], choice["finish_reason"]) == (0, "stop")
     assert answer.json()["error"]["code"] == "VALIDATION_FAILED"
 
 
