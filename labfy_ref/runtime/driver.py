@@ -269,8 +269,8 @@ class TurnDriver:
         return None
 
     def _paused(self, action: ToolCall, outcome: ToolOutcome) -> Ending | None:
-        """A tool that pauses the turn (``research.prepare``), called with success, ends it
-        AUTHORIZATION_REQUIRED on the campaign it made (RT-08); None otherwise."""
+        """A tool whose traits pause the turn (a research preparation), called with success,
+        ends it AUTHORIZATION_REQUIRED on the campaign it made (RT-08); None otherwise."""
         spec = self.gateway.catalog[action.tool_id]
         if not (spec.traits.pauses_turn and outcome.ok):
             return None

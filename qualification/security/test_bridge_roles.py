@@ -13,7 +13,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from qualification.harness import ApiClient
+from qualification.harness import ApiClient, bridge_settled, wait_until
 from qualification.security.conftest import bearer, user_token_of
 from qualification.security.server_routes import ADMIN, BEARER, USER, Route, params
 from qualification.target import Served
@@ -92,6 +92,10 @@ def test_the_launch_code_as_a_bearer_is_served_on_every_api_route(route_server: 
 @pytest.mark.req("BR-04", "HO-03")
 def test_health_is_public_and_the_admin_is_served(route_server: Served,
                                                   admin_client: ApiClient) -> None:
+    # the route sweep of this module (the launch code on every route) may have left the
+    # bridge disabled or reloading: this test sets the state it reads
+    assert admin_client.post("/api/cordis/admin/enable", {}).status_code == 200
+    wait_until(lambda: bridge_settled(route_server.url), timeout=30)
     anonymous = ApiClient(route_server.url)
     health = anonymous.http.get("/api/cordis/health").json()
     anonymous.close()
