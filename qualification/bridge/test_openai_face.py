@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import threading
-import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from qualification.harness import (
     session_files,
     wait_until,
 )
-from qualification.server.test_boundaries import BOUNDS
+from qualification.server.test_boundaries import bound_rows
 
 MODEL = "engine:local:fake-model"
 FINAL_TEXT = "Lavender drew 62 visits — the busiest garden. « ünïcödé » 𝄞 \u2028 end."
@@ -478,9 +477,8 @@ def test_the_last_user_message_is_bounded_at_the_engines_message_length(
 def _ignored_bounds() -> list[tuple[str, str, int, str]]:
     """(field, keyword, bound, value type) of every ignored field bounded in
     ``qualification/bounds.toml`` (pinned there, never read from the schema under test)."""
-    table = tomllib.loads(BOUNDS.read_text("utf-8"))["bound"]
     return [(row["field"], keyword, int(row[keyword]), row.get("values", "string"))
-            for row in table if row["route"] == "POST /api/cordis/v1/chat/completions"
+            for row in bound_rows() if row["route"] == "POST /api/cordis/v1/chat/completions"
             and row["field"] in IGNORED_FIELDS
             for keyword in ("maxLength", "maxProperties") if keyword in row]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,12 +163,17 @@ def published(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, int]]
     return found
 
 
+@functools.cache
+def bound_rows() -> tuple[dict[str, Any], ...]:
+    """The ``[[bound]]`` rows of ``qualification/bounds.toml``, read once."""
+    return tuple(tomllib.loads(BOUNDS.read_text("utf-8"))["bound"])
+
+
 def pinned(*, held: bool | None = None) -> dict[tuple[str, str], dict[str, int]]:
     """The bounds pinned in ``qualification/bounds.toml``: those the schema publishes
     (``held=False``), those a layer below it holds (``held=True``), or all of them."""
-    table = tomllib.loads(BOUNDS.read_text("utf-8"))
     return {(row["route"], row["field"]): {k: int(v) for k, v in row.items() if k in _BOUNDS}
-            for row in table["bound"] if held is None or ("held" in row) == held}
+            for row in bound_rows() if held is None or ("held" in row) == held}
 
 
 def _rows(document: dict[str, Any], limits: dict[str, Any]) -> list[Row]:
@@ -175,7 +181,7 @@ def _rows(document: dict[str, Any], limits: dict[str, Any]) -> list[Row]:
     rows = []
     bounds, below = pinned(), pinned(held=True)
     values = {(row["route"], row["field"]): row["values"]  # a mapping's values' type
-              for row in tomllib.loads(BOUNDS.read_text("utf-8"))["bound"] if "values" in row}
+              for row in bound_rows() if "values" in row}
     for route in SERVED:
         key = f"{route.method} {route.template}"
         for (where, field), limit in bounds.items():
