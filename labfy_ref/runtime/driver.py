@@ -45,6 +45,7 @@ from labfy_ref.protocol import (
     Final,
     MessageLog,
     Observations,
+    Round,
     RoundUsage,
     ToolCall,
     Usage,
@@ -224,34 +225,31 @@ class TurnDriver:
 
     async def drive(self, conversation: Conversation, port: TurnPort,
                     context: CallContext) -> Ending | None:
-        """Run rounds until an ending; None when the port stopped being live (cancelled)."""
-        limits = self.limits
+        """Run rounds until an ending; None when the port stopped being live (cancelled).
+
+        The loop holds the order and the cancellation checks (RT-05); each other
+        ending is its own step: the budgets (RT-03), the model's failures (RT-02),
+        a repeated failure (GW-05), a pausing tool (RT-08).
+        """
         while port.live():
-            if conversation.rounds >= limits.max_rounds:
-                return _budget(f"{limits.max_rounds} rounds used")
-            conversation.rounds += 1
-            decoding = self.decoding(conversation, port, context)
+            ending = self._next_round(conversation)
+            if ending is not None:
+                return ending
             started = time.monotonic()
-            try:
-                accepted = await request_action(self._numbered(port, conversation),
-                                                self._asked(conversation, decoding),
-                                                self.parser, decoding)
-            except ModelUnavailable as exc:
-                return Ending(TurnState.MODEL_UNAVAILABLE, error=exc)
-            except ProtocolRefused as exc:
-                return Ending(TurnState.MODEL_PROTOCOL_ERROR, error=exc)
+            accepted = await self._answer(conversation, port, context)
+            if isinstance(accepted, Ending):
+                return accepted
             port.spent(conversation.rounds, RoundUsage.since(started, accepted.usage))
             if not port.live():
                 return None  # cancelled while the model answered: the answer is discarded
             action = accepted.action
             if isinstance(action, Final):
                 return Ending(TurnState.COMPLETED, final_text=action.text)
-            if conversation.tool_calls >= limits.max_tool_calls:
-                return _budget(f"{limits.max_tool_calls} tool calls used")
-            if conversation.last_failure == call_key(action.tool_id, action.arguments):
-                return Ending(TurnState.FAILED, error=LabfyError(
-                    f"{action.tool_id} repeated with the same arguments after failing",
-                    code=ErrorCode.REPEATED_TOOL_FAILURE))
+            ending = self._over_calls(conversation)
+            if ending is None:
+                ending = self._repeated(conversation, action)
+            if ending is not None:
+                return ending
             call_id = new_call_id()
             port.called(call_id, action)
             outcome = await self._decide(call_id, action, port,
@@ -261,12 +259,56 @@ class TurnDriver:
             if isinstance(outcome, Ending):
                 return outcome
             self.record(conversation, port, call_id, outcome)
-            if conversation.context_bytes > limits.max_context_bytes:
-                return _budget(f"context exceeds {limits.max_context_bytes} bytes")
-            paused = self._paused(action, outcome)
-            if paused is not None:
-                return paused
+            ending = self._over_context(conversation)
+            if ending is None:
+                ending = self._paused(action, outcome)
+            if ending is not None:
+                return ending
         return None
+
+    def _next_round(self, conversation: Conversation) -> Ending | None:
+        """Count a new round, or end BUDGET_EXHAUSTED when every round is used (RT-03)."""
+        if conversation.rounds >= self.limits.max_rounds:
+            return _budget(f"{self.limits.max_rounds} rounds used")
+        conversation.rounds += 1
+        return None
+
+    def _over_calls(self, conversation: Conversation) -> Ending | None:
+        """BUDGET_EXHAUSTED when the model asks for one call more than the budget (RT-03)."""
+        if conversation.tool_calls >= self.limits.max_tool_calls:
+            return _budget(f"{self.limits.max_tool_calls} tool calls used")
+        return None
+
+    def _over_context(self, conversation: Conversation) -> Ending | None:
+        """BUDGET_EXHAUSTED once what the model would be sent passes its bound (RT-03)."""
+        if conversation.context_bytes > self.limits.max_context_bytes:
+            return _budget(f"context exceeds {self.limits.max_context_bytes} bytes")
+        return None
+
+    @staticmethod
+    def _repeated(conversation: Conversation, action: ToolCall) -> Ending | None:
+        """FAILED ``REPEATED_TOOL_FAILURE`` when the call that just failed comes again
+        with the same arguments (GW-05): it is not executed a second time."""
+        if conversation.last_failure != call_key(action.tool_id, action.arguments):
+            return None
+        return Ending(TurnState.FAILED, error=LabfyError(
+            f"{action.tool_id} repeated with the same arguments after failing",
+            code=ErrorCode.REPEATED_TOOL_FAILURE))
+
+    async def _answer(self, conversation: Conversation, port: TurnPort,
+                      context: CallContext) -> Round | Ending:
+        """This round's accepted action (one format repair allowed), or the turn's ending
+        when the model cannot answer (MODEL_UNAVAILABLE) or twice broke the action
+        contract (MODEL_PROTOCOL_ERROR)."""
+        decoding = self.decoding(conversation, port, context)
+        try:
+            return await request_action(self._numbered(port, conversation),
+                                        self._asked(conversation, decoding),
+                                        self.parser, decoding)
+        except ModelUnavailable as exc:
+            return Ending(TurnState.MODEL_UNAVAILABLE, error=exc)
+        except ProtocolRefused as exc:
+            return Ending(TurnState.MODEL_PROTOCOL_ERROR, error=exc)
 
     def _paused(self, action: ToolCall, outcome: ToolOutcome) -> Ending | None:
         """A tool whose traits pause the turn (a research preparation), called with success,
