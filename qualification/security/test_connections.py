@@ -447,3 +447,42 @@ def test_idle_and_half_open_sockets_past_the_descriptor_limit_never_starve_serve
     assert code == 0, err
     assert "Traceback" not in err, err[-2000:]
     assert err.count("\n") < 100, f"{err.count(chr(10))} lines on stderr"
+
+
+_LIMITS_CHILD = """
+import json, logging, resource, sys
+soft, hard = (int(n) for n in sys.argv[1:3])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+warnings = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        warnings.append(record.getMessage())
+logging.getLogger("labfy_ref.server").addHandler(Keep())
+from labfy_ref.server.serve import DEFAULT_LIMITS, connection_limits
+limits = connection_limits()
+print(json.dumps({"cap": limits.max_connections, "same": limits is DEFAULT_LIMITS,
+                  "soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0], "warnings": warnings}))
+"""
+
+
+@pytest.mark.req("SV-09")
+@pytest.mark.parametrize(("soft", "hard", "cap", "warned"), [
+    (600, 600, 472, True),     # too few descriptors: the cap leaves 128 free, and says so
+    (640, 640, 512, False),    # exactly enough for the default cap and the reserve
+    (4096, 4096, 512, False),  # plenty: the default cap, unchanged, nothing said
+    (600, 4096, 512, False),   # a soft limit below the hard one is raised to it first
+])
+def test_the_connection_cap_keeps_descriptors_free_under_the_process_limit(
+        soft: int, hard: int, cap: int, warned: bool) -> None:
+    current_hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if current_hard != resource.RLIM_INFINITY and current_hard < hard:
+        pytest.skip(f"this case needs a hard descriptor limit of {hard}; it is {current_hard}")
+    child = subprocess.run([sys.executable, "-c", _LIMITS_CHILD, str(soft), str(hard)],
+                           capture_output=True, text=True, timeout=60, check=True)
+    seen = json.loads(child.stdout)
+    assert seen["cap"] == cap, seen
+    assert seen["soft"] == hard, "the soft limit is raised to the hard one"
+    assert seen["same"] is not warned, "the default limits stand when they fit"
+    assert bool(seen["warnings"]) is warned, seen
+    if warned:
+        assert seen["warnings"] == [f"descriptor limit {soft}: at most {cap} connections at once"]

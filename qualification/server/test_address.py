@@ -238,3 +238,21 @@ def test_a_file_planted_in_the_list_is_never_written_through(
             register(server, {ENV_RUNTIME_DIR: str(folder)})
         assert victim.read_text() == "untouched"
         temp.unlink()
+
+
+@pytest.mark.req("SV-12")
+def test_on_the_default_port_serve_says_nothing_of_a_fallback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from labfy_ref.config import RawOptions, resolve  # noqa: PLC0415
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    bound = sock.getsockname()[1]
+    # the default port as its own int object: equal to the bound one, never the same object
+    monkeypatch.setattr(serving, "DEFAULT_PORT", int(str(bound)))
+    monkeypatch.setattr(serving, "bind_default", lambda host: sock)
+    try:
+        assert serving._bound(resolve(RawOptions(), {})) is sock
+    finally:
+        sock.close()
+    assert capsys.readouterr().out == "", "the default port was free: nothing to say"

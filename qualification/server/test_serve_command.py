@@ -152,6 +152,27 @@ def test_the_ready_file_is_never_written_through_a_planted_temporary_name(
     assert len(list(tmp_path.iterdir())) == 3, "no temporary file of ours is left"
 
 
+@pytest.mark.req("SV-01")
+def test_a_symbolic_link_planted_at_the_temporary_name_is_refused_not_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import secrets  # noqa: PLC0415
+
+    from labfy_ref.errors import LabfyError  # noqa: PLC0415
+
+    # Whoever could guess the random temporary name finds it created exclusively, and a
+    # link there never followed: the victim is not written, the start fails SERVE_FAILED.
+    monkeypatch.setattr(secrets, "token_hex", lambda _size: "guessed")
+    ready, victim = tmp_path / "ready.json", tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / ".ready.json.guessed.tmp").symlink_to(victim)
+    with pytest.raises(LabfyError) as failed:
+        _write_ready_file(ready, {"token": "t"})
+    assert failed.value.code.value == "SERVE_FAILED"
+    assert f"--ready-file: cannot write {ready}" in failed.value.message
+    assert victim.read_text() == "precious"
+    assert not ready.exists()
+
+
 @pytest.mark.req("SV-01", "MC-04")
 def test_port_0_means_any_free_port(specimen: Path, tmp_path: Path) -> None:
     server = ServeProcess("--workspace", str(specimen), "--port", "0",
@@ -229,6 +250,25 @@ def test_uvicorn_errors_reach_our_log_as_one_line_unless_debugging(
                              "exception=RuntimeError (the traceback only with --debug)")
     assert lines[1].endswith("ERROR uvicorn.error INTERNAL_ERROR in the application "
                              "exception=RuntimeError (the traceback only with --debug)")
+
+
+_LEVELS = textwrap.dedent("""
+    import json, sys
+    from labfy_ref.config import RawOptions, resolve
+    from labfy_ref.server.serve import _configure_log
+    print(json.dumps({level: _configure_log(resolve(RawOptions(log_level=level), {}))
+                      for level in sys.argv[1:]}))
+""")
+
+
+@pytest.mark.req("LOG-01")
+def test_uvicorn_says_its_warnings_unless_the_log_asks_for_errors_only() -> None:
+    # uvicorn's info lines repeat ours (started, stopped): below warning it says nothing;
+    # at --log-level error it keeps to errors too.
+    done = subprocess.run([sys.executable, "-c", _LEVELS, "debug", "info", "warning", "error"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(done.stdout) == {"debug": "warning", "info": "warning",
+                                       "warning": "warning", "error": "error"}
 
 
 def _banner_patterns() -> list[re.Pattern[str]]:
