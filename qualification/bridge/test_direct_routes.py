@@ -140,6 +140,8 @@ def test_a_title_task_beside_a_chat_is_one_model_call_and_the_chat_stays_in_step
     ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
         "items": json.loads("[" * 25 + "]" * 25)}}}, "deeper"),
     ({"type": "xml"}, "must be"),
+    ({"type": "json"}, "must be"),
+    ({"type": "json_object", "strict": True}, "must be"),
     ({"type": "json_schema"}, "must be"),
 ])
 def test_a_client_schema_the_model_cannot_be_given_is_refused_in_words(

@@ -698,7 +698,7 @@ def test_the_ignored_fields_are_listed_in_the_api_docs() -> None:
     assert block("ignored-fields").split() == list(IGNORED_FIELDS)
 
 
-@pytest.mark.req("BR-20", "BR-14")
+@pytest.mark.req("BR-20", "BR-14", "BR-13")
 @pytest.mark.parametrize("stream", [False, True])
 def test_usage_is_on_every_completion_null_where_the_model_said_nothing(
         face: FaceFactory, stream: bool) -> None:

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -331,6 +332,34 @@ def test_stopping_serve_leaves_no_process_of_the_child_group(
     wait_until(lambda: not group_exists(child["pgid"]), timeout=10)
     assert running_members(child["pgid"]) == []
     assert len(fake.runs()) == 1
+
+
+@pytest.mark.req("SV-13", "SM-07")
+def test_a_second_signal_exits_at_once_and_still_stops_the_child_group(
+        serve: Serve, tmp_path: Path) -> None:
+    model, digest = gguf(tmp_path)
+    fake = install_fake(tmp_path / "llama", mode="grandchild")  # a grandchild ignoring TERM
+    server = serve(*supervised(model, digest, fake), "--shutdown-grace", "30")
+    child = the_child(fake)
+    server.wait_status("ready")
+    wait_until(lambda: child["grandchild"] in running_members(child["pgid"]), timeout=10)
+    port = int(server.process.wait_ready()["port"])
+    # a request whose body never comes holds the graceful wait open
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as held:
+        held.sendall(f"POST /api/v1/session HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                     "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+                     .encode())
+        time.sleep(0.5)
+        process = server.process.process
+        process.send_signal(signal.SIGTERM)
+        time.sleep(1)
+        assert process.poll() is None, "the grace holds while a request is under way"
+        process.send_signal(signal.SIGTERM)  # the second: no more grace
+        out, err = process.communicate(timeout=15)
+    assert process.returncode == 0, err
+    assert "Traceback" not in out + err
+    wait_until(lambda: not group_exists(child["pgid"]), timeout=10)
+    assert running_members(child["pgid"]) == [], "the forced exit still stopped the child"
 
 
 # -- 4. refusals before anything starts ----------------------------------------------------

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from fake_provider import Scenario
 from fake_provider.server import FakeProvider
 from labfy_ref.work import DatabaseUrl, EffectStatus, State, WorkStore
 from labfy_ref.work.run.effects import AUDIT_EVENT
@@ -189,6 +190,36 @@ def test_kill_9_matrix(specimen: Path, work_url: DatabaseUrl, store: WorkStore,
     assert taken_over >= 1, f"seed {seed}: plan {plan}"
 
 
+@pytest.mark.req("WK-03")
+def test_a_refused_effect_is_replayed_as_the_refusal_it_was_never_run_again(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore,
+        provider_factory: ProviderFactory, tmp_path: Path) -> None:
+    """Killed right after a write was refused (outside files/) and recorded: the next
+    worker replays the stored refusal — a failed outcome, never run again, never read
+    as a success — and the run goes on to its answer."""
+    outside = {"content": json.dumps({"type": "tool_call", "tool_id": "files.write",
+                                      "arguments": {"path": "../escape.md", "content": "x"}})}
+    final = {"content": json.dumps({"type": "final", "text": "refused"})}
+    provider = provider_factory(Scenario.from_json({"answers": [outside, final]}))
+    task_id = store.submit("write outside").task.id
+    dying = start_worker(specimen, work_url, provider, tmp_path / "dying.out",
+                         crash="effect.completed:1")
+    assert dying.wait(timeout=60) == KILLED, (tmp_path / "dying.err").read_text()
+    taker = start_worker(specimen, work_url, provider, tmp_path / "taker.out", max_runs=1)
+    assert taker.wait(timeout=60) == 0, (tmp_path / "taker.err").read_text()
+    (line,) = lines(tmp_path / "taker.out")
+    assert (line["outcome"], line["attempt"]) == ("COMPLETED", 2)
+    (run,) = store.list_runs(task_id)
+    (effect,) = store.list_effects(run.id)
+    assert effect.status is EffectStatus.REFUSED
+    assert effect.result["ok"] is False
+    assert effect.result["error"]["code"] == "PATH_OUTSIDE_WORKSPACE"
+    events = store.list_events(task_id)
+    assert [e.data["ok"] for e in events if e.type == "effect.completed"] == [False]
+    assert [e.data["status"] for e in events if e.type == "tool.answered"] == ["error"]
+    assert not (specimen / "escape.md").exists()
+
+
 def campaigns(workspace: Path, topic: str) -> list[str]:
     """The ids of the workspace's campaigns about ``topic``."""
     with contextlib.closing(sqlite3.connect(workspace / "labfy.sqlite")) as db:
@@ -273,6 +304,39 @@ def test_a_worker_paused_past_its_lease_never_overwrites_the_later_write(
     assert resolutions(store, task_id) == resolved
     assert lines(tmp_path / "paused.out") == [] or all(
         line["outcome"] != "COMPLETED" for line in lines(tmp_path / "paused.out"))
+
+
+@pytest.mark.req("WK-12")
+def test_a_worker_paused_past_its_lease_never_makes_a_second_campaign(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore,
+        provider_factory: ProviderFactory, tmp_path: Path) -> None:
+    """The lease is checked right before an effect that makes something, too: a worker
+    SIGSTOPped as its ``research.prepare`` starts loses the run to another, which makes
+    the campaign; resumed, the paused worker's fenced target record is refused, so it
+    never makes a second one."""
+    prepare = {"content": json.dumps({"type": "tool_call", "tool_id": "research.prepare",
+                                      "arguments": {"topic": "topic {nonce}",
+                                                    "questions": ["why {nonce}?"]}})}
+    provider = provider_factory(work_scenario(research=[prepare]))
+    task_id = store.submit(message("research", "pm")).task.id
+    paused = start_worker(specimen, work_url, provider, tmp_path / "paused.out",
+                          crash="effect.started:1:stop", once=True)
+    try:
+        wait_until(lambda: _paused(paused.pid) or paused.poll() is not None, timeout=60)
+        assert paused.poll() is None, (tmp_path / "paused.err").read_text()
+        taker = start_worker(specimen, work_url, provider, tmp_path / "taker.out", max_runs=1)
+        assert taker.wait(timeout=60) == 0, (tmp_path / "taker.err").read_text()
+        (line,) = lines(tmp_path / "taker.out")
+        assert (line["outcome"], line["detail"]) == ("FAILED", "GRANT_REQUIRED")
+        assert len(campaigns(specimen, "topic pm")) == 1
+        paused.send_signal(signal.SIGCONT)
+        paused.wait(timeout=60)
+    finally:
+        if paused.poll() is None:
+            paused.kill()
+            paused.wait(timeout=30)
+    assert len(campaigns(specimen, "topic pm")) == 1, "the paused worker made another"
+    assert resolutions(store, task_id) == ["never began"]
 
 
 @pytest.mark.req("WK-03")
