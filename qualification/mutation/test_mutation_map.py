@@ -151,3 +151,31 @@ def test_the_report_of_a_checkout_shows_the_committed_record(tmp_path: Path) -> 
     assert status["mutation"]["survivors"] == committed["survivors"]
     assert status["mutation"]["sources_sha256"] == committed["sources_sha256"]
     assert "- Mutation (" in (report / "STATUS.md").read_text()
+
+
+@pytest.mark.req("QR-04-MAP")
+def test_a_changed_module_makes_only_its_own_ids_stale(tmp_path: Path) -> None:
+    from labfy_ref.report.evidence import (  # noqa: PLC0415
+        COMMITTED_MUTATION_RECORD,
+        MUTATION_RECORD,
+        Freshness,
+        read_mutation,
+    )
+
+    document = json.loads((REPO / COMMITTED_MUTATION_RECORD).read_text("utf-8"))
+    (tmp_path / MUTATION_RECORD).write_text(json.dumps(document), "utf-8")
+    fresh = read_mutation(tmp_path, None)
+    assert fresh is not None
+    assert (fresh.freshness, fresh.stale, fresh.changed, fresh.stale_reqs) == (
+        Freshness.CURRENT, False, (), ()), "measured on these very sources"
+    # one module measured on other bytes: the record is stale for that module's IDs only
+    changed = document["modules"][0]
+    changed["sha256"] = "0" * 64
+    document["sources_sha256"] = "f" * 64
+    (tmp_path / MUTATION_RECORD).write_text(json.dumps(document), "utf-8")
+    stale = read_mutation(tmp_path, None)
+    assert stale is not None
+    assert (stale.freshness, stale.stale, stale.changed) == (
+        Freshness.STALE, True, (changed["name"],))
+    assert stale.stale_reqs == tuple(sorted(set(changed["reqs"]) & set(document["reqs"])))
+    assert stale.stale_reqs and len(stale.stale_reqs) < len(document["reqs"])
