@@ -120,13 +120,15 @@ class StreamHandle:
                 or self._bytes + len(line) > self._max_bytes)
 
     def _overflow(self) -> None:
-        """End the stream at its bound: STREAM_LIMIT, then an interrupted done, numbered on
-        from the last chunk; the producer is told to stop (its stream is closed)."""
-        self._append({"type": "error", "session_id": self.session_id,
-                      "agent_id": self.agent_id, "seq": len(self._entries) + 1,
-                      "code": ErrorCode.STREAM_LIMIT.value,
-                      "message": "the turn's stream exceeded its bounds"})
-        self._errored = True
+        """End the stream at its bound: STREAM_LIMIT (unless the turn already said its one
+        error, BR-02), then an interrupted done, numbered on from the last chunk; the
+        producer is told to stop (its stream is closed)."""
+        if not self._errored:
+            self._append({"type": "error", "session_id": self.session_id,
+                          "agent_id": self.agent_id, "seq": len(self._entries) + 1,
+                          "code": ErrorCode.STREAM_LIMIT.value,
+                          "message": "the turn's stream exceeded its bounds"})
+            self._errored = True
         self._append({"type": "done", "session_id": self.session_id,
                       "agent_id": self.agent_id, "seq": len(self._entries) + 1,
                       "reason": "error", "interrupted": True})

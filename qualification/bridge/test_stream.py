@@ -64,6 +64,39 @@ def test_after_its_one_error_a_turn_still_says_what_it_has_until_done() -> None:
         ("error", 1), *((kind, n) for n, kind in enumerate(kinds, 2)), ("done", len(kinds) + 2)]
 
 
+@pytest.mark.req("BR-02")
+@pytest.mark.parametrize("before", sorted(CHUNK_TYPES - {"error", "done"}))
+def test_the_one_error_is_taken_whatever_came_before_it(before: str) -> None:
+    handle = _handle()
+    assert handle.emit(before, note="first")
+    assert handle.emit("error", code="MODEL_PROTOCOL_ERROR", message="bad")
+    assert not handle.emit("error", code="OTHER", message="second")
+    assert [c["type"] for c in handle.chunks] == [before, "error"]
+
+
+@pytest.mark.req("BR-02", "BR-03")
+@pytest.mark.parametrize("limits", [{"max_chunks": 7}, {"max_bytes": 900}])
+def test_a_stream_that_said_its_error_ends_at_its_bound_with_no_second_one(
+        limits: dict[str, int]) -> None:
+    """After the turn's one error a producer may still say what it has (a tool's result,
+    reasoning): past the bound, the stream ends with an interrupted done and no
+    STREAM_LIMIT error, since a turn has at most one error; the producer is stopped."""
+    handle = _handle(**limits)
+    cancelled: list[bool] = []
+    handle.on_cancel(lambda: cancelled.append(True))
+    assert handle.emit("error", code="MODEL_PROTOCOL_ERROR", message="bad")
+    sent = 0
+    while handle.emit("text", text="y" * 120):
+        sent += 1
+    chunks = handle.chunks
+    assert sent >= 3, "chunks after the error are taken until the bound"
+    assert [c["type"] for c in chunks] == ["error", *["text"] * sent, "done"]
+    assert chunks[0]["code"] == "MODEL_PROTOCOL_ERROR"
+    assert (chunks[-1]["reason"], chunks[-1]["interrupted"]) == ("error", True)
+    assert [c["seq"] for c in chunks] == list(range(1, sent + 3))
+    assert cancelled == [True]
+
+
 @pytest.mark.req("BR-02", "BR-03")
 @pytest.mark.parametrize("limits", [{"max_chunks": 7}, {"max_bytes": 900}])
 def test_a_stream_ended_at_its_bound_numbers_its_error_and_done_on(
