@@ -10,6 +10,7 @@ import argparse
 import collections
 import json
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,36 @@ def test_once_with_nothing_to_do_exits_0_at_once_and_agent_env_is_used(
     assert (line["task_id"], line["outcome"]) == (task_id, "COMPLETED")
     check_exactly_once(store, task_id, "write1", "v1", specimen / "files", provider)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.req("CLI-03")
+def test_an_idle_worker_says_it_waits_once_per_idle_spell(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore, provider: FakeProvider,
+        tmp_path: Path) -> None:
+    """An idle worker looks for work several times a second; its log says it is waiting
+    once when the queue empties, and again only after it took a run; its last line says
+    how many runs it did."""
+    out = tmp_path / "worker.out"
+    worker = start_worker(specimen, work_url, provider, out, heartbeat=0.1)
+    errors = out.with_suffix(".err")
+
+    def waits() -> int:
+        return errors.read_text("utf-8").count(" waiting for queued runs")
+
+    try:
+        wait_until(lambda: waits() == 1, timeout=30)
+        time.sleep(1)  # about ten idle looks, 0.1 s apart
+        task_id = store.submit(message("write1", "idle")).task.id
+        wait_until(lambda: len(lines(out)) == 1, timeout=60)
+        assert store.get_task(task_id).state is State.COMPLETED
+        wait_until(lambda: waits() == 2, timeout=30)
+        time.sleep(1)
+        assert stop(worker) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=30)
+    said = [line.split(" labfy_ref.work ", 1)[-1] for line in
+            errors.read_text("utf-8").splitlines() if " INFO labfy_ref.work " in line]
+    assert sum("waiting for queued runs" in line for line in said) == 2, said
+    assert said[-1].endswith("stopped: stopped by a signal; 1 run(s) taken"), said

@@ -103,6 +103,34 @@ class _Heartbeat(threading.Thread):
                 log.warning("heartbeat of run %s failed: %s", self._claim.run_id, exc.code.value)
 
 
+class _Idle:
+    """The log's note that a worker found nothing to take: once per idle spell, not per
+    look (CLI-03)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.said = False
+
+    def looked(self) -> None:
+        """The queue was empty: say so, unless this spell already did."""
+        if not self.said:
+            log.info("worker %s waiting for queued runs", self.name)
+            self.said = True
+
+    def over(self) -> None:
+        """A run was taken: the next empty look starts a new spell."""
+        self.said = False
+
+
+def _stopped_why(signalled: bool, once: bool, done: int) -> str:
+    """Why the worker stopped, as its last log line says it (CLI-03)."""
+    if signalled:
+        return "stopped by a signal"
+    if once and done == 0:
+        return "no run waiting"
+    return f"{done} run(s) done"
+
+
 class Worker:
     """Claims and drives runs of one database until stopped or out of runs to take."""
 
@@ -126,8 +154,9 @@ class Worker:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop)
-        done, waiting = 0, False
+        done = 0
         settings = self.settings
+        idle = _Idle(settings.name)
         while not self._stopping.is_set() and (settings.max_runs is None
                                                or done < settings.max_runs):
             asked = time.perf_counter()
@@ -136,13 +165,11 @@ class Worker:
             if claim is None:
                 if settings.once:
                     break
-                if not waiting:  # said once per idle spell, not per look
-                    log.info("worker %s waiting for queued runs", settings.name)
-                    waiting = True
+                idle.looked()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), settings.idle_poll_seconds)
                 continue
-            waiting = False
+            idle.over()
             log.info("worker %s took run %s of task %s (attempt %d)", settings.name,
                      claim.run_id, claim.task_id, claim.attempt)
             started = time.perf_counter()
@@ -157,10 +184,8 @@ class Worker:
             done += 1
             if settings.once:
                 break
-        why = ("stopped by a signal" if self._stopping.is_set()
-               else "no run waiting" if settings.once and done == 0
-               else f"{done} run(s) done")
-        log.info("worker %s stopped: %s; %d run(s) taken", settings.name, why, done)
+        log.info("worker %s stopped: %s; %d run(s) taken", settings.name,
+                 _stopped_why(self._stopping.is_set(), settings.once, done), done)
         return 0
 
     async def run(self, claim: Claim) -> RunOutcome:
