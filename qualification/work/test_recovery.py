@@ -88,7 +88,9 @@ def test_a_run_killed_at_a_boundary_is_finished_by_another_worker_exactly_once(
     assert taker.wait(timeout=60) == 0, (tmp_path / "taker.err").read_text()
     (line,) = lines(tmp_path / "taker.out")
     assert (line["outcome"], line["attempt"]) == ("COMPLETED", 2)
-    assert "run.taken_over" in [e.type for e in store.list_events(task_id)]
+    events = [e.type for e in store.list_events(task_id)]
+    assert "run.taken_over" in events
+    assert "replay.diverged" not in events, "the replayed steps asked what they asked before"
     assert resolutions(store, task_id) == resolved
     check_exactly_once(store, task_id, "write2", "r1", specimen / "files", provider)
 
@@ -114,7 +116,10 @@ def test_a_started_write_whose_file_changed_since_is_refused_never_repeated(
     (run,) = store.list_runs(task_id)
     first = store.list_effects(run.id)[0]
     assert first.status is EffectStatus.REFUSED
+    assert first.result["ok"] is False, "stored as the failure a replay gives back"
     assert first.result["error"]["code"] == "EFFECT_UNRESOLVED"
+    assert [e.data["ok"] for e in store.list_events(task_id) if e.type == "effect.completed"
+            and e.data["effect_id"] == first.id] == [False]
     audited = [e.data["effect_id"] for e in store.list_events(task_id) if e.type == AUDIT_EVENT]
     assert first.id not in audited
     answered = [e.data for e in store.list_events(task_id) if e.type == "tool.answered"]

@@ -247,6 +247,12 @@ async def drive_run(store: WorkStore, claim: Claim, services: RunServices,
         return RunOutcome(WAITING, ending.waiting_on)  # parked: the claim has ended
     if ending is None or not control.live:
         return RunOutcome(LOST if control.lost or not control.stopping else RELEASED)
+    return _finished(store, claim, ending)
+
+
+def _finished(store: WorkStore, claim: Claim, ending: Ending) -> RunOutcome:
+    """Store how the run ended: ``COMPLETED`` with its answer, or ``FAILED`` with its
+    error's code — or, when the store refuses that, as :func:`_refused` says."""
     try:
         if ending.state is TurnState.COMPLETED:
             store.finish(claim, State.COMPLETED, final_text=ending.final_text)
