@@ -150,6 +150,9 @@ def test_the_report_of_a_checkout_shows_the_committed_record(tmp_path: Path) -> 
     assert status["mutation"]["modules"] == committed["modules"]
     assert status["mutation"]["survivors"] == committed["survivors"]
     assert status["mutation"]["sources_sha256"] == committed["sources_sha256"]
+    assert (status["mutation"]["sources"], status["mutation"]["stale"],
+            status["mutation"]["changed"]) == ("current", False, []), \
+        "the committed record was measured on this checkout's very modules"
     assert "- Mutation (" in (report / "STATUS.md").read_text()
 
 
