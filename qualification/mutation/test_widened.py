@@ -90,6 +90,24 @@ def test_a_record_counts_a_kill_for_an_id_only_through_its_own_tests() -> None:
     assert json.loads(json.dumps(record)) == record
 
 
+@pytest.mark.req("QR-06")
+def test_a_record_and_a_fault_run_can_name_every_id_of_the_requirements() -> None:
+    # an ID with a suffix (QR-04-MAP) once made its modules' records fail their schema
+    ids = sorted(Requirements.load(REPO / "qualification" / "requirements.toml").titles)
+    chunks = [ids[start:start + 16] for start in range(0, len(ids), 16)]
+    progress = {"key": ["k", 12], "seconds": 1.0,
+                "baseline": {req: {"verdict": "survived", "seconds": 1.0} for req in ids},
+                "mutants": {f"j{n}": {"line": n + 1, "operator": "core/NumberReplacer",
+                                      "occurrence": 0, "ids": chunk, "mutation": "`1` -> `2`",
+                                      "verdicts": dict.fromkeys(chunk, "killed")}
+                            for n, chunk in enumerate(chunks)}}
+    check(build_record("labfy_ref/m.py", "0" * 64, progress, 1, 12), "mutation-module", "test")
+    check({"schema": "labfy.faults.v1", "at": "2026-01-01T00:00:00+00:00", "wall_seconds": 1.0,
+           "faults": [{"name": f"fault-{n}", "ids": chunk, "served": False, "status": "killed",
+                       "killed_by": "test_x", "killer_reqs": chunk}
+                      for n, chunk in enumerate(chunks)]}, "faults", "test")
+
+
 @pytest.mark.req("QR-06", "QR-05")
 def test_every_committed_record_is_well_formed_and_names_a_module_with_declared_code() -> None:
     """What CI checks of the widened run (it is never rerun in CI): every record validates,
