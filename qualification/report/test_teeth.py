@@ -99,7 +99,8 @@ def test_a_weak_current_id_reads_current_weak_changes_and_trips_fail_on_weak(
     """AA-01 passes its test but its own tests kill 1 of its 2 faults: status.json keeps
     ``CURRENT`` with ``"weak": true``, STATUS.md says ``CURRENT (weak)``; compared with the
     report from before the fault run it is a change, not a regression; ``--fail-on weak``
-    exits 1 and names it, and passes once the fault is killed by AA-01's own test."""
+    (beside the other gates) exits 1 and names it, and passes once the fault is killed by
+    AA-01's own test."""
     report = _report(tmp_path, [])
     before = tmp_path / "before.json"
     before.write_bytes((report / "status.json").read_bytes())
@@ -107,11 +108,12 @@ def test_a_weak_current_id_reads_current_weak_changes_and_trips_fail_on_weak(
                           _fault("b", ["AA-01", "AA-02"], "killed", ["AA-02"])], 3.0)
     requirements = str(tmp_path / "requirements.toml")
     done = cli("report", "--results", str(report), "--requirements", requirements,
-               "--compare", str(before), "--fail-on", "weak,regression")
+               "--compare", str(before), "--fail-on", "weak,regression,fail,not-run")
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert "changed: requirement AA-01 CURRENT -> CURRENT (weak)" in lines
-    assert lines[-1] == "gate --fail-on regression,weak: FAILED: weak: AA-01"
+    assert lines[-1] == ("gate --fail-on fail,not-run,regression,weak: FAILED: "
+                         "not-run: SECURITY_SUITES; weak: AA-01"), "weak beside the other gates"
     status = valid_status(report / "status.json")
     line = next(line for line in status["requirements"] if line["id"] == "AA-01")
     assert (line["status"], line["weak"]) == ("CURRENT", True)

@@ -7,13 +7,15 @@ fake provider on loopback; the option checks call the command's body in this pro
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
+import functools
 import json
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -216,34 +218,74 @@ def test_once_with_nothing_to_do_exits_0_at_once_and_agent_env_is_used(
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+def _counted(count: Callable[[], int], expected: int) -> bool:
+    return count() == expected
+
+
 @pytest.mark.req("CLI-03")
 def test_an_idle_worker_says_it_waits_once_per_idle_spell(
         specimen: Path, work_url: DatabaseUrl, store: WorkStore, provider: FakeProvider,
         tmp_path: Path) -> None:
     """An idle worker looks for work several times a second; its log says it is waiting
-    once when the queue empties, and again only after it took a run; its last line says
-    how many runs it did."""
+    once when the queue empties, and again only after it took a run; with ``--max-runs``
+    it stops by itself once it took that many, and its last line says so."""
     out = tmp_path / "worker.out"
-    worker = start_worker(specimen, work_url, provider, out, heartbeat=0.1)
+    worker = start_worker(specimen, work_url, provider, out, heartbeat=0.1, max_runs=2)
     errors = out.with_suffix(".err")
 
     def waits() -> int:
         return errors.read_text("utf-8").count(" waiting for queued runs")
 
     try:
-        wait_until(lambda: waits() == 1, timeout=30)
-        time.sleep(1)  # about ten idle looks, 0.1 s apart
-        task_id = store.submit(message("write1", "idle")).task.id
-        wait_until(lambda: len(lines(out)) == 1, timeout=60)
-        assert store.get_task(task_id).state is State.COMPLETED
-        wait_until(lambda: waits() == 2, timeout=30)
-        time.sleep(1)
-        assert stop(worker) == 0
+        for number in (1, 2):
+            wait_until(functools.partial(_counted, waits, number), timeout=30)
+            time.sleep(1)  # about ten idle looks, 0.1 s apart
+            store.submit(message("write1", f"idle{number}"))
+            wait_until(functools.partial(_counted, lambda: len(lines(out)), number), timeout=60)
+        assert worker.wait(timeout=30) == 0, errors.read_text("utf-8")
     finally:
         if worker.poll() is None:
             worker.kill()
             worker.wait(timeout=30)
+    assert [line["outcome"] for line in lines(out)] == ["COMPLETED", "COMPLETED"]
     said = [line.split(" labfy_ref.work ", 1)[-1] for line in
             errors.read_text("utf-8").splitlines() if " INFO labfy_ref.work " in line]
     assert sum("waiting for queued runs" in line for line in said) == 2, said
-    assert said[-1].endswith("stopped: stopped by a signal; 1 run(s) taken"), said
+    assert said[-1].endswith("stopped: 2 run(s) done; 2 run(s) taken"), said
+
+
+@pytest.mark.req("WK-04")
+def test_a_bug_in_a_run_fails_that_run_never_the_worker(
+        store: WorkStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unexpected error in a run ends it FAILED INTERNAL_ERROR (an incident id in the
+    store, the worker goes on); when another worker took the run over meanwhile, the
+    failed write is fenced off and the run is LOST to this worker, not failed."""
+    from labfy_ref.work.run import worker as working  # noqa: PLC0415
+
+    taken: list[str] = []
+
+    async def buggy(work: WorkStore, claim: Any, services: Any, control: Any) -> Any:
+        if taken:  # the lease lapses; another worker takes the run over first
+            await asyncio.sleep(0.3)
+            assert work.claim("w2", 30) is not None
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(working, "drive_run", buggy)
+    worker = working.Worker(store, cast(Any, None), working.WorkerSettings(
+        "w1", lease_seconds=0.2, heartbeat_seconds=60))
+    failed = store.submit("one").task.id
+    claim = store.claim("w1", 30)
+    assert claim is not None
+    outcome = asyncio.run(worker.run(claim))
+    assert (outcome.outcome, outcome.detail) == ("FAILED", "INTERNAL_ERROR")
+    task = store.get_task(failed)
+    assert task.state is State.FAILED
+    finished = [e.data for e in store.list_events(failed) if e.type == "run.finished"]
+    assert finished[0]["error"]["message"].startswith("internal error (incident ")
+    lost = store.submit("two").task.id
+    claim = store.claim("w1", 0.2)
+    assert claim is not None and claim.task_id == lost
+    taken.append(claim.run_id)
+    outcome = asyncio.run(worker.run(claim))
+    assert (outcome.outcome, outcome.detail) == ("LOST", "LEASE_NOT_HELD")
+    assert store.get_task(lost).state is State.RUNNING, "the other worker's run goes on"
