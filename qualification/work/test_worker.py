@@ -251,6 +251,10 @@ def test_an_idle_worker_says_it_waits_once_per_idle_spell(
     said = [line.split(" labfy_ref.work ", 1)[-1] for line in
             errors.read_text("utf-8").splitlines() if " INFO labfy_ref.work " in line]
     assert sum("waiting for queued runs" in line for line in said) == 2, said
+    took = [float(line.rsplit(" in ", 1)[1].removesuffix(" s")) for line in said
+            if " COMPLETED in " in line]
+    assert len(took) == 2 and all(0 <= seconds <= 120 for seconds in took), \
+        "each run's line says how long it took (well within this test's waits)"
     assert said[-1].endswith("stopped: 2 run(s) done; 2 run(s) taken"), said
 
 
