@@ -293,3 +293,19 @@ def test_a_bug_in_a_run_fails_that_run_never_the_worker(
     outcome = asyncio.run(worker.run(claim))
     assert (outcome.outcome, outcome.detail) == ("LOST", "LEASE_NOT_HELD")
     assert store.get_task(lost).state is State.RUNNING, "the other worker's run goes on"
+
+
+@pytest.mark.req("CLI-03", "WK-05")
+def test_once_takes_one_run_even_with_more_waiting_and_says_so(
+        specimen: Path, work_url: DatabaseUrl, store: WorkStore, provider: FakeProvider,
+        tmp_path: Path) -> None:
+    first = store.submit(message("write1", "once1")).task.id
+    second = store.submit(message("write1", "once2")).task.id
+    out = tmp_path / "worker.out"
+    worker = start_worker(specimen, work_url, provider, out, once=True)
+    assert worker.wait(timeout=60) == 0, out.with_suffix(".err").read_text("utf-8")
+    assert [line["task_id"] for line in lines(out)] == [first]
+    assert store.get_task(second).state is State.QUEUED, "the second waits for another worker"
+    said = [line for line in out.with_suffix(".err").read_text("utf-8").splitlines()
+            if " INFO labfy_ref.work " in line]
+    assert said[-1].endswith("stopped: 1 run(s) done; 1 run(s) taken"), said
