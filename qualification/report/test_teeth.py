@@ -228,3 +228,16 @@ def test_a_malformed_module_record_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ReportInvalid, match="malformed module mutation record"):
         read_teeth(tmp_path / "x", None, tmp_path / "records", tmp_path)
     assert module.is_file()
+
+
+@pytest.mark.req("QR-06")
+def test_the_teeth_table_lists_eight_survivors_and_counts_the_rest(tmp_path: Path) -> None:
+    report = _report(tmp_path, [_fault(f"s{n:02}", ["AA-01"], "survived", [])
+                                for n in range(11)])
+    row = next(line for line in (report / "STATUS.md").read_text("utf-8").splitlines()
+               if line.startswith("| AA-01 | 0/11 |"))
+    assert "s00; s01; s02; s03; s04; s05; s06; s07 … and 3 more" in row, row
+    assert "s08" not in row, "status.json has them all; the table shows the first eight"
+    status = valid_status(report / "status.json")
+    assert len(next(r for r in status["teeth"]["requirements"]
+                    if r["id"] == "AA-01")["survivors"]) == 11
