@@ -265,6 +265,28 @@ def test_a_crashed_research_prepare_makes_its_campaign_once(
     assert len(conversation_requests(provider, "q1")) == 1
 
 
+@contextlib.contextmanager
+def _taken_over_while_paused(specimen: Path, work_url: DatabaseUrl, provider: FakeProvider,
+                             tmp_path: Path, pause: str) -> Iterator[None]:
+    """A worker SIGSTOPped at ``pause`` (its lease runs out), and another that takes its run
+    over and ends; the body checks what that one did, then the paused one is resumed and
+    waited for (killed if it hangs)."""
+    paused = start_worker(specimen, work_url, provider, tmp_path / "paused.out", crash=pause,
+                          once=True)
+    try:
+        wait_until(lambda: _paused(paused.pid) or paused.poll() is not None, timeout=60)
+        assert paused.poll() is None, (tmp_path / "paused.err").read_text()
+        taker = start_worker(specimen, work_url, provider, tmp_path / "taker.out", max_runs=1)
+        assert taker.wait(timeout=60) == 0, (tmp_path / "taker.err").read_text()
+        yield
+        paused.send_signal(signal.SIGCONT)
+        paused.wait(timeout=60)
+    finally:
+        if paused.poll() is None:
+            paused.kill()
+            paused.wait(timeout=30)
+
+
 def _paused(pid: int) -> bool:
     """Whether process ``pid`` is stopped (SIGSTOP): state ``T`` in ``/proc/PID/stat``."""
     try:
@@ -290,21 +312,9 @@ def test_a_worker_paused_past_its_lease_never_overwrites_the_later_write(
     nonce = "p" + pause.split(".")[1][:3]
     task_id = store.submit(message("rewrite", nonce)).task.id
     target = specimen / f"files/notes/{nonce}-1.md"
-    paused = start_worker(specimen, work_url, provider, tmp_path / "paused.out", crash=pause,
-                          once=True)
-    try:
-        wait_until(lambda: _paused(paused.pid) or paused.poll() is not None, timeout=60)
-        assert paused.poll() is None, (tmp_path / "paused.err").read_text()
-        taker = start_worker(specimen, work_url, provider, tmp_path / "taker.out", max_runs=1)
-        assert taker.wait(timeout=60) == 0, (tmp_path / "taker.err").read_text()
+    with _taken_over_while_paused(specimen, work_url, provider, tmp_path, pause):
         assert store.get_task(task_id).state is State.COMPLETED
         assert target.read_text("utf-8") == f"second {nonce}"
-        paused.send_signal(signal.SIGCONT)
-        paused.wait(timeout=60)
-    finally:
-        if paused.poll() is None:
-            paused.kill()
-            paused.wait(timeout=30)
     assert target.read_text("utf-8") == f"second {nonce}", "the paused worker overwrote it"
     assert resolutions(store, task_id) == resolved
     assert lines(tmp_path / "paused.out") == [] or all(
@@ -324,22 +334,11 @@ def test_a_worker_paused_past_its_lease_never_makes_a_second_campaign(
                                                     "questions": ["why {nonce}?"]}})}
     provider = provider_factory(work_scenario(research=[prepare]))
     task_id = store.submit(message("research", "pm")).task.id
-    paused = start_worker(specimen, work_url, provider, tmp_path / "paused.out",
-                          crash="effect.started:1:stop", once=True)
-    try:
-        wait_until(lambda: _paused(paused.pid) or paused.poll() is not None, timeout=60)
-        assert paused.poll() is None, (tmp_path / "paused.err").read_text()
-        taker = start_worker(specimen, work_url, provider, tmp_path / "taker.out", max_runs=1)
-        assert taker.wait(timeout=60) == 0, (tmp_path / "taker.err").read_text()
+    with _taken_over_while_paused(specimen, work_url, provider, tmp_path,
+                                  "effect.started:1:stop"):
         (line,) = lines(tmp_path / "taker.out")
         assert (line["outcome"], line["detail"]) == ("FAILED", "GRANT_REQUIRED")
         assert len(campaigns(specimen, "topic pm")) == 1
-        paused.send_signal(signal.SIGCONT)
-        paused.wait(timeout=60)
-    finally:
-        if paused.poll() is None:
-            paused.kill()
-            paused.wait(timeout=30)
     assert len(campaigns(specimen, "topic pm")) == 1, "the paused worker made another"
     assert resolutions(store, task_id) == ["never began"]
 
