@@ -10,6 +10,7 @@ and Chromium under our CSP.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import unicodedata
@@ -258,6 +259,11 @@ def test_parametrised_cases_are_counted_not_listed() -> None:
     assert "10 tests in 2 functions" in text
     assert "t.py::test_a \N{MULTIPLICATION SIGN}9 9 passed" in text
     assert "test_a[" not in text
+    # as many functions as tests: no "in N functions", past the small integers too
+    many = tuple(Result(f"t.py::test_{n}", Outcome.PASSED, ("WS-01",)) for n in range(300))
+    text = checked(build_report(_requirements({"WS-01": "many"}), [Run("r", "now", many)],
+                                None, "now")).all_text
+    assert "300 tests" in text and "function" not in text
 
 
 def test_a_failure_shows_its_test_and_message_instead_of_the_bare_list() -> None:
@@ -314,3 +320,16 @@ def test_write_report_puts_status_css_beside_status_html(tmp_path: Path) -> None
     assert '<span class="n" data-testid="total" data-status="CURRENT">1</span>' in page
     _, written = regenerate(tmp_path, tmp_path / "requirements.toml", ("md",))
     assert [path.name for path in written] == ["STATUS.md"]  # no html: no stylesheet written
+
+
+def test_the_build_reads_what_the_runs_recorded_or_says_it_is_not_recorded() -> None:
+    build = {"name": "labfy-ref", "version": "9.8.7", "commit": "c0ffee" * 7, "spec": "r42"}
+    run = Run("qualify", "2026-11-30T16:00:00+00:00",
+              (Result("t.py::test_a", Outcome.PASSED, ("WS-01",)),), build=build)
+    report = build_report(_requirements({"WS-01": "passes"}), [run], None,
+                          "2026-11-30T16:01:00+00:00")
+    text = checked(report).all_text
+    assert "labfy-ref 9.8.7 · commit c0ffeec0ffee · SPEC r42 (tested by qualify)" in text
+    assert "not recorded" not in text
+    bare = checked(dataclasses.replace(report, build=None)).all_text
+    assert "Build" in bare and "not recorded" in bare and "9.8.7" not in bare
