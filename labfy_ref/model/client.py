@@ -345,21 +345,7 @@ class LocalModelClient:
         async with self.slots.slot(priority):
             document = await self._request_json("POST", ModelPath.CHAT, body, self._deadline(),
                                                 model_output=True)
-        try:
-            choice = document["choices"][0]
-            message = choice["message"]
-            content = message.get("content") or ""
-            reasoning = message.get("reasoning_content") or message.get("reasoning")
-            if not isinstance(content, str) or not isinstance(reasoning, str | None):
-                raise TypeError
-            return ChatReply(
-                content=content,
-                reasoning=reasoning,
-                finish_reason=choice.get("finish_reason"),
-                usage=_usage(document.get("usage")),
-            )
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise _unavailable("provider reply is not a chat completion") from exc
+        return _chat_reply(document)
 
     async def stream_chat(
         self,
@@ -590,6 +576,25 @@ def _transport_failure(exc: httpx.HTTPError) -> ModelUnavailable:
     if isinstance(exc, httpx.ConnectError):
         return _unavailable("connection refused or failed")
     return _unavailable(f"transport error ({type(exc).__name__})")
+
+
+def _chat_reply(document: Any) -> ChatReply:
+    """A non-streamed chat completion's first choice, or ``ModelUnavailable`` (MC-03)."""
+    try:
+        choice = document["choices"][0]
+        message = choice["message"]
+        content = message.get("content") or ""
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        if not isinstance(content, str) or not isinstance(reasoning, str | None):
+            raise TypeError
+        return ChatReply(
+            content=content,
+            reasoning=reasoning,
+            finish_reason=choice.get("finish_reason"),
+            usage=_usage(document.get("usage")),
+        )
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise _unavailable("provider reply is not a chat completion") from exc
 
 
 def _usage(raw: Any) -> Usage:

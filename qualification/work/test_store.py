@@ -155,6 +155,14 @@ def test_provider_replies_are_stored_per_step_and_the_first_answer_wins(
     store.record_reply(claim, 2, {"step": 2}, {"answer": 2})
     reply = store.get_reply(claim.run_id, 2)
     assert reply is not None and reply.response == {"answer": 2}
+    # a step's answer is its run's: the later-sorting run answered first takes nothing
+    store.submit("one more")
+    store.submit("and another")
+    runs = [run for run in (store.claim("w", 30), store.claim("w", 30)) if run is not None]
+    assert len(runs) == 2
+    for late in sorted(runs, key=lambda c: c.run_id, reverse=True):
+        kept = store.record_reply(late, 1, {}, {"run": late.run_id})
+        assert kept.response == {"run": late.run_id}
     with pytest.raises(LabfyError) as refused:
         store.record_reply(claim, 0, {}, {})
     assert code_of(refused) is ErrorCode.VALIDATION_FAILED
