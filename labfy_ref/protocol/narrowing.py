@@ -1133,40 +1133,46 @@ def _admits(schema_text: str) -> Callable[[str], bool]:
 def max_json_bytes(schema: Mapping[str, Any]) -> int:
     """The most UTF-8 bytes a JSON text matching ``schema`` can take, as a grammar writes it.
 
-    Counts every character of a string at its longest escape, and the
-    grammar's whitespace wherever JSON admits it. It understands the
-    keywords :func:`narrow` uses; anything unbounded is refused (ValueError),
-    since a completion limit must never be a guess.
+    Counts every character of a string at its longest escape, and the grammar's widest
+    whitespace wherever llama.cpp's ``json_schema`` grammar puts its ``space`` rule: after
+    ``{``, ``[``, ``,`` and ``:``, after each key and after each value, the whole text's
+    last included. It understands the keywords :func:`narrow` uses; anything unbounded is
+    refused (ValueError), since a completion limit must never be a guess.
     """
     if "const" in schema:
-        return _literal_bytes(schema["const"])
+        return _literal_bytes(schema["const"]) + _SPACE_BYTES
     if "enum" in schema:
-        return max((_literal_bytes(value) for value in schema["enum"]), default=0)
+        return max((_literal_bytes(value) for value in schema["enum"]), default=0) \
+            + _SPACE_BYTES
     if "oneOf" in schema:
         return max(max_json_bytes(branch) for branch in schema["oneOf"])
     kind = schema.get("type")
     if kind == "string":
         if "maxLength" not in schema:
             raise ValueError("an unbounded string has no completion limit")
-        return 2 + _CHAR_BYTES * int(schema["maxLength"])
+        return 2 + _CHAR_BYTES * int(schema["maxLength"]) + _SPACE_BYTES
     if kind == "integer":
         if "minimum" not in schema or "maximum" not in schema:
             raise ValueError("an unbounded integer has no completion limit")
-        return max(len(str(schema["minimum"])), len(str(schema["maximum"])))
+        return max(len(str(schema["minimum"])), len(str(schema["maximum"]))) + _SPACE_BYTES
     if kind == "boolean":
-        return len("false")
+        return len("false") + _SPACE_BYTES
     if kind == "array":
         if "maxItems" not in schema:
             raise ValueError("an unbounded array has no completion limit")
-        item = max_json_bytes(schema["items"])
-        return 2 + _SPACE_BYTES + int(schema["maxItems"]) * (item + 1 + _SPACE_BYTES)
+        items = int(schema["maxItems"])
+        return _enclosed([max_json_bytes(schema["items"])] * items)
     if kind == "object":
-        total = 2 + _SPACE_BYTES
-        for key, value in schema.get("properties", {}).items():
-            total += _literal_bytes(key) + 1 + _SPACE_BYTES + max_json_bytes(value) + 1 \
-                + _SPACE_BYTES
-        return total
+        return _enclosed([_literal_bytes(key) + _SPACE_BYTES + 1 + _SPACE_BYTES
+                          + max_json_bytes(value)
+                          for key, value in schema.get("properties", {}).items()])
     raise ValueError(f"no completion limit for a schema of type {kind!r}")
+
+
+def _enclosed(members: list[int]) -> int:
+    """An object's or an array's bytes: its brackets, each followed by a space, its
+    members (each with its own), a comma and a space between two."""
+    return 2 + 2 * _SPACE_BYTES + sum(members) + max(len(members) - 1, 0) * (1 + _SPACE_BYTES)
 
 
 def _literal_bytes(value: Any) -> int:

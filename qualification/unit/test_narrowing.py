@@ -314,6 +314,72 @@ def test_the_completion_limit_fits_an_array_at_its_longest_with_the_grammars_whi
     assert len(text.encode("utf-8")) <= max_json_bytes(schema)
 
 
+#: llama.cpp's widest ``space`` (``| " " | "\n"{1,2} [ \t]{0,20}``, json-schema-to-grammar):
+#: its grammar lets it follow ``{``, ``[``, ``,``, ``:``, every key and every value.
+WIDEST_SPACE = "\n\n" + " " * 20
+
+
+def _longest_text(schema: dict[str, Any], nth: int = 0) -> str:
+    """The longest text llama.cpp's grammar for ``schema`` writes: every optional property,
+    ``maxItems`` items, ``maxLength`` characters of a string each as a ``\\uXXXX`` escape,
+    every value followed by the widest space (``nth`` picks a distinct value for unique
+    items). A string with a pattern is written from the pattern alone, unescaped, and its
+    pattern admits at most ``maxLength`` characters (text_shape): the escaped spelling is
+    longer than any it can take, so the pattern is what its validity check leaves out."""
+    def spelled(value: Any) -> str:  # a const or enum value is the grammar's literal
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+    if "const" in schema:
+        return spelled(schema["const"]) + WIDEST_SPACE
+    if "enum" in schema:
+        ranked = sorted(schema["enum"], key=lambda v: -len(spelled(v).encode("utf-8")))
+        return spelled(ranked[nth]) + WIDEST_SPACE
+    if "oneOf" in schema:
+        return max((_longest_text(branch) for branch in schema["oneOf"]),
+                   key=lambda text: len(text.encode("utf-8")))
+    kind = schema["type"]
+    if kind == "string":  # a pattern's characters are never escaped: this is longer still
+        return '"' + f"\\u{0xE9 + nth:04x}" * int(schema["maxLength"]) + '"' + WIDEST_SPACE
+    if kind == "integer":
+        return max(str(schema["minimum"]), str(schema["maximum"]), key=len) + WIDEST_SPACE
+    if kind == "boolean":
+        return "false" + WIDEST_SPACE
+    if kind == "array":
+        count = schema["maxItems"]
+        if schema.get("uniqueItems") and "enum" in schema["items"]:
+            count = min(count, len(schema["items"]["enum"]))
+        items = [_longest_text(schema["items"], n if schema.get("uniqueItems") else 0)
+                 for n in range(count)]
+        return "[" + WIDEST_SPACE + ("," + WIDEST_SPACE).join(items) + "]" + WIDEST_SPACE
+    assert kind == "object", kind
+    pairs = [json.dumps(key, ensure_ascii=False) + WIDEST_SPACE + ":" + WIDEST_SPACE
+             + _longest_text(value) for key, value in schema.get("properties", {}).items()]
+    return "{" + WIDEST_SPACE + ("," + WIDEST_SPACE).join(pairs) + "}" + WIDEST_SPACE
+
+
+def _unpatterned(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _unpatterned(v) for k, v in schema.items() if k != "pattern"}
+    return [_unpatterned(v) for v in schema] if isinstance(schema, list) else schema
+
+
+@pytest.mark.req("PR-06")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.data_too_large])
+@given(history=histories, budget=budgets, available=availability)
+def test_the_completion_limit_holds_the_longest_reply_the_grammar_can_write(
+        history: list[tuple[str, dict[str, Any], dict[str, Any]]], budget: Budget,
+        available: set[str]) -> None:
+    """Each action the round offers, written at its longest with llama.cpp's widest
+    whitespace wherever its grammar puts a ``space``, is valid and fits ``max_tokens``
+    (a token is at least one byte)."""
+    decoding = narrow(CATALOG, available, _observe(history), budget)
+    for branch in decoding.schema["oneOf"]:
+        text = _longest_text(branch)
+        assert Draft202012Validator(_unpatterned(branch)).is_valid(json.loads(text)), text[:200]
+        assert len(text.encode("utf-8")) <= decoding.max_tokens, branch
+
+
 @pytest.mark.req("PR-06")
 @given(outcomes=st.lists(st.sampled_from(["ok", "refused", "failed", "not a mapping"]),
                          min_size=1, max_size=8),
