@@ -473,25 +473,14 @@ class LocalModelClient:
 
     async def _request_json(self, method: str, path: ModelPath, body: bytes | None,
                             deadline: float, *, model_output: bool = False) -> Any:
-        """One request's JSON body; the whole exchange runs inside ``deadline``.
-
-        With ``model_output`` (a chat reply) a lone surrogate is the model's
-        output refused (``ProtocolRefused``); a health or model list carrying
-        one is a broken server like any other defect.
-        """
+        """One request's JSON body (:func:`_json_body`); the whole exchange runs inside
+        ``deadline`` (AV-04)."""
         try:
             async with asyncio.timeout_at(deadline):
                 raw = await self._read_body(method, path, body)
         except (TimeoutError, httpx.HTTPError) as exc:
             raise self._time_or_transport(exc, deadline) from exc
-        try:
-            return loads_strict(raw.decode("utf-8"), max_chars=self.limits.max_body_bytes)
-        except UnicodeDecodeError as exc:
-            raise _unavailable("provider reply is not valid JSON") from exc
-        except ProtocolRefused as exc:
-            if model_output and _is_refused_output(exc):
-                raise
-            raise _unavailable("provider reply is not valid JSON") from exc
+        return _json_body(raw, self.limits.max_body_bytes, model_output=model_output)
 
     async def _read_body(self, method: str, path: ModelPath, body: bytes | None) -> bytes:
         """The whole response body, at most ``max_body_bytes`` (no deadline of its own)."""
@@ -595,6 +584,23 @@ def _chat_reply(document: Any) -> ChatReply:
         )
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise _unavailable("provider reply is not a chat completion") from exc
+
+
+def _json_body(raw: bytes, max_chars: int, *, model_output: bool) -> Any:
+    """A reply body as strict JSON, or ``ModelUnavailable`` (MC-03).
+
+    With ``model_output`` (a chat reply) a lone surrogate is the model's output refused
+    (``ProtocolRefused``); a health or model list carrying one is a broken server like
+    any other defect.
+    """
+    try:
+        return loads_strict(raw.decode("utf-8"), max_chars=max_chars)
+    except UnicodeDecodeError as exc:
+        raise _unavailable("provider reply is not valid JSON") from exc
+    except ProtocolRefused as exc:
+        if model_output and _is_refused_output(exc):
+            raise
+        raise _unavailable("provider reply is not valid JSON") from exc
 
 
 def _usage(raw: Any) -> Usage:

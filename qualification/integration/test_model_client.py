@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
+import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -218,6 +221,66 @@ def test_the_deadline_covers_waiting_for_the_headers(
     error, elapsed = asyncio.run(run())
     assert elapsed < 1 + SLACK, elapsed
     assert error.message == "no complete reply within 1 s"
+
+
+class _SlowProbe(http.server.BaseHTTPRequestHandler):
+    """``/health`` and ``/v1/models``, each answered after ``PROBE_DELAY`` seconds."""
+
+    def do_GET(self) -> None:
+        time.sleep(PROBE_DELAY)
+        body = (b'{"status":"ok"}' if self.path == "/health"
+                else b'{"object":"list","data":[{"id":"fake-model"}]}')
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+#: Each of the probe's two requests alone fits its deadline below; both together do not.
+PROBE_DELAY = 0.4
+
+
+@pytest.mark.req("AV-04")
+def test_the_probes_two_requests_share_one_deadline_and_it_says_so_never_raising() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowProbe)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+
+    async def probe(total: float) -> tuple[bool, str]:
+        limits = ClientLimits(read_timeout=10, total_timeout=total)
+        async with LocalModelClient(parse_endpoint(url), "fake-model", limits=limits) as client:
+            availability = await client.probe()
+            return availability.available, availability.diagnostic
+
+    try:
+        assert asyncio.run(probe(3 * PROBE_DELAY / 2)) == (False, "no complete reply within 0.6 s")
+        assert asyncio.run(probe(10)) == (True, "ready")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.req("AV-04")
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_failure_before_the_deadline_is_the_transports_not_the_deadlines(
+        stream: bool) -> None:
+    with socket.socket() as closed:  # a loopback port nobody listens on once closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+
+    async def run() -> ModelUnavailable:
+        limits = ClientLimits(read_timeout=10, total_timeout=10)
+        endpoint = parse_endpoint(f"http://127.0.0.1:{port}")
+        async with LocalModelClient(endpoint, "fake-model", limits=limits) as client:
+            if stream:
+                return (await _timed_failure(lambda: _drain(client)))[0]
+            return (await _timed_failure(lambda: client.chat(HELLO)))[0]
+
+    assert asyncio.run(run()).message == "connection refused or failed"
 
 
 _SURROGATE_ENVELOPE = ('{"choices":[{"index":0,"message":{"role":"assistant",'

@@ -74,8 +74,8 @@ MODULES: tuple[ModuleScope, ...] = (
         "qualification/integration/test_model_client.py"),
         functions=("ClientLimits", "_NoCookies", "_is_refused_output", "__init__", "chat",
                    "_chat_reply", "stream_chat", "_list_models", "probe", "_deadline",
-                   "_time_or_transport", "_request_json", "_read_body", "_drain", "_check_status",
-                   "_transport_failure", "_usage", "_count", "_stream_delta"),
+                   "_time_or_transport", "_request_json", "_json_body", "_read_body", "_drain",
+                   "_check_status", "_transport_failure", "_usage", "_count", "_stream_delta"),
         sample=3),
     # files.py has ~380 mutants: a fixed half of them keeps the whole run under an hour.
     ModuleScope("labfy_ref/gateway/files.py", (
