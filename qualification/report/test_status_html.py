@@ -333,3 +333,15 @@ def test_the_build_reads_what_the_runs_recorded_or_says_it_is_not_recorded() -> 
     assert "not recorded" not in text
     bare = checked(dataclasses.replace(report, build=None)).all_text
     assert "Build" in bare and "not recorded" in bare and "9.8.7" not in bare
+
+
+def test_a_smoke_record_with_round_times_only_and_a_bench_row_without_a_goal() -> None:
+    full = _report(**_evidence("x"))
+    smoke = {key: value for key, value in _smoke("x").items() if key != "turn"}
+    smoke["timings_ms"] = {"rounds": [5.0, 7.0]}
+    page = checked(dataclasses.replace(full, smoke=smoke))
+    labels = [attrs.get("aria-label") for tag, attrs in page.tags if tag == "svg"]
+    assert "Time per round: round 1 5 ms, round 2 7 ms" in labels
+    assert not any(str(label).startswith("Prompt tokens") for label in labels)
+    # the informational row: ours, then no baseline, ratio, goal or mark (a dash each)
+    assert "informational3 ms\N{EM DASH}\N{EM DASH}\N{EM DASH}\N{EM DASH}" in page.all_text
