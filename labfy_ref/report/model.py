@@ -458,6 +458,16 @@ def current_sources(runs: list[Run]) -> str | None:
     return next((run.sources_sha256 for run in reversed(runs) if run.sources_sha256), None)
 
 
+def _weak(req: str, teeth: TeethRecord | None) -> str | None:
+    """Why a CURRENT ID reads ``CURRENT (weak)`` (QR-06), or None if its tests have teeth."""
+    if teeth is None or req not in teeth.weak:
+        return None
+    row = next(row for row in teeth.rows if row.req == req)
+    return (f"weak: its own tests kill {row.killed + row.mutants_killed} of the "
+            f"{row.attributed + row.mutants} faults and mutants attributed to it "
+            f"(not: {'; '.join([*row.survivors, *row.mutant_survivors])})")[:300]
+
+
 def build_report(requirements: Requirements, runs: list[Run], smoke: Mapping[str, Any] | None,
                  generated_at: str, *, bench: BenchRecord | None = None,
                  mutation: MutationRecord | None = None,
@@ -483,15 +493,10 @@ def build_report(requirements: Requirements, runs: list[Run], smoke: Mapping[str
         if status is Status.CURRENT and req in stale:
             status, reason = Status.NOT_RUN, stale[req]
         title = requirements.titles.get(req, "(not in requirements.toml)")
-        weak = status is Status.CURRENT and teeth is not None and req in teeth.weak
-        if weak:
-            assert teeth is not None
-            row = next(row for row in teeth.rows if row.req == req)
-            reason = (f"weak: its own tests kill {row.killed + row.mutants_killed} of the "
-                      f"{row.attributed + row.mutants} faults and mutants attributed to it "
-                      f"(not: {'; '.join([*row.survivors, *row.mutant_survivors])})")[:300]
+        weak = _weak(req, teeth) if status is Status.CURRENT else None
+        reason = reason if weak is None else weak
         req_lines.append(Line(req, title, status, tuple(sorted(t.nodeid for t in named)), reason,
-                              failures=_failures(named), weak=weak))
+                              failures=_failures(named), weak=weak is not None))
     stage_lines = []
     for stage in requirements.stages:
         if stage.record is not None:
