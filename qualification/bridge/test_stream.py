@@ -33,6 +33,21 @@ def test_a_chunk_emitted_before_anyone_subscribes_is_delivered() -> None:
     assert late == seen[-1:], "a subscriber attaching after that learns only the ending"
 
 
+@pytest.mark.req("AV-07", "BR-03")
+def test_a_stream_ended_at_its_bound_is_released_keeping_its_ending() -> None:
+    handle = _handle(max_chunks=5)
+    seen: list[dict[str, Any]] = []
+    handle.subscribe(seen.append)
+    while handle.emit("text", text="more"):
+        pass
+    assert [c["type"] for c in seen] == ["text", "text", "text", "error", "done"]
+    assert handle.released, "done reached a reader: the buffer is released"
+    assert handle.chunks == seen[-2:], "only the ending is kept, as it was said"
+    late: list[dict[str, Any]] = []
+    handle.subscribe(late.append)
+    assert late == seen[-2:] and handle.dropped_subscribers == 0
+
+
 @pytest.mark.req("BR-02")
 def test_chunks_carry_ids_and_seq_one_error_at_most_and_done_last() -> None:
     handle = _handle()
