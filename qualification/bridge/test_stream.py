@@ -38,9 +38,11 @@ def test_a_stream_ended_at_its_bound_is_released_keeping_its_ending() -> None:
     handle = _handle(max_chunks=5)
     seen: list[dict[str, Any]] = []
     handle.subscribe(seen.append)
+    assert handle.emit("text", text="first") and handle.emit("reasoning", text="why")
+    assert not handle.released, "a turn still running keeps what it said for a late reader"
     while handle.emit("text", text="more"):
         pass
-    assert [c["type"] for c in seen] == ["text", "text", "text", "error", "done"]
+    assert [c["type"] for c in seen] == ["text", "reasoning", "text", "error", "done"]
     assert handle.released, "done reached a reader: the buffer is released"
     assert handle.chunks == seen[-2:], "only the ending is kept, as it was said"
     late: list[dict[str, Any]] = []

@@ -63,18 +63,34 @@ CASES = {
 }
 
 
-@pytest.mark.req("UI-07", "QR-01")
-@pytest.mark.parametrize("case", list(CASES))
-def test_the_browser_stage_and_ui_ids_follow_the_firefox_rule(
-        pytester: pytest.Pytester, case: str) -> None:
-    outcomes, (stage, ran_on, requirement) = CASES[case]
+def _run(pytester: pytest.Pytester, outcomes: dict[str, str], *extra: str) -> None:
     pytester.makefile(".toml", requirements=REQUIREMENTS)
     pytester.mkdir("browser")
     (pytester.path / "browser" / "conftest.py").write_text(CONFTEST.format(outcomes=outcomes))
     (pytester.path / "browser" / "test_pages.py").write_text(SCENARIOS)
     pytester.runpytest_subprocess("-p", "labfy_ref.report.pytest_plugin", "--requirements",
                                   "requirements.toml", "--strict-markers",
-                                  "-p", "no:cacheprovider")
+                                  "-p", "no:cacheprovider", *extra)
+
+
+@pytest.mark.req("QR-01")
+def test_each_tests_browser_is_recorded_from_a_parallel_run_too(
+        pytester: pytest.Pytester) -> None:
+    """Under xdist a test's properties reach the controller serialized: its browser is
+    still read from them, so the stage folds the same as in a serial run."""
+    _run(pytester, {"firefox": "ok", "chromium": "ok"}, "-n", "2")
+    document = valid_status(pytester.path / "qualification-report" / "status.json")
+    line = document["stages"][0]
+    assert (line["status"], line["ran_on"]) == ("PASS", ["firefox", "chromium"]), line
+    assert document["requirements"][0]["status"] == "CURRENT"
+
+
+@pytest.mark.req("UI-07", "QR-01")
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_browser_stage_and_ui_ids_follow_the_firefox_rule(
+        pytester: pytest.Pytester, case: str) -> None:
+    outcomes, (stage, ran_on, requirement) = CASES[case]
+    _run(pytester, outcomes)
     report = pytester.path / "qualification-report"
     document = valid_status(report / "status.json")
     line = document["stages"][0]
