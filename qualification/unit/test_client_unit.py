@@ -181,6 +181,24 @@ def test_a_reply_is_its_text_or_a_lone_surrogate_refusal(text: str, stream: bool
     assert caught.value.defect == Defect.LONE_SURROGATE
 
 
+@pytest.mark.req("MC-03")
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_reply_of_several_choices_is_its_first(stream: bool) -> None:
+    """A server that answers more than the one choice asked for: the first is the reply."""
+    if stream:
+        chunk = json.dumps({"choices": [
+            {"index": 0, "delta": {"content": "first"}, "finish_reason": None},
+            {"index": 1, "delta": {"content": "second"}, "finish_reason": None}]})
+        response = httpx.Response(200, content=f"data: {chunk}\n\ndata: [DONE]\n\n".encode(),
+                                  headers={"Content-Type": "text/event-stream"})
+    else:
+        envelope = json.dumps({"choices": [
+            {"message": {"content": "first"}, "finish_reason": "stop"},
+            {"message": {"content": "second"}, "finish_reason": "stop"}]})
+        response = httpx.Response(200, content=envelope.encode())
+    assert asyncio.run(_reply_content(response, stream=stream)) == "first"
+
+
 @respx.mock
 @pytest.mark.req("AV-02", "MC-03")
 def test_a_lone_surrogate_in_the_model_list_is_unavailable_not_a_refused_output() -> None:
