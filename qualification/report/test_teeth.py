@@ -23,12 +23,14 @@ def _fault(name: str, ids: list[str], status: str, reqs: list[str]) -> dict[str,
             "killer_reqs": reqs}
 
 
-def _report(tmp_path: Path, faults: list[dict[str, Any]]) -> Path:
+def _report(tmp_path: Path, faults: list[dict[str, Any]],
+            passing: tuple[str, ...] = ("AA-01",)) -> Path:
+    """A report of one passing test naming ``passing`` and of the fault run ``faults``."""
     report = tmp_path / "report"
     (report / "results").mkdir(parents=True)
     (report / "results" / "qualify.json").write_text(json.dumps({
         "name": "qualify", "generated_at": "2026-12-04T00:00:00+00:00",
-        "tests": [{"nodeid": "t.py::test_one", "outcome": "passed", "reqs": ["AA-01"],
+        "tests": [{"nodeid": "t.py::test_one", "outcome": "passed", "reqs": list(passing),
                    "reason": None, "duration": 0.01}]}))
     write_faults(report, faults, 12.5)
     (tmp_path / "requirements.toml").write_text(REQUIREMENTS)
@@ -61,6 +63,19 @@ def test_a_kill_counts_for_an_id_only_through_a_test_that_names_it(tmp_path: Pat
     assert "| AA-02 | 1/1 | 0/0 | ok | — |" in markdown
     html = (report / "status.html").read_text("utf-8")
     assert 'id="teeth-h"' in html and "Teeth per requirement" in html
+
+
+@pytest.mark.req("QR-06")
+def test_a_weak_ids_reason_counts_its_own_row_not_the_first(tmp_path: Path) -> None:
+    """AA-01 (first in the table) has teeth; AA-02 after it is weak: its reason is its own."""
+    report = _report(tmp_path, [_fault("a", ["AA-01"], "killed", ["AA-01"]),
+                                _fault("b", ["AA-02"], "killed", ["AA-02"]),
+                                _fault("c", ["AA-02"], "survived", [])], ("AA-01", "AA-02"))
+    lines = {line["id"]: line for line in valid_status(report / "status.json")["requirements"]}
+    assert (lines["AA-01"]["status"], lines["AA-01"].get("weak", False)) == ("CURRENT", False)
+    assert (lines["AA-02"]["status"], lines["AA-02"]["weak"]) == ("CURRENT", True)
+    assert lines["AA-02"]["reason"] == ("weak: its own tests kill 1 of the 2 faults and "
+                                        "mutants attributed to it (not: c)")
 
 
 @pytest.mark.req("QR-06")
