@@ -295,6 +295,11 @@ def test_the_completion_limit_is_the_largest_admitted_action_at_its_longest() ->
         max_json_bytes({"type": "string"})
 
 
+#: llama.cpp's widest ``space`` (``| " " | "\n"{1,2} [ \t]{0,20}``, json-schema-to-grammar):
+#: its grammar lets it follow ``{``, ``[``, ``,``, ``:``, every key and every value.
+WIDEST_SPACE = "\n\n" + " " * 20
+
+
 @pytest.mark.req("PR-06")
 @pytest.mark.parametrize("items", [1, 2, 3, 5])
 def test_the_completion_limit_fits_an_array_at_its_longest_with_the_grammars_whitespace(
@@ -306,17 +311,12 @@ def test_the_completion_limit_fits_an_array_at_its_longest_with_the_grammars_whi
     values = [letter * 12 for letter in "éèêëē"]
     schema = {"type": "array", "minItems": 1, "maxItems": items, "uniqueItems": True,
               "items": {"type": "string", "enum": values}}
-    space = "\n\n" + " " * 20
     chosen = values[:items]
-    text = "[" + space + ("," + space).join(json.dumps(v) for v in chosen) + space + "]"
+    text = ("[" + WIDEST_SPACE + ("," + WIDEST_SPACE).join(json.dumps(v) for v in chosen)
+            + WIDEST_SPACE + "]")
     assert Draft202012Validator(schema).is_valid(json.loads(text))
     assert all(len(json.dumps(v)) == 2 + 6 * 12 for v in chosen), "each at its longest"
     assert len(text.encode("utf-8")) <= max_json_bytes(schema)
-
-
-#: llama.cpp's widest ``space`` (``| " " | "\n"{1,2} [ \t]{0,20}``, json-schema-to-grammar):
-#: its grammar lets it follow ``{``, ``[``, ``,``, ``:``, every key and every value.
-WIDEST_SPACE = "\n\n" + " " * 20
 
 
 def _longest_text(schema: dict[str, Any], nth: int = 0) -> str:
