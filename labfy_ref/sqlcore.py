@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -30,6 +31,9 @@ from sqlalchemy import Connection, Engine, event
 
 #: The execution option that says how SQLite begins the connection's next transaction.
 _BEGIN = "labfy_begin"
+#: The first and the longest pause between two tries to switch a database to WAL.
+_FIRST_PAUSE_S = 0.001
+_LONGEST_PAUSE_S = 0.05
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -109,9 +113,9 @@ def sqlite_rules(engine: Engine, *, busy_timeout_s: float,
         dbapi_connection.isolation_level = None
         if text_factory is not None:
             dbapi_connection.text_factory = text_factory
+        enter_wal(dbapi_connection, timeout_s=busy_timeout_s)
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         finally:
@@ -120,6 +124,34 @@ def sqlite_rules(engine: Engine, *, busy_timeout_s: float,
     event.listen(engine, "connect", connect)
     event.listen(engine, "begin", _begin)
     return engine
+
+
+def enter_wal(dbapi_connection: Any, *, timeout_s: float) -> None:
+    """Put the database of ``dbapi_connection`` (pysqlite) in WAL mode, which it keeps.
+
+    Switching a database to WAL writes its header, so the connection that has read it
+    must then take the write lock; SQLite answers ``SQLITE_BUSY`` at once, without
+    waiting for its busy timeout, when another connection holds that lock or is
+    switching the same database (each would wait for the other). Processes opening a
+    new database at once would fail; the switch is tried again until ``timeout_s`` has
+    passed, as long as a writer waits for the lock.
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = _FIRST_PAUSE_S
+    while True:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except dbapi_connection.OperationalError as exc:
+            # SQLITE_BUSY or one of its extended codes (_RECOVERY, _SNAPSHOT, _TIMEOUT)
+            busy = getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY")
+            if not busy or time.monotonic() >= deadline:
+                raise
+        finally:
+            cursor.close()
+        time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+        pause = min(2 * pause, _LONGEST_PAUSE_S)
 
 
 def _begin(conn: Connection) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Connection, create_engine, inspect, select, text
 
 from labfy_ref.errors import ErrorCode, LabfyError
+from labfy_ref.sqlcore import enter_wal
 from labfy_ref.work import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -178,6 +180,68 @@ def test_workers_opening_a_new_database_at_once_migrate_it_once(
         store.close()
     assert failures == [] and len(opened) == 6
     assert versions(work_url) == STAMPED
+
+
+@pytest.mark.req("WK-06")
+def test_a_new_database_opens_once_another_connection_lets_go_of_its_write_lock(
+        tmp_path: Path) -> None:
+    """Switching a new database to WAL needs its write lock, and SQLite answers BUSY at
+    once, without its busy timeout, while another connection holds it: the open waits for
+    the lock as a writer would, instead of failing (workers opening a new file at once)."""
+    path = tmp_path / "work.sqlite"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    opened: list[float] = []
+    failures: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            open_store(sqlite_url(path)).close()
+            opened.append(time.monotonic())
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    thread = threading.Thread(target=open_it)
+    thread.start()
+    thread.join(timeout=0.5)  # the open is under way, waiting on the holder's lock
+    released = time.monotonic()
+    holder.execute("COMMIT")
+    holder.close()
+    thread.join(timeout=60)
+    assert failures == [] and len(opened) == 1
+    assert opened[0] >= released  # it could not open while the lock was held
+    assert versions(sqlite_url(path)) == STAMPED
+
+
+def journal_mode(path: Path) -> str:
+    """The journal mode of the database at ``path``, read by a connection of its own."""
+    reader = sqlite3.connect(path)
+    try:
+        return str(reader.execute("PRAGMA journal_mode").fetchone()[0])
+    finally:
+        reader.close()
+
+
+@pytest.mark.req("WK-06")
+def test_the_switch_to_wal_gives_up_with_the_busy_timeout_and_changes_nothing(
+        tmp_path: Path) -> None:
+    path = tmp_path / "held.sqlite"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE kept (x)")
+    opener = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        with pytest.raises(sqlite3.OperationalError) as raised:
+            enter_wal(opener, timeout_s=0.2)
+        assert raised.value.sqlite_errorname == "SQLITE_BUSY"
+        holder.execute("COMMIT")
+        assert journal_mode(path) == "delete"
+        enter_wal(opener, timeout_s=0.2)  # the lock is free: it switches
+        assert journal_mode(path) == "wal"
+        assert holder.execute("SELECT name FROM sqlite_master").fetchall() == [("kept",)]
+    finally:
+        opener.close()
+        holder.close()
 
 
 @pytest.mark.req("WK-06")
