@@ -266,3 +266,7 @@ def test_both_stores_migrate_through_one_runner_on_sqlalchemy_core() -> None:
     assert defined == ["labfy_ref/sqlcore.py"]
     with pytest.raises(ValueError, match="numbered 2, 3"):
         sqlcore.newest((workspace.MIGRATIONS[-1],), first=2)
+    # none at all is an error unless the store may have no step yet
+    with pytest.raises(ValueError, match=r"numbered 1, 2, \.\.\. in order: \[\]"):
+        sqlcore.newest((), first=1)
+    assert sqlcore.newest((), first=1, empty=True) == 0
