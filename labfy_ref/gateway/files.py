@@ -82,6 +82,29 @@ def _invisible(part: str) -> str | None:
     return None
 
 
+def _refuse_invisible(parts: list[str]) -> None:
+    """Refuse a name to write that holds an invisible character (:func:`_invisible`)."""
+    for part in parts:
+        if (char := _invisible(part)) is not None:
+            raise ToolError(f"files.write: a name holds the invisible or direction-control "
+                            f"character {char}; it would read as another name",
+                            code=ErrorCode.INVALID_ARGUMENTS)
+
+
+def _written_already(name: str, dir_fd: int, what: str, data: bytes,
+                     prior_sha256: str | None) -> bool:
+    """A conditional write's check, under the directory's write lock: True when the file
+    already holds ``data`` (the write was done); ``FILE_CHANGED`` unless it still holds
+    what was decided on (``prior_sha256``, None for no file); False: write it."""
+    now = _file_sha256(name, dir_fd, what)
+    if now == hashlib.sha256(data).hexdigest():
+        return True
+    if now != prior_sha256:
+        raise ToolError(f"{what}: changed since this write was decided; nothing was written",
+                        code=ErrorCode.FILE_CHANGED)
+    return False
+
+
 def _os_error(exc: OSError, what: str) -> ToolError:
     if exc.errno in (errno.ELOOP, errno.EMLINK):
         return _outside(f"{what}: symlinks are never followed")
@@ -385,11 +408,7 @@ class ConfinedFiles:
         parts = split_path(path)
         if not parts:
             raise ToolError("files.write needs a file path", code=ErrorCode.NOT_A_FILE)
-        for part in parts:
-            if (char := _invisible(part)) is not None:
-                raise ToolError(f"files.write: a name holds the invisible or direction-control "
-                                f"character {char}; it would read as another name",
-                                code=ErrorCode.INVALID_ARGUMENTS)
+        _refuse_invisible(parts)
         data = content.encode("utf-8")
         if len(data) > self.max_write_bytes:
             raise ToolError(f"content exceeds {self.max_write_bytes} bytes",
@@ -417,14 +436,10 @@ class ConfinedFiles:
                     handle.flush()
                     os.fsync(handle.fileno())
                 with _locked(dir_fd, path):
-                    if conditional:
-                        now = _file_sha256(name, dir_fd, path)
-                        if now == hashlib.sha256(data).hexdigest():
-                            os.unlink(temp, dir_fd=dir_fd)
-                            return {"path": "/".join(parts), "bytes_written": len(data)}
-                        if now != prior_sha256:
-                            raise ToolError(f"{path}: changed since this write was decided; "
-                                            "nothing was written", code=ErrorCode.FILE_CHANGED)
+                    if conditional and _written_already(name, dir_fd, path, data,
+                                                        prior_sha256):
+                        os.unlink(temp, dir_fd=dir_fd)
+                        return {"path": "/".join(parts), "bytes_written": len(data)}
                     os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             except BaseException as exc:
                 with contextlib.suppress(OSError):
