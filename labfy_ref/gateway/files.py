@@ -118,9 +118,25 @@ def _os_error(exc: OSError, what: str) -> ToolError:
                      code=ErrorCode.TOOL_UNAVAILABLE)
 
 
+#: How many bytes of a name its temporary name keeps: with the dot, a random 12 and
+#: ".tmp", 82 bytes at most, well under NAME_MAX.
+_TEMP_KEPT_BYTES = 64
 #: How long a write waits for another write into the same directory to finish.
 LOCK_WAIT_SECONDS = 10.0
 _LOCK_POLL = 0.01
+
+
+def _temp_name(name: str) -> str:
+    """A fresh hidden name to write ``name``'s bytes into before the rename.
+
+    It keeps the start of ``name``, to tell whose it is, cut to :data:`_TEMP_KEPT_BYTES`
+    encoded bytes, not characters: a name of up to ``NAME_MAX`` (255) bytes in characters
+    of four bytes would otherwise make a temporary name too long to create.
+    """
+    kept = name[:_TEMP_KEPT_BYTES]
+    while len(os.fsencode(kept)) > _TEMP_KEPT_BYTES:
+        kept = kept[:-1]
+    return f".{kept}.{secrets.token_hex(6)}.tmp"
 
 
 @contextmanager
@@ -427,7 +443,7 @@ class ConfinedFiles:
                     raise _outside(f"{path}: not a regular file")
                 if info.st_nlink > 1:
                     raise _outside(f"{path}: has other hard links; it is not written")
-            temp = f".{name[:64]}.{secrets.token_hex(6)}.tmp"
+            temp = _temp_name(name)
             try:
                 fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                              | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)

@@ -226,6 +226,37 @@ def test_a_write_never_goes_through_a_link_or_onto_a_special_file(root: Path) ->
                                                       "link.txt"]
 
 
+@pytest.mark.req("GW-06")
+@pytest.mark.parametrize("char", ["a", "\u00e9", "\u20ac", "\U0001f600"])  # 1 to 4 bytes
+def test_a_name_as_long_as_the_filesystem_takes_is_written_in_any_utf8_width(
+        root: Path, char: str) -> None:
+    longest = os.pathconf(root, "PC_NAME_MAX")
+    width = len(char.encode())
+    name = char * (longest // width) + "x" * (longest % width)
+    assert len(name.encode()) == longest
+    files = ConfinedFiles(root)
+    assert files.write(name, "x") == {"path": name, "bytes_written": 1}
+    assert files.read(name)["content"] == "x"
+    assert [p.name for p in root.iterdir()] == [name], "no temporary file left"
+    assert _code(files.write, name + "x", "x") == (ErrorCode.TOOL_UNAVAILABLE,
+                                                   f"{name}x: ENAMETOOLONG")
+    assert [p.name for p in root.iterdir()] == [name]
+
+
+@pytest.mark.req("GW-06")
+@pytest.mark.parametrize(("name", "kept"), [
+    ("n.md", "n.md"),
+    ("a" * 70, "a" * 64),
+    ("\u00e9" * 32 + "x", "\u00e9" * 32),  # 65 bytes: the last character is cut
+    ("x" + "\u00e9" * 32, "x" + "\u00e9" * 31),  # an é would end past byte 64
+    ("\U0001f600" * 63, "\U0001f600" * 16),
+])
+def test_a_temporary_name_keeps_at_most_64_bytes_of_its_name(
+        name: str, kept: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(secrets, "token_hex", lambda n: "0" * 2 * n)
+    assert files_module._temp_name(name) == f".{kept}.000000000000.tmp"
+
+
 @pytest.mark.req("GW-06", "GW-08")
 def test_a_written_name_holds_no_invisible_character(root: Path) -> None:
     files = ConfinedFiles(root)
