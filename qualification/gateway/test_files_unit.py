@@ -302,13 +302,20 @@ def test_every_descriptor_is_close_on_exec(root: Path, monkeypatch: pytest.Monke
 
 
 @pytest.mark.req("GW-06")
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
 def test_a_guessed_temporary_name_planted_as_a_link_is_never_written_through(
-        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        root: Path, monkeypatch: pytest.MonkeyPatch, link: str) -> None:
     # The temporary name is random; were it guessed, the link planted there must not be
-    # followed (O_EXCL | O_NOFOLLOW): the write fails and the outside file is untouched.
+    # written through (O_EXCL refuses any name that exists, a hard link to an outside
+    # file included; O_NOFOLLOW a symbolic one): the write fails, the outside file is
+    # untouched and the name written is not made a link to it.
     monkeypatch.setattr(secrets, "token_hex", lambda _n: "000000000000")
     secret = root.parent / "outside" / "secret.txt"
-    (root / ".a.txt.000000000000.tmp").symlink_to(secret)
+    planted = root / ".a.txt.000000000000.tmp"
+    if link == "symbolic":
+        planted.symlink_to(secret)
+    else:
+        os.link(secret, planted)
     files = ConfinedFiles(root)
     with pytest.raises(ToolError):
         files.write("a.txt", "overwritten")
