@@ -301,6 +301,31 @@ def test_every_descriptor_is_close_on_exec(root: Path, monkeypatch: pytest.Monke
     assert seen == {"directory": [True], "read": [True], "write": [True]}
 
 
+def _open_under(root: Path) -> list[str]:
+    """This process's descriptors open on anything under ``root``."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed while listed (the listing's own descriptor)
+            continue
+        if target.startswith(f"{root}/") or target == str(root):
+            found.append(target)
+    return found
+
+
+@pytest.mark.req("GW-06")
+def test_writes_reads_hashes_and_listings_leave_no_descriptor_open(root: Path) -> None:
+    files = ConfinedFiles(root)
+    for turn in range(5):
+        files.write("d/a.txt", f"turn {turn}")
+        files.write("d/a.txt", f"turn {turn}", conditional=True, prior_sha256=None)
+        assert files.read("d/a.txt")["content"] == f"turn {turn}"
+        assert files.sha256("d/a.txt") is not None
+        assert files.list("d")["entries"] == [{"name": "a.txt", "type": "file", "size": 6}]
+    assert _open_under(root) == []
+
+
 @pytest.mark.req("GW-06")
 @pytest.mark.parametrize("link", ["symbolic", "hard"])
 def test_a_guessed_temporary_name_planted_as_a_link_is_never_written_through(

@@ -56,12 +56,18 @@ def test_links_inside_files_are_followed_for_reads_lists_and_writes(root: Path) 
     (root / "notes" / "deep" / "up.txt").symlink_to("../a.txt")  # up, still inside
     (root / "absolute.txt").symlink_to(root / "notes" / "deep" / "b.txt")
     (root / "chain.txt").symlink_to("a-link.txt")
+    # an absolute target is walked from files/ itself, wherever the link lies
+    (root / "notes" / "absolute.txt").symlink_to(root / "notes" / "deep" / "b.txt")
+    (root / "notes" / "deep" / "absolute.txt").symlink_to(root / "notes" / "a.txt")
     assert files.read("a-link.txt")["content"] == "alpha"
+    assert files.read("notes/absolute.txt")["content"] == "beta"
+    assert files.read("notes/deep/absolute.txt")["content"] == "alpha"
     assert files.read("deep/b.txt")["content"] == "beta"
     assert files.read("deep/up.txt")["content"] == "alpha"
     assert files.read("absolute.txt")["content"] == "beta"
     assert files.read("chain.txt")["content"] == "alpha"
-    assert [e["name"] for e in files.list("deep")["entries"]] == ["b.txt", "up.txt"]
+    assert [e["name"] for e in files.list("deep")["entries"]] == ["absolute.txt", "b.txt",
+                                                                  "up.txt"]
 
     assert files.write("chain.txt", "written through two links")["bytes_written"] == 25
     assert (root / "notes" / "a.txt").read_text() == "written through two links"
@@ -102,6 +108,16 @@ def test_a_dangling_link_is_path_not_found_and_nothing_is_created_through_it(
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
     assert _code(files.read, "notes/absent.txt") is ErrorCode.FILE_NOT_FOUND, \
         "a plain missing file keeps its code"
+
+
+@pytest.mark.req("GW-06")
+def test_reading_or_listing_under_missing_directories_creates_nothing(root: Path) -> None:
+    files = ConfinedFiles(root)
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    assert _code(files.read, "new/dir/x.txt") is ErrorCode.FILE_NOT_FOUND
+    assert files.sha256("new/dir/x.txt") is None
+    assert _code(files.list, "new/dir") is ErrorCode.FILE_NOT_FOUND
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
 
 
 @pytest.mark.req("GW-06")
