@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labfy_ref.workspace import init_workspace
-from qualification.harness import ApiClient, LiveServer
+from qualification.harness import ApiClient, LiveServer, bridge_settled, wait_until
 from qualification.security.server_routes import SERVED, Route, params, path_with
 
 json_values = st.recursive(
@@ -65,6 +65,11 @@ def test_arbitrary_json_bodies_never_fail_the_server(
     response = client.http.request(route.method, path_with(route, session_id=sid), json=body,
                                    headers=client.headers(True))
     _check(response, openai=route.template.startswith("/api/cordis/v1/"))
+    if "/admin/" in route.template:
+        # disable or reload may have taken the bridge down: every other route (in any
+        # order) is fuzzed with it up, where its handler is reached, not CORDIS_DISABLED
+        assert client.post("/api/cordis/admin/enable", {}).status_code == 200
+        wait_until(lambda: bridge_settled(server.url), timeout=30)
     client.close()
 
 
