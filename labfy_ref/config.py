@@ -37,7 +37,13 @@ from labfy_ref.modes import (
     SessionTitles,
 )
 from labfy_ref.netutil import RESERVED_PORTS
-from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
+from labfy_ref.protocol.narrowing import (
+    DEFAULT_CONCLUDE_AFTER,
+    DEFAULT_GUIDANCE,
+    Guidance,
+    guidance_for,
+    guidance_names,
+)
 
 if TYPE_CHECKING:
     from labfy_ref.work.store.url import DatabaseUrl
@@ -135,6 +141,8 @@ class ServeConfig:
     debug: bool
     #: PR-06: after this many tool calls only concluding actions are offered (0 = never).
     conclude_after: int = DEFAULT_CONCLUDE_AFTER
+    #: PR-08: the narrowing's guidance profile (``--guidance PROFILE|auto``).
+    guidance: Guidance = DEFAULT_GUIDANCE
     #: The Work database (WK-05): ``--work-db`` or ``LABFY_WORK_DB``; None is the workspace's
     #: own ``work.sqlite``.
     work_db: DatabaseUrl | None = None
@@ -187,6 +195,7 @@ class ServeConfig:
                 "mode": agent.mode.value,
                 **_agent_json(agent),
                 "conclude_after": self.conclude_after,
+                "guidance": self.guidance.as_json(),
                 "sources": dict(agent.sources),
             },
             "log": {"level": self.log_level, "file": _path(self.log_file), "debug": self.debug},
@@ -235,6 +244,7 @@ class RawOptions:
     model_sha256: str | None = None
     cpu_variant: str | None = None
     conclude_after: str | None = None
+    guidance: str | None = None
     log_level: str | None = None
     log_file: str | None = None
     debug: bool = False
@@ -343,6 +353,16 @@ def conclude_after_option(text: str | None) -> int:
         raise _refuse(f"--conclude-after must be a whole number 0-{MAX_CONCLUDE_AFTER} "
                       "(0: never)")
     return int(text)
+
+
+def guidance_option(text: str | None) -> Guidance:
+    """``--guidance PROFILE|auto`` (PR-08): a profile's name, or ``auto`` (the default)."""
+    names = guidance_names()
+    if text is None:
+        return guidance_for(names[0])
+    if text not in names:
+        raise _refuse(f"--guidance takes one of {', '.join(names)}")
+    return guidance_for(text)
 
 
 def resolve_agent(raw: RawOptions, environ: Mapping[str, str]) -> AgentConfig:
@@ -475,6 +495,7 @@ def resolve(raw: RawOptions, environ: Mapping[str, str]) -> ServeConfig:
         log_file=_output_file(raw.log_file, "--log-file"),
         debug=raw.debug,
         conclude_after=conclude_after_option(raw.conclude_after),
+        guidance=guidance_option(raw.guidance),
         work_db=given_work_database(raw.work_db, environ),
         approval_seconds=approval_timeout_option(raw.approval_timeout),
         keepalive_seconds=keepalive_option(raw.sse_keepalive),
@@ -603,6 +624,7 @@ class WorkerOptions:
     work_db: str | None = None
     permission_mode: str | None = None
     conclude_after: str | None = None
+    guidance: str | None = None
     once: bool = False
     max_runs: str | None = None
     lease_seconds: str | None = None
@@ -620,6 +642,8 @@ class WorkerConfig:
     permission_mode: PermissionMode
     conclude_after: int
     agent: AgentConfig
+    #: PR-08: the narrowing's guidance profile, as serve's.
+    guidance: Guidance = DEFAULT_GUIDANCE
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
     once: bool = False
@@ -656,6 +680,7 @@ def resolve_worker(raw: WorkerOptions, environ: Mapping[str, str]) -> WorkerConf
     max_runs = _max_runs(raw.max_runs)
     permission = permission_mode(raw.permission_mode)
     conclude_after = conclude_after_option(raw.conclude_after)
+    guidance = guidance_option(raw.guidance)
     if raw.workspace is None:
         raise _refuse("work worker needs --workspace DIR")
     agent = resolve_agent(raw.agent, environ)
@@ -665,5 +690,5 @@ def resolve_worker(raw: WorkerOptions, environ: Mapping[str, str]) -> WorkerConf
     return WorkerConfig(workspace=Path(raw.workspace),
                         work_db=given_work_database(raw.work_db, environ),
                         permission_mode=permission, conclude_after=conclude_after, agent=agent,
-                        lease_seconds=lease, heartbeat_seconds=heartbeat, once=raw.once,
-                        max_runs=max_runs)
+                        guidance=guidance, lease_seconds=lease, heartbeat_seconds=heartbeat,
+                        once=raw.once, max_runs=max_runs)

@@ -20,6 +20,7 @@ from typing import NoReturn, TextIO
 from labfy_ref import __version__
 from labfy_ref.cli.options import (
     add_debug_option,
+    add_guidance_option,
     add_serve_options,
     add_supervised_options,
     raw_options,
@@ -29,6 +30,7 @@ from labfy_ref.config import (
     RawOptions,
     ServeConfig,
     conclude_after_option,
+    guidance_option,
     resolve,
     supervised_model,
 )
@@ -42,7 +44,7 @@ from labfy_ref.errors import (
 )
 from labfy_ref.model.gguf import verify_gguf
 from labfy_ref.model.governor import format_bytes
-from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
+from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER, GUIDANCE
 from labfy_ref.report import (
     DEFAULT_REPORT_DIR,
     DEFAULT_REQUIREMENTS,
@@ -205,7 +207,8 @@ def _smoke(args: argparse.Namespace) -> int:
                                         cpu_variant=args.cpu_variant), os.environ)
     assert model is not None  # both flags are required by the parser
     options = SmokeOptions(model=model, record_dir=Path(args.record),
-                           conclude_after=conclude_after_option(args.conclude_after))
+                           conclude_after=conclude_after_option(args.conclude_after),
+                           guidance=guidance_option(args.guidance))
 
     def say(line: str) -> None:
         print(f"smoke: {line}", flush=True)
@@ -219,13 +222,17 @@ def _smoke(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from labfy_ref.eval import load_tasks  # noqa: PLC0415
     from labfy_ref.eval.run import EvalOptions, run  # noqa: PLC0415
-    from labfy_ref.protocol.narrowing import CANDIDATE_RULES, RULES  # noqa: PLC0415
 
-    if args.ablate is not None and args.ablate not in RULES:
-        raise ConfigRefused(f"--ablate takes one of {', '.join(RULES)}")
+    guidance = guidance_option(args.guidance)
+    rules = [rule.name for rule in guidance.profile.rules]
+    if args.ablate is not None and args.ablate not in rules:
+        raise ConfigRefused(f"--ablate takes a rule of the {guidance.profile.name} profile: "
+                            f"{', '.join(rules) or 'it has none'}")
     added = tuple(args.with_rule or ())
-    if any(rule not in CANDIDATE_RULES for rule in added):
-        raise ConfigRefused(f"--with takes one of {', '.join(CANDIDATE_RULES)}")
+    others = [rule.name for rule in GUIDANCE if rule.name not in rules]
+    if any(rule not in others for rule in added) or len(set(added)) < len(added):
+        raise ConfigRefused(f"--with takes a guidance rule the {guidance.profile.name} profile "
+                            f"lacks, once: {', '.join(others) or 'it has them all'}")
     if args.ablate is not None and added:
         raise ConfigRefused("--ablate and --with measure one change at a time: give one")
     if args.baseline is not None:
@@ -256,7 +263,7 @@ def _eval(args: argparse.Namespace) -> int:
                                         cpu_variant=args.cpu_variant), os.environ)
     assert model is not None  # both flags are required by the parser
     options = EvalOptions(model=model, record_dir=Path(args.record), tasks=tasks, runs=runs,
-                          conclude_after=conclude_after, ablate=args.ablate,
+                          conclude_after=conclude_after, guidance=guidance, ablate=args.ablate,
                           add=added, control=args.control, baseline=args.baseline)
 
     def say(line: str) -> None:
@@ -399,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--conclude-after", metavar="N",
                        help="PR-06: after N tool calls only concluding actions are offered "
                             f"(0: never); default: {DEFAULT_CONCLUDE_AFTER}, as every surface")
+    add_guidance_option(smoke)
     smoke.set_defaults(handler=_smoke)
 
     evaluate = commands.add_parser(
@@ -416,15 +424,16 @@ def build_parser() -> argparse.ArgumentParser:
                           help="only the tasks marked quick; default: every task")
     evaluate.add_argument("--runs", default="1", metavar="N",
                           help="runs of each task, each on its own repeatable ids; default: 1")
+    add_guidance_option(evaluate)
     evaluate.add_argument("--ablate", metavar="RULE",
-                          help="switch one PR-07 narrowing rule off (a measurement); "
+                          help="switch one guidance rule of the profile off (a measurement); "
                                "default: none")
     evaluate.add_argument("--control", action="store_true",
                           help="run the random control (uniform within each round's narrowed "
                                "schema) instead of the model; the model is not started; "
                                "default: the model")
     evaluate.add_argument("--with", dest="with_rule", metavar="RULE", action="append",
-                          help="switch a candidate narrowing rule on (a measurement; "
+                          help="switch on a guidance rule the profile lacks (a measurement; "
                                "repeatable, the record names the entry +RULE+RULE); "
                                "default: none")
     evaluate.add_argument("--baseline", metavar="FRAMEWORK",

@@ -155,6 +155,16 @@ def add_agent_options(parser: argparse.ArgumentParser) -> None:
     agent.add_argument("--conclude-after", metavar="N",
                        help="after N tool calls a turn is offered only concluding actions "
                             f"(0: never); default: {DEFAULT_CONCLUDE_AFTER}")
+    add_guidance_option(agent)
+
+
+def add_guidance_option(parser: argparse._ActionsContainer) -> None:
+    """``--guidance``, one flag for serve, the bridge, Work, smoke and eval (PR-08)."""
+    parser.add_argument("--guidance", metavar="PROFILE",
+                        help="the narrowing's guidance: auto, none (guards only), guided or "
+                             "quoting (for the weakest models: answers quote what was read); "
+                             "docs/narrowing.md; default: auto (a calibration record of the "
+                             "model, else guided)")
 
 
 def add_supervised_options(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
@@ -188,7 +198,8 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
     return WorkerOptions(
         workspace=flag("workspace"), work_db=flag("work_db"),
         permission_mode=flag("permission_mode"), conclude_after=flag("conclude_after"),
-        once=bool(getattr(args, "once", False)), max_runs=flag("max_runs"),
+        guidance=flag("guidance"), once=bool(getattr(args, "once", False)),
+        max_runs=flag("max_runs"),
         lease_seconds=flag("lease_seconds"), heartbeat_seconds=flag("heartbeat_seconds"),
         agent=agent)
 
@@ -204,7 +215,8 @@ def raw_options(args: argparse.Namespace) -> RawOptions:
         composition=args.composition, accounts=args.accounts,
         llama_server=args.llama_server, model_file=args.model_file,
         model_sha256=args.model_sha256, cpu_variant=args.cpu_variant,
-        conclude_after=args.conclude_after, log_level=args.log_level, log_file=args.log_file,
+        conclude_after=args.conclude_after, guidance=args.guidance, log_level=args.log_level,
+        log_file=args.log_file,
         debug=getattr(args, "debug", False), work_db=args.work_db,
         approval_timeout=args.approval_timeout, sse_keepalive=args.sse_keepalive,
         open_browser=args.open_browser, session_idle=args.session_idle,

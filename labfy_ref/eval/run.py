@@ -43,7 +43,8 @@ from labfy_ref.model.supervised import (
     supervised_llama,
 )
 from labfy_ref.protocol import system_prompt
-from labfy_ref.protocol.narrowing import ALL_RULES, DEFAULT_CONCLUDE_AFTER
+from labfy_ref.protocol.narrowing import AUTO, DEFAULT_CONCLUDE_AFTER, DEFAULT_GUIDANCE, Guidance
+from labfy_ref.report.evidence import PROFILE_VARIANT
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.smoke.run import (
     ENDED,
@@ -71,9 +72,11 @@ class EvalOptions:
     tasks: Sequence[Task]
     runs: int = 1
     conclude_after: int = DEFAULT_CONCLUDE_AFTER
-    #: A PR-07 rule switched off (an ablation), or None.
+    #: The guidance profile measured (PR-08): ``--guidance``, as every surface.
+    guidance: Guidance = DEFAULT_GUIDANCE
+    #: A guidance rule of the profile switched off (an ablation), or None.
     ablate: str | None = None
-    #: A candidate rule switched on (a measurement), or None.
+    #: Guidance rules the profile lacks switched on (a measurement).
     add: tuple[str, ...] = ()
     #: Run the random control (:mod:`labfy_ref.eval.control`) instead of the model.
     control: bool = False
@@ -84,12 +87,21 @@ class EvalOptions:
 async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
     """Run every task ``runs`` times on one llama-server; write and return the entry."""
     wanted = options.model
-    rules = ALL_RULES - {options.ablate} if options.ablate else ALL_RULES
+    profile = options.guidance.profile
+    if options.ablate:
+        profile = profile.without(options.ablate)
     if options.add:
-        rules = rules | set(options.add)
-    # the entry's variant: "RULE" for one rule off, "+RULE" for a candidate on
+        profile = profile.plus(sorted(options.add))
+    guidance = dataclasses.replace(options.guidance, profile=profile)
+    options = dataclasses.replace(options, guidance=guidance)
+    rules = profile.names
+    # the entry's variant: "RULE" for one rule off, "+RULE" for a rule added, and
+    # "guidance:NAME" for a profile named instead of auto (PR-08's profile table)
     variant = options.ablate or ("".join(f"+{rule}" for rule in sorted(options.add))
                                  if options.add else None)
+    if options.guidance.asked != AUTO:
+        variant = PROFILE_VARIANT + options.guidance.asked + (
+            f"-{variant}" if options.ablate else variant or "")
     if options.baseline:
         smolagents_module()  # refused before any model starts when it is absent
         agent = agent_name(options.baseline)
@@ -101,7 +113,7 @@ async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
                "sha256": wanted.model_sha256},
         settings={"temperature": TEMPERATURE, "seed": SEED, "ctx_size": CTX_SIZE,
                   "repeat_penalty": REPEAT_PENALTY, "conclude_after": options.conclude_after,
-                  "rules": sorted(rules)})
+                  "rules": sorted(rules), "guidance": guidance.as_json()})
     with tempfile.TemporaryDirectory(prefix="labfy-eval-") as scratch:
         root = Path(scratch)
         if options.control:  # no model runs: the control draws every action
@@ -206,7 +218,7 @@ async def _run_task(task: Task, run: int, model: SupervisedLlama | None, root: P
             target.write_text(text, encoding="utf-8")
         titles = _titles(directory)
         before = _files(workspace.files_dir)
-        limits = RuntimeLimits(conclude_after=options.conclude_after, narrowing_rules=rules)
+        limits = RuntimeLimits(conclude_after=options.conclude_after, guidance=options.guidance)
         turn, error = await _turn(task, run, model, directory, options=options, limits=limits)
     after = _files(workspace.files_dir)
     written = {path: text for path, text in after.items() if before.get(path) != text}
@@ -317,3 +329,4 @@ def _observed(turn: dict[str, Any], titles: dict[str, str],
 def run(options: EvalOptions, say: Say) -> EvalEntry:
     """Run :func:`run_eval` in a fresh event loop."""
     return asyncio.run(run_eval(options, say))
+

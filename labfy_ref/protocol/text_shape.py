@@ -67,11 +67,14 @@ def scripts_of(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def letters(scripts: frozenset[str], cases: tuple[str, ...] = ("upper", "lower", "any")) -> str:
-    """The character-class body of the letters of ``scripts`` in ``cases``."""
+def letters(scripts: frozenset[str], cases: tuple[str, ...] = ("upper", "lower", "any"),
+            *, latin: bool = True) -> str:
+    """The character-class body of the letters of ``scripts`` in ``cases`` (every Latin
+    letter always: a name such as "Łódź" or "Brașov" is said in any conversation)."""
     return "".join(low if low == high else f"{low}-{high}"
                    for name, low, high, case in SCRIPTS
-                   if name in scripts | {"latin"} and case in cases)
+                   if name in (scripts | _LATIN if latin else scripts - _LATIN)
+                   and case in cases)
 
 
 LETTERS = letters(ALL_SCRIPTS)
@@ -89,6 +92,17 @@ _GAP = "(?:[,;:]? |[.?!] )"
 _GAP_LINES = "(?:[,;:]? |[.?!] |[.?!,;:]?\\n)"
 _GAP_CHARS = 2
 _END = "[.?!]?"
+#: Prose (a final answer): a token may open with a quotation mark or a bracket and close
+#: with one, a number may be a date, a time, a ratio or a percentage (2024-07-12, 12:30,
+#: 3/4, 42%), and a dash may stand between two tokens -- so a count, a comparison, a
+#: computation, a quotation or a date can be said; a run of one character still cannot.
+_OPEN = "[\"'(\\[\u00ab\u201c\u201e\u2018]?"
+_CLOSE = "[\"')\\]\u00bb\u201d\u2019]?"
+_PROSE_NUMBER = "[0-9]{1,4}(?:[.,:/-][0-9]{1,4}){0,3}%?"
+_PROSE_NUMBER_CHARS = 4 + 3 * 5 + 1
+_PROSE_GAP = "(?:[,;:]? |[.?!\u2026] | [-\u2013\u2014] |[.?!,;:]?\\n)"
+_PROSE_GAP_CHARS = 3
+_PROSE_END = "[.?!\u2026]?"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,6 +124,9 @@ class Shape:
     words: tuple[str, ...] = ()
     #: With ``words``: the only numbers the shape admits (those the conversation said).
     figures: tuple[str, ...] = ()
+    #: Prose (a final answer): up to ``min_words``..``words_per_run`` tokens, each a word or
+    #: a number (``numbers`` is then unused), quoted or bracketed, dates and dashes allowed.
+    prose: bool = False
 
     def within(self, scripts: frozenset[str]) -> Shape:
         """This shape with words of ``scripts`` only (Latin always)."""
@@ -134,11 +151,17 @@ class Shape:
         gap = _GAP_LINES if self.lines else _GAP
         upper = letters(self.scripts, ("upper",))
         lower = letters(self.scripts, ("lower", "any"))
-        single = _SINGLE + letters(self.scripts - _LATIN).removeprefix("A-Za-z")
-        # a word: capitalised or lower case, or a short acronym — never case noise
+        single = _SINGLE + letters(self.scripts, latin=False)
+        # a word: capitalised ("On", "Il") or lower case, or a short acronym — never
+        # case noise
         _WORD = (f"(?:[{single}]|[{upper}]{{2,{ACRONYM_LETTERS}}}"
-                 f"|[{upper}]?[{lower}]{{2,{WORD_LETTERS - 1}}})"
+                 f"|[{upper}][{lower}]{{1,{WORD_LETTERS - 1}}}"
+                 f"|[{lower}]{{2,{WORD_LETTERS - 1}}})"
                  f"(?:['\u2019-][{lower}]{{1,{JOINED_LETTERS}}})?")
+        if self.prose and not self.words:
+            token = f"{_OPEN}(?:{_WORD}|{_PROSE_NUMBER}){_CLOSE}"
+            return (f"^{token}(?:{_PROSE_GAP}{token}){{{self.min_words - 1},"
+                    f"{self.words_per_run - 1}}}{_PROSE_END}$")
         number = _NUMBER
         if self.words:  # the conversation's own words (each as said, and capitalised)
             _WORD = f"(?:{'|'.join(self.words)})"
@@ -153,6 +176,9 @@ class Shape:
     @property
     def max_chars(self) -> int:
         """The longest text the pattern admits, in characters."""
+        if self.prose and not self.words:
+            return self.words_per_run * (_PROSE_GAP_CHARS + 2 + max(
+                _WORD_CHARS, _PROSE_NUMBER_CHARS)) + 1
         run = self.words_per_run * (_GAP_CHARS + _WORD_CHARS)
         return (_NUMBER_CHARS + _GAP_CHARS + _WORD_CHARS + run
                 + self.numbers * (_GAP_CHARS + _NUMBER_CHARS + run) + 1)
@@ -221,8 +247,9 @@ def compiled(pattern: str) -> re.Pattern[str]:
 TOPIC = Shape(min_words=2, words_per_run=5)
 #: A research question: a sentence of two to seventeen words, one number.
 QUESTION = Shape(min_words=2, words_per_run=8, numbers=1)
-#: A final answer: two or three sentences, two numbers.
-FINAL = Shape(min_words=2, words_per_run=10, numbers=2)
+#: A final answer: prose of two to sixty words and numbers (a few sentences): a count, a
+#: comparison, a computation, a date, a quotation or a summary can be said (PR-08).
+FINAL = Shape(min_words=2, words_per_run=60, prose=True)
 #: The content of a file the model writes: lines of sentences.
 CONTENT = Shape(min_words=2, words_per_run=12, numbers=4, lines=True)
 #: A path the model names for a new file: segments of letters, digits, ``.``, ``_``, ``-``.

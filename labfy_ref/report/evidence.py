@@ -362,3 +362,19 @@ def stale_backing(bench: BenchRecord | None, mutation: MutationRecord | None) ->
                 backing.setdefault(req, f"its {what} record ({record.at}) measured other "
                                         f"sources than these tests ran on: rerun {rerun}")
     return backing
+
+
+#: How an eval entry's variant names a guidance profile other than ``auto`` (PR-08).
+PROFILE_VARIANT = "guidance:"
+
+
+def variant_label(variant: object) -> str:
+    """An eval entry's variant as a report says it after the agent: a profile
+    (``guidance:quoting``), rules added (``+recap``), or a rule switched off."""
+    if not isinstance(variant, str) or not variant:
+        return ""
+    if variant.startswith(PROFILE_VARIANT):
+        return f" · guidance {variant.removeprefix(PROFILE_VARIANT)}"
+    if variant.startswith("+"):
+        return f" with {' '.join(variant[1:].split('+'))}"
+    return f" without {variant}"

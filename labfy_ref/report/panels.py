@@ -25,6 +25,7 @@ from labfy_ref.report.evidence import (
     MutationRecord,
     Score,
     eval_freshness,
+    variant_label,
 )
 from labfy_ref.report.model import StatusReport
 from labfy_ref.report.teeth import WEAK_BELOW, TeethRecord
@@ -284,7 +285,7 @@ def evaluation(record: Mapping[str, Any] | None, *, matrix: bool = False,
     entries = [e for e in record.get("entries", []) if isinstance(e, dict)]
     rows = "".join(
         f"<tr><td>{esc(e['model']['file'])}</td><td>{esc(e['agent'])}"
-        f"{esc(' without ' + e['ablate']) if e.get('ablate') else ''}</td>"
+        f"{esc(variant_label(e.get('ablate')))}</td>"
         f"<td>{e['passed']} / {e['total']}</td><td>{e['pass_rate']:.0%}</td>"
         f"<td>{esc(e['runs'])}</td>"
         f"<td>{esc(e.get('prompt_tokens') if e.get('prompt_tokens') is not None else '')}</td>"
@@ -309,8 +310,7 @@ def evaluation(record: Mapping[str, Any] | None, *, matrix: bool = False,
             f"<td>{badge('PASS' if t['passed'] else 'FAIL')}</td><td>{esc(t['rounds'])}</td>"
             f"<td>{esc(' '.join(c['tool_id'] for c in t['tool_calls']))}</td>"
             f"<td>{esc('; '.join(t['reasons']))}</td></tr>" for t in e["tasks"])
-        title = f"{e['model']['file']} · {e['agent']}" + (
-            f" without {e['ablate']}" if e.get("ablate") else "")
+        title = f"{e['model']['file']} · {e['agent']}" + variant_label(e.get("ablate"))
         body += f"<h4>{esc(title)}</h4>" + table(
             f"Eval tasks ({what}): {title}", ("Task", "Run", "Outcome", "Rounds", "Calls",
                                               "Why"), tasks)

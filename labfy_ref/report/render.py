@@ -8,7 +8,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from labfy_ref.report.evidence import eval_freshness
+from labfy_ref.report.evidence import eval_freshness, variant_label
 from labfy_ref.report.html import to_html, write_stylesheet
 from labfy_ref.report.model import Line, StatusReport
 from labfy_ref.report.teeth import WEAK_BELOW
@@ -131,7 +131,7 @@ def _md_evidence(report: StatusReport) -> list[str]:
     out = [f"- {label} ({_md_cell(entry['finished_at'])}, commit "
            f"{_md_cell(str(entry.get('commit'))[:12])}): "
            f"{_md_cell(entry['model']['file'])} · {_md_cell(entry['agent'])}"
-           + (f" without {_md_cell(entry['ablate'])}" if entry.get("ablate") else "")
+           + _md_cell(variant_label(entry.get("ablate")))
            + f": {entry['passed']} of {entry['total']} tasks passed "
            f"({entry['pass_rate']:.0%}, {entry['runs']} run(s) each); agent "
            + _sources(eval_freshness(entry, report.agent_sha256).value,

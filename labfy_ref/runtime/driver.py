@@ -55,7 +55,7 @@ from labfy_ref.protocol import (
     request_action,
     tool_exchange,
 )
-from labfy_ref.protocol.narrowing import ALL_RULES
+from labfy_ref.protocol.narrowing import DEFAULT_PROFILE
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
 from labfy_ref.tools.catalog import ToolCatalog
@@ -109,7 +109,7 @@ class Conversation:
         self.messages.add(messages)
 
     def answer(self, outcome: ToolOutcome, catalog: ToolCatalog, *, exempt: bool = False,
-               rules: frozenset[str] = ALL_RULES) -> None:
+               rules: frozenset[str] = DEFAULT_PROFILE.names) -> None:
         """Give the model one call's wrapped result; ``exempt`` clears GW-05's memory.
 
         The model reads the result as :func:`present` orders it (the most

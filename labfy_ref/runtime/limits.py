@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from labfy_ref.protocol.narrowing import ALL_RULES, DEFAULT_CONCLUDE_AFTER
+from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER, DEFAULT_GUIDANCE, Guidance
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -23,11 +23,18 @@ class RuntimeLimits:
     max_message_chars: int = 8000
     #: After this many tool calls only concluding actions are offered (PR-06; 0 = never).
     conclude_after: int = DEFAULT_CONCLUDE_AFTER
-    #: The PR-07 narrowing rules in force: all of them, but in an eval's ablation.
-    narrowing_rules: frozenset[str] = ALL_RULES
+    #: The narrowing's guidance profile in force (``--guidance``, PR-08); the guards hold
+    #: under every one.
+    guidance: Guidance = DEFAULT_GUIDANCE
+
+    @property
+    def narrowing_rules(self) -> frozenset[str]:
+        """Every narrowing rule in force: the guards and the profile's guidance."""
+        return self.guidance.profile.names
 
     def as_json(self) -> dict[str, Any]:
         """The limits as reported by ``GET /api/v1/agent-runtime/status``."""
-        limits = dataclasses.asdict(self)
+        limits = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        limits["guidance"] = self.guidance.as_json()
         limits["narrowing_rules"] = sorted(self.narrowing_rules)
         return limits

@@ -127,7 +127,8 @@ def build_state(config: ServeConfig, workspace: Workspace, port: int, launch_cod
         if config.composition is not None else default_composition)
     load()  # a document that does not read stops serve here, not later in the background
     store = workspace.open_store()
-    limits = limits or RuntimeLimits(conclude_after=config.conclude_after)
+    limits = limits or RuntimeLimits(conclude_after=config.conclude_after,
+                                     guidance=config.guidance)
     gateway = AgentGateway(workspace, store, max_result_bytes=limits.max_result_bytes)
     opened = (AgentModel(agent, None, str(getattr(agent, "label", "agent")))
               if agent is not None  # the eval's control: it stands in for the model

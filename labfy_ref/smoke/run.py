@@ -48,7 +48,7 @@ from labfy_ref.model.supervised import (
 )
 from labfy_ref.modes import AgentMode, PermissionMode
 from labfy_ref.protocol import ChatModel, system_prompt
-from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER
+from labfy_ref.protocol.narrowing import DEFAULT_CONCLUDE_AFTER, DEFAULT_GUIDANCE, Guidance
 from labfy_ref.runtime.limits import RuntimeLimits
 from labfy_ref.runtime.states import TurnState
 from labfy_ref.server.app import create_app
@@ -81,6 +81,8 @@ class SmokeOptions:
     record_dir: Path
     #: As every surface (PR-07: one default, no per-model value).
     conclude_after: int = DEFAULT_CONCLUDE_AFTER
+    #: The narrowing's guidance (PR-08), as every surface.
+    guidance: Guidance = DEFAULT_GUIDANCE
 
 
 Say = Callable[[str], None]
@@ -95,7 +97,7 @@ async def run_smoke(options: SmokeOptions, say: Say,
                "sha256": model.model_sha256},
         llama_server={"version": None, "package": None, "sha256": None, "cpu_variant": None},
         settings={"temperature": TEMPERATURE, "seed": SEED, "ctx_size": CTX_SIZE,
-                  "repeat_penalty": REPEAT_PENALTY},
+                  "repeat_penalty": REPEAT_PENALTY, "guidance": options.guidance.as_json()},
         conclude_after=options.conclude_after)
     with tempfile.TemporaryDirectory(prefix="labfy-smoke-") as scratch:
         try:
@@ -155,7 +157,8 @@ async def _pinned_stages(options: SmokeOptions, record: SmokeRecord, pinned: Pin
             workspace = init_workspace(scratch / "workspace", specimen=True)
             config = serve_config(workspace.root, model_id, options.model,
                                   mode=PermissionMode.READ_ONLY,
-                                  conclude_after=options.conclude_after, origin="smoke")
+                                  conclude_after=options.conclude_after,
+                                  guidance=options.guidance, origin="smoke")
             async with serve_workspace(config, model) as (base_url, code):
                 with record.timed("turn"):
                     await _scenario(base_url, code, record, say)
@@ -164,14 +167,15 @@ async def _pinned_stages(options: SmokeOptions, record: SmokeRecord, pinned: Pin
 
 
 def serve_config(workspace: Path, model_id: str, supervised: SupervisedModel, *,
-                 mode: PermissionMode, conclude_after: int, origin: str) -> ServeConfig:
+                 mode: PermissionMode, conclude_after: int, origin: str,
+                 guidance: Guidance = DEFAULT_GUIDANCE) -> ServeConfig:
     """The configuration of a workspace server on a supervised model (smoke and eval)."""
     agent = AgentConfig(AgentMode.LOCAL_MODEL, None, model_id, MODEL_TIMEOUT_SECONDS,
                         supervised, {"mode": origin})
     return ServeConfig(workspace=workspace, host=LoopbackHost.IPV4, port=None, ready_file=None,
                        permission_mode=mode, bridge=False, composition=None,
                        accounts=None, agent=agent, log_level="warning", log_file=None,
-                       debug=False, conclude_after=conclude_after)
+                       debug=False, conclude_after=conclude_after, guidance=guidance)
 
 
 @contextlib.asynccontextmanager

@@ -24,8 +24,8 @@ from labfy_ref.errors import ReportInvalid
 from labfy_ref.eval.baseline import BASELINES, agent_name
 from labfy_ref.eval.control import CONTROL_AGENT
 from labfy_ref.eval.run import AGENT
-from labfy_ref.protocol.narrowing import RULES
-from labfy_ref.report.evidence import COMMITTED_EVAL_RECORD, read_eval
+from labfy_ref.protocol.narrowing import AUTO, DEFAULT_PROFILE, PROFILES
+from labfy_ref.report.evidence import COMMITTED_EVAL_RECORD, PROFILE_VARIANT, read_eval
 from labfy_ref.report.sources import agent_sha256
 from qualification.eval.models import matrix
 
@@ -40,7 +40,9 @@ def variants(argv: list[str]) -> list[list[str]]:
     if not any(arg == "--record" or arg.startswith("--record=") for arg in rest):
         rest += ["--record", str(COMMITTED_EVAL_RECORD.parent)]  # the record to commit
     return [rest, [*rest, "--control"],
-            *([*rest, "--ablate", rule] for rule in RULES),
+            # the profile table: each profile beside auto's (the default profile's) run
+            *([*rest, "--guidance", name] for name, profile in PROFILES.items()
+              if profile is not DEFAULT_PROFILE),
             *([*rest, "--baseline", name] for name in BASELINES)]  # the slowest last
 
 
@@ -60,7 +62,11 @@ def entry_key(variant: list[str]) -> tuple[str, str | None, int]:
     baseline = _option(variant, "--baseline")
     agent = (CONTROL_AGENT if "--control" in variant
              else agent_name(baseline) if baseline in BASELINES else AGENT)
-    return agent, _option(variant, "--ablate"), int(runs) if runs.isdigit() else -1
+    guidance = _option(variant, "--guidance") or AUTO
+    label = _option(variant, "--ablate")
+    if guidance != AUTO:
+        label = PROFILE_VARIANT + guidance + (f"-{label}" if label else "")
+    return agent, label, int(runs) if runs.isdigit() else -1
 
 
 def measured(record: dict[str, Any] | None, model_sha256: str, variant: list[str],

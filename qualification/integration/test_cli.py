@@ -45,6 +45,12 @@ def test_check_config_prints_the_resolved_configuration_as_json() -> None:
     assert resolved["agent"] == {
         "mode": "local-model", "endpoint": "http://127.0.0.1:43117", "model": "m",
         "timeout_seconds": 60.0, "slots": 1, "supervised": None, "conclude_after": 4,
+        "guidance": {"profile": "guided", "rules": ["relevance", "requested", "search",
+                                                    "effect-task", "look-first", "grounding"],
+                     "guards": ["information-gain", "progress", "text-shape"],
+                     "asked": "auto",
+                     "source": "auto: no calibration record for this model, the default "
+                               "profile"},
         "sources": {"mode": "flag", "endpoint": "flag", "model": "flag", "timeout": "default"},
     }
     assert resolved["server"]["host"] == "127.0.0.1"

@@ -292,7 +292,7 @@ def _errors_forgotten(self: Conversation, outcome: ToolOutcome, catalog: ToolCat
 
 
 @fault("tool-budget-counts-successes-only", ids=("RT-03",),
-       replaces="labfy_ref.protocol.narrowing:Observations.observe",
+       replaces="labfy_ref.protocol.narrowing.observations:Observations.observe",
        killer=f"{ENDINGS}::test_refused_calls_spend_the_tool_call_budget",
        breaks="a refused or failed call costs nothing of max_tool_calls",
        served=False)

@@ -149,7 +149,7 @@ def test_the_tool_templates_render_tools_calls_and_results(marker: str, name: st
 
 @pytest.mark.req("EV-02", "EV-01")
 def test_the_matrix_runs_every_variant_side_by_side() -> None:
-    from labfy_ref.protocol.narrowing import RULES  # noqa: PLC0415
+    from labfy_ref.protocol.narrowing import DEFAULT_PROFILE, PROFILES  # noqa: PLC0415
     from qualification.eval.__main__ import variants  # noqa: PLC0415
 
     assert variants(["--quick"]) == [["--quick"]], "without --matrix: the run asked for"
@@ -159,9 +159,11 @@ def test_the_matrix_runs_every_variant_side_by_side() -> None:
     assert ["--runs", "3", *into, "--control"] in runs
     for name in BASELINES:
         assert ["--runs", "3", *into, "--baseline", name] in runs
-    for rule in RULES:
-        assert ["--runs", "3", *into, "--ablate", rule] in runs
-    assert len(runs) == 2 + len(BASELINES) + len(RULES)
+    others = [name for name, profile in PROFILES.items() if profile is not DEFAULT_PROFILE]
+    for name in others:  # the profile table (PR-08): each profile beside the default's run
+        assert ["--runs", "3", *into, "--guidance", name] in runs
+    assert ["--runs", "3", *into, "--guidance", DEFAULT_PROFILE.name] not in runs
+    assert len(runs) == 2 + len(BASELINES) + len(others)
 
 
 @respx.mock

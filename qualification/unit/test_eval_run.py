@@ -24,7 +24,7 @@ from labfy_ref.eval import run as eval_run
 from labfy_ref.eval.record import read_record
 from labfy_ref.eval.run import EvalOptions
 from labfy_ref.eval.tasks import Task
-from labfy_ref.protocol.narrowing import ALL_RULES
+from labfy_ref.protocol.narrowing import ALL_RULES, guidance_for
 from labfy_ref.server.auth import cookie_name
 
 TITLE = "Species list size"
@@ -110,7 +110,10 @@ def test_a_task_whose_turn_skipped_a_read_fails_saying_which(
 @pytest.mark.req("EV-01")
 @pytest.mark.parametrize(("change", "variant"), [
     ({}, None), ({"ablate": "relevance"}, "relevance"), ({"add": ("recap",)}, "+recap"),
-    ({"add": ("recap", "coverage")}, "+coverage+recap"),
+    ({"add": ("recap", "quoted")}, "+quoted+recap"),
+    ({"guidance": guidance_for("quoting")}, "guidance:quoting"),
+    ({"guidance": guidance_for("quoting"), "ablate": "search"}, "guidance:quoting-search"),
+    ({"guidance": guidance_for("none"), "add": ("recap",)}, "guidance:none+recap"),
 ])
 def test_the_entry_names_its_variant_and_the_run_closes_with_the_pass_rate(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: dict[str, Any],

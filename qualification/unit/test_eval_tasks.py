@@ -257,7 +257,8 @@ def test_the_matrix_resumes_what_was_measured_on_this_agent(tmp_path: Path) -> N
     keys = [entry_key(v) for v in every]
     assert len(set(keys)) == len(keys), "each variant writes its own entry"
     assert ("labfy-ref", None, 3) in keys and ("random-control", None, 3) in keys
-    assert ("smolagents-ToolCallingAgent", None, 3) in keys and ("labfy-ref", "quoted", 3) in keys
+    assert ("smolagents-ToolCallingAgent", None, 3) in keys
+    assert ("labfy-ref", "guidance:quoting", 3) in keys
     write_entry(tmp_path, dataclasses.replace(_entry("a" * 64), runs=3))
     record = read_eval(tmp_path)
     current = record["entries"][0]["agent_sha256"] if record else None

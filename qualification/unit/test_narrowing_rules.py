@@ -53,6 +53,8 @@ object_ids = st.text(st.sampled_from(_CROCKFORD), min_size=26, max_size=26).map(
 titles = st.text(st.characters(codec="utf-8"), max_size=30)
 any_text = st.text(st.characters(codec=None), max_size=60)
 BUDGET = Budget(round=1, max_rounds=16, max_tool_calls=64, conclude_after=4)
+#: The quoting profile (PR-08): grounding and quoted in force, for the weakest models.
+QUOTING_BUDGET = dataclasses.replace(BUDGET, rules=ALL_RULES)
 
 
 def _listing(ids: list[str], names: list[str], kind: str = "note") -> dict[str, Any]:
@@ -83,7 +85,10 @@ def test_no_rule_spells_a_tool_id_a_model_or_a_specimen_object() -> None:
     specimen = json.loads((ROOT / "labfy_ref/workspace/specimen/objects.json").read_text("utf-8"))
     names = [*CATALOG, *(o["title"] for o in specimen["objects"]), "smollm", "gemma", "q4_",
              "q8_"]
-    for module in ("protocol/narrowing.py", "protocol/relevance.py", "protocol/text_shape.py",
+    package = sorted(str(path.relative_to(ROOT / "labfy_ref"))
+                     for path in (ROOT / "labfy_ref/protocol/narrowing").glob("*.py"))
+    assert len(package) >= 6, "the narrowing package's modules are all read"
+    for module in (*package, "protocol/relevance.py", "protocol/text_shape.py",
                    "runtime/driver.py"):
         source = (ROOT / "labfy_ref" / module).read_text("utf-8").casefold()
         for name in names:
@@ -363,14 +368,14 @@ def test_grounding_makes_research_text_of_the_words_read(
     for object_id, body in zip(ids, bodies, strict=False):
         seen = seen.observe("workspace.read_object", {"object_id": object_id},
                             _read(object_id, "Open question", body), CATALOG)
-    on = narrow(CATALOG, CATALOG, seen, BUDGET)
+    on = narrow(CATALOG, CATALOG, seen, QUOTING_BUDGET)
     for _ in range(4):  # a request that names a file (``00.A``) has it read first (requested)
         named = _branch(on, "files.read")
         if set(on.offered) != {"files.read"} or named is None:
             break
         for path in named["properties"]["path"]["enum"]:
             seen = seen.observe("files.read", {"path": path}, _missing("files.read"), CATALOG)
-        on = narrow(CATALOG, CATALOG, seen, BUDGET)
+        on = narrow(CATALOG, CATALOG, seen, QUOTING_BUDGET)
     prepare = _branch(on, "research.prepare")
     assert prepare is not None, "something was read: research may be prepared"
     topic = prepare["properties"]["topic"]
@@ -396,7 +401,7 @@ def test_grounding_makes_research_text_of_the_words_read(
             "1075" in figures(*bodies)), "a number opens a topic only if it was read"
         assert len(sentence) <= topic["maxLength"]
     off = _branch(narrow(CATALOG, CATALOG, seen, dataclasses.replace(
-        BUDGET, rules=ALL_RULES - {GROUNDING})), "research.prepare")
+        QUOTING_BUDGET, rules=ALL_RULES - {GROUNDING})), "research.prepare")
     assert off is not None
     assert off["properties"]["topic"]["pattern"] == TOPIC.within(
         seen.scripts | scripts_of(query)).pattern, "off: the shape alone"
@@ -415,7 +420,7 @@ def test_research_text_offers_what_was_read_most_relevant_first_none_left_out() 
              "Ivy bees nest in sandy banks. Where do ivy bees nest?")):
         seen = seen.observe("workspace.read_object", {"object_id": object_id},
                             _read(object_id, title, body), CATALOG)
-    prepare = _branch(narrow(CATALOG, CATALOG, seen, BUDGET), "research.prepare")
+    prepare = _branch(narrow(CATALOG, CATALOG, seen, QUOTING_BUDGET), "research.prepare")
     assert prepare is not None, "research was asked for and something was read"
     topics = prepare["properties"]["topic"]["enum"]
     assert set(topics) == {"Hedge cutting", "Hedge cutting: The hedge was cut in May.",
@@ -550,7 +555,7 @@ def test_quoted_final_is_a_passage_read_verbatim(ids: list[str], bodies: list[st
     for object_id, title, body in zip(ids, names, bodies, strict=False):
         seen = seen.observe("workspace.read_object", {"object_id": object_id},
                             _read(object_id, title, body), CATALOG)
-    budget = dataclasses.replace(BUDGET, round=16)  # the last round: final is on offer
+    budget = dataclasses.replace(QUOTING_BUDGET, round=16)  # the last round: final is on offer
     decoding = narrow(CATALOG, CATALOG, seen, budget)
     text = _final_text(decoding)
     assert text is not None
@@ -584,7 +589,7 @@ def test_a_quoted_final_says_nothing_read_answers_until_a_passage_says_the_words
     from labfy_ref.protocol.narrowing import NOT_SAID, answers  # noqa: PLC0415
 
     query = "How many bee species were recorded?"
-    budget = dataclasses.replace(BUDGET, round=16)  # the last round: final is on offer
+    budget = dataclasses.replace(QUOTING_BUDGET, round=16)  # the last round: final is on offer
     hedge, bees = "obj_" + "A" * 26, "obj_" + "B" * 26
     seen = Observations(query=query).observe(
         "workspace.read_object", {"object_id": hedge},
@@ -867,13 +872,13 @@ def test_a_write_may_say_a_file_read_whole_and_unlabelled() -> None:
         "data": {"path": "notes/alpha.txt",
                  "content": "Line one of the file.\nLine two here.\nLine three ends."}},
         CATALOG)
-    write = _branch(narrow(CATALOG, CATALOG, seen, BUDGET), "files.write")
+    write = _branch(narrow(CATALOG, CATALOG, seen, QUOTING_BUDGET), "files.write")
     assert write is not None
     content = write["properties"]["content"]["enum"]
     assert "Line one of the file.\nLine two here.\nLine three ends." in content
     assert "Line two here." in content and not any("alpha" in c for c in content)
     assert write["properties"]["path"]["enum"] == ["beta.txt"]
     off = _branch(narrow(CATALOG, CATALOG, seen, dataclasses.replace(
-        BUDGET, rules=ALL_RULES - {TEXT_SHAPE})), "files.write")
+        QUOTING_BUDGET, rules=ALL_RULES - {TEXT_SHAPE})), "files.write")
     assert off is not None and "enum" not in off["properties"]["content"], \
         "text-shape off: PR-06's length bound alone"

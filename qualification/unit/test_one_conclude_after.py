@@ -56,7 +56,8 @@ def test_the_smoke_takes_the_one_default() -> None:
 
 @pytest.mark.req("EV-01")
 @pytest.mark.parametrize(("extra", "said"), [
-    (["--ablate", "everything"], "--ablate takes one of"),
+    (["--ablate", "everything"], "--ablate takes a rule of the guided profile"),
+    (["--guidance", "everything"], "--guidance takes one of auto, none, guided, quoting"),
     (["--runs", "0"], "--runs takes"), (["--runs", "²"], "--runs takes"),
     (["--task", "no-such-task"], "--task: no task no-such-task"),
     (["--conclude-after", "-1"], "--conclude-after"),
@@ -101,7 +102,8 @@ def test_the_smoke_passes_only_a_grounded_research_topic(topic: str, passes: boo
 
 @pytest.mark.req("EV-01")
 @pytest.mark.parametrize(("extra", "said"), [
-    (["--with", "relevance"], "--with takes one of"),
+    (["--with", "relevance"], "--with takes a guidance rule the guided profile lacks"),
+    (["--with", "quoted", "--with", "quoted"], "--with takes a guidance rule"),
     (["--with", "recap", "--ablate", "relevance"], "one change at a time"),
 ])
 def test_eval_measures_one_change_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str],

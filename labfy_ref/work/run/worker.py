@@ -236,7 +236,7 @@ def run_worker(config: WorkerConfig, environ: Mapping[str, str] | None = None) -
     environ = os.environ if environ is None else environ
     settings = WorkerSettings(default_name(), config.lease_seconds, config.heartbeat_seconds,
                               config.once, config.max_runs)
-    limits = RuntimeLimits(conclude_after=config.conclude_after)
+    limits = RuntimeLimits(conclude_after=config.conclude_after, guidance=config.guidance)
     crash = CrashPoints.from_env(environ)
     workspace = open_workspace(config.workspace)
     database = work_database(workspace.root, config.work_db)
