@@ -62,6 +62,12 @@ def _words(text: str) -> set[str]:
     return set(_WORD.findall(text.casefold()))
 
 
+def cited(object_refs: list[str] | None) -> list[str]:
+    """The objects a campaign cites, each once, first cited first: a model's repeat of an id
+    is harmless (the grammar of a constrained reply cannot forbid it, PR-07 amended)."""
+    return list(dict.fromkeys(object_refs or []))
+
+
 class ResearchService:
     """Campaigns: prepare (no contact), run (only with a grant), read."""
 
@@ -76,7 +82,7 @@ class ResearchService:
                 object_refs: list[str] | None = None) -> dict[str, Any]:
         """``research.prepare``: a PREPARED campaign; nothing is contacted."""
         campaign = self._store.add_campaign(self._workspace_id, topic, questions,
-                                            object_refs or [])
+                                            cited(object_refs))
         return {"campaign_id": campaign.campaign_id, "status": campaign.status}
 
     def prepare_made_since(self, since: str, topic: str, questions: list[str],
@@ -84,7 +90,7 @@ class ResearchService:
         """What ``prepare`` with these arguments returned for the campaigns it made at or
         after ``since`` (an ISO time): how Work learns whether a crashed call made one."""
         found = self._store.campaigns_like(self._workspace_id, topic, questions,
-                                           object_refs or [], since)
+                                           cited(object_refs), since)
         return [{"campaign_id": campaign_id, "status": "PREPARED"} for campaign_id in found]
 
     def campaign(self, campaign_id: str) -> Campaign:

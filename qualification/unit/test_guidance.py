@@ -84,7 +84,8 @@ def _enum_values(schema: Any) -> list[str]:
 def turns(draw: st.DrawFn) -> tuple[Observations, list[str]]:
     """A turn that listed some objects and read some of them (random observations)."""
     ids = draw(st.lists(object_ids, min_size=0, max_size=5, unique=True))
-    query = draw(sentences)
+    # a request for research offers research.prepare (effect-task), citing what was read
+    query = draw(st.sampled_from(["", "Prepare research on "])) + draw(sentences)
     seen = Observations(query=query)
     if ids:
         titles = [draw(sentences) for _ in ids]
@@ -142,14 +143,16 @@ def test_the_default_profile_is_no_quoting_one_and_auto_says_why() -> None:
 def test_every_guard_holds_under_every_profile(turn: tuple[Observations, list[str]],
                                                last: bool) -> None:
     """Whatever the profile: references are ones the turn saw, no call answered already
-    is offered again, the schema is the wide one's subset with a completion limit that
-    fits it, and the last round always offers final (no guard forbids an answer)."""
+    is offered again, no keyword the grammar ignores is relied on, the completion limit
+    fits the schema, and the last round always offers final (no guard forbids one)."""
     seen, ids = turn
     for profile in PROFILES.values():
         budget = _budget(profile, round=16 if last else 1)
         decoding = narrow(CATALOG, CATALOG, seen, budget)
         schema = decoding.schema
         assert decoding.max_tokens == max_json_bytes(schema)
+        # only what the real grammar enforces (qualification/smoke/test_grammar_keywords.py)
+        assert "uniqueItems" not in json.dumps(schema), "a guard the grammar ignores"
         for value in _enum_values(schema):
             if value.startswith("obj_"):
                 assert value in ids, f"{profile.name}: a reference the turn never saw"

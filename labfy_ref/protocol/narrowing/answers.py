@@ -243,7 +243,7 @@ def said_of(field: Mapping[str, Any], seen: Observations, rules: frozenset[str],
         return {"type": "string", "enum": values}
     return {"type": "array", "minItems": max(1, int(field.get("minItems", 0))),
             "maxItems": max(1, min(QUESTIONS, int(field["maxItems"]), len(values))),
-            "uniqueItems": True, "items": {"type": "string", "enum": values}}
+            "items": {"type": "string", "enum": values}}
 
 
 def _unlabelled(said: Iterable[str]) -> list[str]:

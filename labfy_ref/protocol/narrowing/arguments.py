@@ -161,7 +161,7 @@ def _reference(spec: ToolSpec, name: str, field: Mapping[str, Any], kind: str, *
         return None
     if items is not None:
         return {"type": "array", "maxItems": min(OBJECT_REFS, int(field.get("maxItems", 1))),
-                "uniqueItems": True, "items": {"type": "string", "enum": values}}
+                "items": {"type": "string", "enum": values}}
     return {"type": "string", "enum": values}
 
 
