@@ -302,6 +302,8 @@ class _StreamPort:
                 handle.emit("text", text=text)
             self._turn.record({"kind": "message", "role": "assistant", "text": text})
             await self._turn.flush()
+            # the answer's checked facts (PR-09), after its text and before done
+            handle.emit("facts", facts=list(ending.facts))
             handle.emit("done", reason="completed", interrupted=False)
             return
         error = ending.error or RuntimeRefused(

@@ -35,7 +35,7 @@ Subscriber = Callable[[Chunk], None]
 #: A chunk as delivered inside the handle: its type, the dict (None when replayed), its line.
 _Listener = Callable[[str, Chunk | None, bytes], None]
 CHUNK_TYPES = frozenset({"text", "reasoning", "tool-call", "tool-result", "approval-request",
-                         "approval-decision", "error", "done"})
+                         "approval-decision", "facts", "error", "done"})
 DEFAULT_MAX_CHUNKS = 10_000
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 

@@ -30,7 +30,7 @@ import dataclasses
 import secrets
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from labfy_ref.errors import ErrorCode, LabfyError, ModelUnavailable, ProtocolRefused, ToolError
 from labfy_ref.gateway import AgentGateway, CallContext, ToolOutcome
@@ -57,11 +57,20 @@ from labfy_ref.protocol import (
 )
 from labfy_ref.protocol.narrowing import DEFAULT_PROFILE
 from labfy_ref.runtime.limits import RuntimeLimits
+from labfy_ref.runtime.sources import FactSources
 from labfy_ref.runtime.states import TurnState
 from labfy_ref.tools.catalog import ToolCatalog
 
 #: What of the user's message orders reference menus (a bound, not a meaning).
 MAX_QUERY_CHARS = 2000
+
+
+async def _facts(conversation: Conversation, text: str) -> tuple[dict[str, Any], ...]:
+    """A final's facts (PR-09), checked off the event loop: the check is bounded, but a long
+    answer against many long results is still work a loop must not wait on."""
+    facts = await asyncio.to_thread(conversation.sources.check, text,
+                                    len(conversation.observations.read))
+    return tuple(fact.as_json() for fact in facts)
 
 
 def new_call_id() -> str:
@@ -81,6 +90,8 @@ class Conversation:
     observations: Observations = dataclasses.field(default_factory=Observations)
     #: The canonical text of the last call if it failed (GW-05), else None.
     last_failure: str | None = None
+    #: What the turn read and the user said: what a final's facts are checked against.
+    sources: FactSources = dataclasses.field(default_factory=FactSources)
 
     @classmethod
     def start(cls, messages: Sequence[ChatMessage]) -> Conversation:
@@ -92,7 +103,8 @@ class Conversation:
         query = next((str(m.get("content", "")) for m in reversed(messages)
                       if m.get("role") == "user"), "")
         return cls(messages if isinstance(messages, MessageLog) else MessageLog(messages),
-                   observations=Observations(query=query[:MAX_QUERY_CHARS]))
+                   observations=Observations(query=query[:MAX_QUERY_CHARS]),
+                   sources=FactSources.told(messages))
 
     @property
     def tool_calls(self) -> int:
@@ -141,6 +153,8 @@ class Ending:
     campaign_id: str | None = None
     #: The approval request a human has not answered yet (``AUTHORIZATION_REQUIRED``).
     waiting_on: str | None = None
+    #: A completed turn's checked facts (PR-09), as JSON objects.
+    facts: tuple[dict[str, Any], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -244,7 +258,8 @@ class TurnDriver:
                 return None  # cancelled while the model answered: the answer is discarded
             action = accepted.action
             if isinstance(action, Final):
-                return Ending(TurnState.COMPLETED, final_text=action.text)
+                return Ending(TurnState.COMPLETED, final_text=action.text,
+                              facts=await _facts(conversation, action.text))
             ending = self._over_calls(conversation)
             if ending is None:
                 ending = self._repeated(conversation, action)
@@ -340,6 +355,7 @@ class TurnDriver:
         """Give the model an outcome and tell the port (also used by a granted resume)."""
         conversation.answer(outcome, self.gateway.catalog, exempt=exempt,
                             rules=self.limits.narrowing_rules)
+        conversation.sources.remember(call_id, outcome.result)
         port.answered(call_id, outcome)
 
     def _numbered(self, port: TurnPort, conversation: Conversation) -> Ask:

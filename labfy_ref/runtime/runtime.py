@@ -303,6 +303,7 @@ class AgentRuntime:
             return
         if ending.state is TurnState.COMPLETED:
             turn.final_text = ending.final_text
+            turn.facts = list(ending.facts)
         self._end(turn, ending.state, ending.error)
 
     def _run_granted_research(self, turn: Turn, port: _RuntimePort,

@@ -41,6 +41,8 @@ class Turn:
     state: TurnState = TurnState.QUEUED
     tool_calls: list[ToolCallRecord] = dataclasses.field(default_factory=list)
     final_text: str | None = None
+    #: A completed turn's checked facts (PR-09): found, derived or not found.
+    facts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     error: dict[str, str] | None = None
     authorization: dict[str, str] | None = None
     created_at: str = dataclasses.field(default_factory=lambda: iso(utcnow()))
@@ -79,7 +81,7 @@ class Turn:
             "id": self.id, "state": self.state.value,
             "client_request_id": self.client_request_id, "message": self.message,
             "rounds": self.rounds, "tool_calls": [c.as_json() for c in self.tool_calls],
-            "final_text": self.final_text, "error": self.error,
+            "final_text": self.final_text, "facts": self.facts, "error": self.error,
             "authorization": self.authorization, "created_at": self.created_at,
             "updated_at": self.updated_at or self.created_at,
         }

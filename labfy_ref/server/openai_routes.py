@@ -385,10 +385,14 @@ class _Reply:
         return shaped
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None, *,
-              usage: bool = False) -> bytes:
-        """One SSE event holding a ``chat.completion.chunk`` (``usage``: with the turn's)."""
-        return event(self._chunk([{"index": 0, "delta": delta, "finish_reason": finish}],
-                                 usage=usage))
+              usage: bool = False, facts: list[Any] | None = None) -> bytes:
+        """One SSE event holding a ``chat.completion.chunk`` (``usage``: with the turn's;
+        ``facts``: the answer's checked facts, on the finish chunk)."""
+        document = self._chunk([{"index": 0, "delta": delta, "finish_reason": finish}],
+                               usage=usage)
+        if facts is not None:
+            document[FACTS_FIELD] = facts
+        return event(document)
 
     def usage_chunk(self) -> bytes:
         """OpenAI's ``include_usage`` chunk: no choices, the turn's usage."""
@@ -402,8 +406,10 @@ class _Reply:
             document["usage"] = self.usage()
         return document
 
-    def completion(self, text: str, reasoning: str) -> dict[str, Any]:
-        """The whole ``chat.completion`` body."""
+    def completion(self, text: str, reasoning: str,
+                   facts: list[Any] | None = None) -> dict[str, Any]:
+        """The whole ``chat.completion`` body (with the answer's checked facts, when the
+        engine's agent answered: the extension field ``labfy_facts``, PR-09)."""
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if reasoning:
             message["reasoning_content"] = reasoning
@@ -412,7 +418,14 @@ class _Reply:
             "model": self.model,
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
             "usage": self.usage()}
+        if facts is not None:
+            document[FACTS_FIELD] = facts
         return document
+
+
+#: The extension field of a completion (and of a stream's finish chunk) holding the
+#: answer's checked facts (PR-09): clients ignore a field they do not know.
+FACTS_FIELD = "labfy_facts"
 
 
 def event(document: dict[str, Any]) -> bytes:
@@ -466,6 +479,7 @@ async def _events(reply: _Reply, include_usage: bool,
     a comment line whenever the engine works ``keepalive`` seconds without a chunk."""
     yield reply.chunk({"role": "assistant", "content": ""})
     failed = False
+    facts: list[Any] | None = None
     async for chunk in ticking(reply.handle.iterate(), keepalive):
         if chunk is None:
             yield KEEPALIVE
@@ -475,11 +489,13 @@ async def _events(reply: _Reply, include_usage: bool,
             yield reply.chunk({"content": chunk["text"]})
         elif kind == "reasoning":
             yield reply.chunk({"reasoning_content": chunk["text"]})
+        elif kind == "facts":
+            facts = list(chunk["facts"])
         elif not failed and (failure := _failure(chunk)) is not None:
             failed = True
             yield event({"error": openai_error(*failure)})
         elif kind == "done" and not failed:
-            yield reply.chunk({}, "stop", usage=not include_usage)
+            yield reply.chunk({}, "stop", usage=not include_usage, facts=facts)
             if include_usage:
                 yield reply.usage_chunk()
     yield DONE
@@ -489,14 +505,17 @@ async def _answer(reply: _Reply) -> JSONResponse:
     """The whole turn as one body: a ``chat.completion``, or the turn's error."""
     text: list[str] = []
     reasoning: list[str] = []
+    facts: list[Any] | None = None
     async for chunk in reply.handle.iterate():
         if chunk["type"] == "text":
             text.append(chunk["text"])
         elif chunk["type"] == "reasoning":
             reasoning.append(chunk["text"])
+        elif chunk["type"] == "facts":
+            facts = list(chunk["facts"])
         elif (failure := _failure(chunk)) is not None:
             return error_answer(*failure)
-    return JSONResponse(reply.completion("".join(text), "".join(reasoning)))
+    return JSONResponse(reply.completion("".join(text), "".join(reasoning), facts))
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -726,6 +726,12 @@
     view.tail.append(line);
   }
 
+  /** The answer's checked facts (PR-09), under the reply: nothing in the reply changes. */
+  function showFacts(view, chunk) {
+    const line = window.labfyText.facts(chunk.facts);
+    if (line) view.tail.append(line);
+  }
+
   const ENDINGS = { cancelled: "Stopped: the turn was cancelled.", error: "The turn ended with an error." };
 
   function finish(view, chunk) {
@@ -742,6 +748,7 @@
     ["tool-result", attachResult],
     ["approval-request", approvalBox],
     ["approval-decision", decided],
+    ["facts", showFacts],
     ["error", (view, chunk) => showError(view, chunk.code, chunk.message)],
     ["done", finish],
   ]);

@@ -56,5 +56,38 @@
     return root;
   }
 
-  window.labfyText = Object.freeze({ visible, set, el, node, markTree });
+  const FACT_STATES = {
+    found: "found in what the turn read",
+    derived: "worked out from numbers read or said",
+    not_found: "not found in anything the turn read or you said",
+  };
+
+  /** A final's checked facts (PR-09) as one line of both pages: each fact as written, a
+   *  title saying where it comes from; a fact nothing supports is marked
+   *  (data-testid="fact-unsupported"). The answer itself is never changed. Null when the
+   *  answer holds no checkable fact. */
+  function facts(list) {
+    if (!Array.isArray(list) || list.length === 0) return null;
+    const line = el("p", "facts");
+    line.append(node("Checked: "));
+    list.forEach((fact, index) => {
+      if (index > 0) line.append(node(" · "));
+      const status = Object.hasOwn(FACT_STATES, fact.status) ? fact.status : "not_found";
+      const chip = el("span", `fact fact-${status.replace("_", "-")}`, String(fact.text));
+      let why = FACT_STATES[status];
+      if (status === "found" && fact.where) why += ` (${fact.where === "said" ? "you said it" : String(fact.where)})`;
+      if (status === "derived" && fact.operation) {
+        why += ` (${String(fact.operation)} of ${(fact.operands || []).map(String).join(", ")})`;
+      }
+      chip.title = visible(why);
+      if (status === "not_found") {
+        chip.dataset.testid = "fact-unsupported";
+        chip.append(node(" (not found)"));
+      }
+      line.append(chip);
+    });
+    return line;
+  }
+
+  window.labfyText = Object.freeze({ visible, set, el, node, markTree, facts });
 }());

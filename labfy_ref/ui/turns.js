@@ -283,6 +283,15 @@
       putText(view[key], text);
     }
 
+    /** The answer's checked facts under it (PR-09), drawn once when they arrive. */
+    function setFacts(view, facts) {
+      if (view.factsNode || !view.finalNode) return;
+      const line = window.labfyText.facts(facts);
+      if (!line) return;
+      view.factsNode = line;
+      view.finalNode.after(line);
+    }
+
     function progressLine(turn, now) {
       const counts = `${plural(turn.rounds, "round")} · ${plural(turn.tool_calls.length, "tool call")}`;
       switch (turn.state) {
@@ -318,6 +327,7 @@
       if (view.activitySummary.textContent !== summary) view.activitySummary.textContent = summary;
       updateAuthorization(view, turn.state, turn.authorization);
       setText(view, "finalNode", "final-text", "final-text", turn.final_text);
+      setFacts(view, turn.facts);
       setText(view, "errorNode", "turn-error", "turn-error",
         turn.error ? turn.error.code + ": " + turn.error.message : null);
       remember(turn);

@@ -85,7 +85,7 @@ def test_tool_calls_and_results_stream_and_stay_attached_after_reload(
     chunks = TurnReader(client, sid, "What is in notes?").join()
     types = [c["type"] for c in chunks]
     runs = [t for i, t in enumerate(types) if i == 0 or t != types[i - 1]]
-    assert runs == ["tool-call", "tool-result", "text", "done"]
+    assert runs == ["tool-call", "tool-result", "text", "facts", "done"]
     call, result = chunks[0], chunks[1]
     assert call["call_id"] == result["call_id"] and call["tool_id"] == "files.list"
     assert result["result"]["trust"] == "UNTRUSTED_DATA"

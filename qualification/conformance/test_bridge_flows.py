@@ -102,7 +102,7 @@ def test_a_tool_call_and_its_result_stream_and_stay_attached(client: ApiClient) 
     turn = RawTurn(client, sid, f"What is in notes? {marker('files-list')}")
     types = turn.types()
     assert [t for i, t in enumerate(types) if i == 0 or t != types[i - 1]] == [
-        "tool-call", "tool-result", "text", "done"]
+        "tool-call", "tool-result", "text", "facts", "done"]
     call, result = turn.chunks[0], turn.chunks[1]
     assert call["call_id"] == result["call_id"] and call["tool_id"] == "files.list"
     assert result["result"]["trust"] == "UNTRUSTED_DATA"

@@ -19,7 +19,7 @@ from qualification.target import Served
 pytestmark = pytest.mark.conformance
 
 TURN_FIELDS = {"id", "state", "client_request_id", "message", "rounds", "tool_calls",
-               "final_text", "error", "authorization", "created_at", "updated_at"}
+               "final_text", "facts", "error", "authorization", "created_at", "updated_at"}
 
 
 @pytest.fixture

@@ -151,7 +151,8 @@ def test_turn_wire_shape(demo_client: ApiClient) -> None:
     turn = demo_client.start_turn("shape check")
     done = demo_client.wait_state(turn["id"], {"AUTHORIZATION_REQUIRED"})
     assert set(done) == {"id", "state", "client_request_id", "message", "rounds", "tool_calls",
-                         "final_text", "error", "authorization", "created_at", "updated_at"}
+                         "final_text", "facts", "error", "authorization", "created_at",
+                         "updated_at"}
     call = done["tool_calls"][0]
     assert set(call) == {"call_id", "tool_id", "arguments", "status", "result"}
     assert set(call["result"]) == {"trust", "tool_id", "ok", "data"}

@@ -1,0 +1,76 @@
+"""PR-09 on both pages: a final's checked facts under the answer, a fact nothing read or
+said supports marked ``fact-unsupported`` — the answer itself as the model wrote it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fake_provider import Answer
+from labfy_ref.gateway import AgentGateway, CallContext
+from labfy_ref.modes import PermissionMode
+from labfy_ref.workspace import open_workspace
+from qualification.browser.engine_page import (
+    final_action,
+    new_session,
+    open_engine,
+    send,
+    tool_call,
+    turn_over,
+)
+from qualification.browser.page import Page
+from qualification.browser.runtime_page import (
+    answer_action,
+    answer_call,
+    logged_in,
+    scripted,
+    send_message,
+    wait_state,
+)
+from qualification.conftest import ProviderFactory, ServerFactory, local_agent
+
+ANSWER = "Sixty-two visits in 20 minutes, and 9731 more later."
+
+
+def _garden(specimen: Path) -> str:
+    workspace = open_workspace(specimen)
+    listed = AgentGateway(workspace, workspace.open_store()).call(
+        "workspace.list_objects", {}, CallContext(PermissionMode.READ_ONLY))
+    return str(next(o["object_id"] for o in listed.result["data"]["objects"]
+                    if o["title"] == "Garden 4, 14 June"))
+
+
+@pytest.mark.req("PR-09", "UI-01")
+def test_the_runtime_page_marks_the_fact_nothing_supports(
+        page: Page, specimen: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory) -> None:
+    provider = provider_factory(scripted(
+        "facts", answer_call("workspace.read_object", object_id=_garden(specimen)),
+        answer_action(type="final", text=ANSWER)))
+    logged_in(page, server_factory(specimen, **local_agent(provider.base_url)))
+    turn = wait_state(page, send_message(page, "How busy was garden 4?"), "COMPLETED")
+    assert page.text("final-text", within=turn) == ANSWER, "the answer is never rewritten"
+    page.wait(lambda: len(page.all("fact-unsupported", within=turn)) == 1,
+              what="the unsupported fact marked")
+    [mark] = page.all("fact-unsupported", within=turn)
+    assert mark.text.startswith("9731") and "not found" in str(mark.get_attribute("title"))
+    assert "Sixty-two" in turn.text, "the supported fact is listed, unmarked"
+
+
+@pytest.mark.req("PR-09", "UI-04")
+def test_the_engine_page_marks_the_fact_nothing_supports(
+        page: Page, specimen: Path, provider_factory: ProviderFactory,
+        server_factory: ServerFactory) -> None:
+    open_engine(page, specimen, provider_factory, server_factory,
+                Answer(content=tool_call("workspace.read_object",
+                                         object_id=_garden(specimen))),
+                Answer(content=final_action(ANSWER)))
+    new_session(page)
+    send(page, "How busy was garden 4?")
+    turn_over(page)
+    page.wait(lambda: len(page.all("fact-unsupported")) == 1,
+              what="the unsupported fact marked")
+    [mark] = page.all("fact-unsupported")
+    assert mark.text.startswith("9731") and "not found" in str(mark.get_attribute("title"))
+    assert ANSWER in page.all("assistant-message")[-1].text
