@@ -112,7 +112,8 @@ class Engine(Protocol):
 
     def session_context(self, session_id: str) -> dict[str, Any]:
         """What the session's model is told besides its messages, as text: ``{"system_prompt",
-        "injected": [...]}`` (seed 003: shown in Session context, never as user messages)."""
+        "injected": [...], "guidance": {...}}`` (seed 003: shown in Session context, never as
+        user messages; ``guidance``: the narrowing's profile in force, PR-08)."""
         ...
 
     def list_agents(self) -> list[dict[str, Any]]:

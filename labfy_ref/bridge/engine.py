@@ -147,7 +147,8 @@ class ReferenceEngine:
         """The engine's system prompt and what the session injects (a durable session injects
         nothing: only a transient one carries its client's system messages)."""
         self._state(session_id)  # SESSION_NOT_FOUND for an unknown one
-        return {"system_prompt": self._loop.system_prompt, "injected": []}
+        return {"system_prompt": self._loop.system_prompt, "injected": [],
+                "guidance": self._loop.limits.guidance.as_json()}
 
     def list_agents(self) -> list[dict[str, Any]]:
         """The one root agent and the sessions it is running."""

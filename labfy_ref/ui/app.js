@@ -47,8 +47,9 @@
     else mode = "Local agent · " + status.model + " — unavailable: " + oneLine(String(status.diagnostic), 160);
     setText($("mode-label"), mode);
     const ws = status.workspace;
+    const guidance = status.limits.guidance ? ` · guidance: ${status.limits.guidance.profile}` : "";
     setText($("workspace-line"),
-      `Workspace: ${ws.name} (${ws.kind}) · permission: ${status.permission_mode}`);
+      `Workspace: ${ws.name} (${ws.kind}) · permission: ${status.permission_mode}${guidance}`);
     $("composer-input").maxLength = status.limits.max_message_chars;
     $("pages-nav").hidden = !(status.bridge && status.bridge.enabled);  // /cordis serves then
   }

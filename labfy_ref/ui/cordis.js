@@ -545,6 +545,11 @@
     }
     if (!state.session || state.session.id !== sessionId) return;  // another one opened since
     setText(ui.contextPrompt, context.system_prompt);
+    if (context.guidance) {  // the narrowing's profile in force (PR-08), after the settings
+      const rules = (context.guidance.rules || []).map(String).join(", ") || "guards only";
+      ui.contextSettings.append(el("dt", "", "Guidance"),
+        el("dd", "", `${String(context.guidance.profile)} (${rules})`));
+    }
     ui.contextInjected.replaceChildren(...(context.injected.length
       ? context.injected.map((text) => el("pre", "context-prompt", text))
       : [el("p", "muted", "None: this session's messages are all the model is told besides the prompt.")]));

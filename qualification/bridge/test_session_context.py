@@ -18,7 +18,7 @@ from qualification.conftest import ProviderFactory, ServerFactory, local_agent
 FINAL = json.dumps({"type": "final", "text": "noted"})
 
 
-@pytest.mark.req("BR-22", "UI-05")
+@pytest.mark.req("BR-22", "UI-05", "PR-08")
 def test_the_context_is_the_prompt_the_model_receives_and_nothing_is_injected(
         specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
@@ -28,7 +28,9 @@ def test_the_context_is_the_prompt_the_model_receives_and_nothing_is_injected(
     answer = client.get(f"/api/cordis/sessions/{session_id}/context")
     assert answer.status_code == 200, answer.text
     context = answer.json()["context"]
-    assert set(context) == {"system_prompt", "injected"} and context["injected"] == []
+    assert set(context) == {"system_prompt", "injected", "guidance"}
+    assert context["injected"] == []
+    assert context["guidance"]["profile"] == "guided", "the profile in force (PR-08)"
     assert client.post(f"/api/cordis/sessions/{session_id}/messages",
                        {"text": "hello"}).status_code == 200
     [request] = provider.chat_requests()

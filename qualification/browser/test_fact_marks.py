@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from selenium.webdriver.common.by import By
 
 from fake_provider import Answer
 from labfy_ref.gateway import AgentGateway, CallContext
@@ -41,7 +42,7 @@ def _garden(specimen: Path) -> str:
                     if o["title"] == "Garden 4, 14 June"))
 
 
-@pytest.mark.req("PR-09", "UI-01")
+@pytest.mark.req("PR-09", "PR-08", "UI-01")
 def test_the_runtime_page_marks_the_fact_nothing_supports(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
@@ -49,6 +50,8 @@ def test_the_runtime_page_marks_the_fact_nothing_supports(
         "facts", answer_call("workspace.read_object", object_id=_garden(specimen)),
         answer_action(type="final", text=ANSWER)))
     logged_in(page, server_factory(specimen, **local_agent(provider.base_url)))
+    line = page.driver.find_element(By.ID, "workspace-line")
+    page.wait(lambda: "guidance: guided" in line.text, what="the profile in force shown")
     turn = wait_state(page, send_message(page, "How busy was garden 4?"), "COMPLETED")
     assert page.text("final-text", within=turn) == ANSWER, "the answer is never rewritten"
     page.wait(lambda: len(page.all("fact-unsupported", within=turn)) == 1,
@@ -56,9 +59,11 @@ def test_the_runtime_page_marks_the_fact_nothing_supports(
     [mark] = page.all("fact-unsupported", within=turn)
     assert mark.text.startswith("9731") and "not found" in str(mark.get_attribute("title"))
     assert "Sixty-two" in turn.text, "the supported fact is listed, unmarked"
+    page.at_widths("a turn with its checked facts")  # no spill, no severe axe finding
+    page.screenshot("runtime-facts")
 
 
-@pytest.mark.req("PR-09", "UI-04")
+@pytest.mark.req("PR-09", "PR-08", "UI-04")
 def test_the_engine_page_marks_the_fact_nothing_supports(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
@@ -67,6 +72,9 @@ def test_the_engine_page_marks_the_fact_nothing_supports(
                                          object_id=_garden(specimen))),
                 Answer(content=final_action(ANSWER)))
     new_session(page)
+    context = page.find("session-context")
+    page.wait(lambda: "Guidance" in str(context.get_attribute("textContent")), what="guidance")
+    assert "guided (relevance" in str(context.get_attribute("textContent"))
     send(page, "How busy was garden 4?")
     turn_over(page)
     page.wait(lambda: len(page.all("fact-unsupported")) == 1,
@@ -74,3 +82,5 @@ def test_the_engine_page_marks_the_fact_nothing_supports(
     [mark] = page.all("fact-unsupported")
     assert mark.text.startswith("9731") and "not found" in str(mark.get_attribute("title"))
     assert ANSWER in page.all("assistant-message")[-1].text
+    page.at_widths("a reply with its checked facts")
+    page.screenshot("engine-facts")
