@@ -10,13 +10,13 @@ relevance (:func:`present`), and a concluding round may repeat what was read
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from labfy_ref.protocol.narrowing.bounds import admitted
 from labfy_ref.protocol.narrowing.observations import Observations
-from labfy_ref.protocol.narrowing.request import TOKEN, catalog_vocabulary, request_words
 from labfy_ref.protocol.narrowing.rules import (
     ALL_RULES,
     QUOTED,
@@ -26,7 +26,7 @@ from labfy_ref.protocol.narrowing.rules import (
 )
 from labfy_ref.protocol.relevance import ranked, scores
 from labfy_ref.protocol.text_shape import Shape, figures, vocabulary
-from labfy_ref.tools.catalog import ToolCatalog, default_catalog
+from labfy_ref.tools.catalog import ToolCatalog
 
 #: The answer a quoted final may always give instead of a passage: the reads did not say.
 NOT_SAID = "Unanswered: nothing I read says this."
@@ -65,55 +65,47 @@ def recap(observations: Observations, rules: frozenset[str] = ALL_RULES) -> str:
     return f"{RECAP_PREFIX}{text[-RECAP_CHARS:]}" if text else ""
 
 
-def quoted(wide: Mapping[str, Any], seen: Observations, rules: frozenset[str],
-            catalog: ToolCatalog | None = None) -> dict[str, Any] | None:
-    """The final text as a quotation of what the turn read (quoted rule), or None.
+#: :data:`NOT_SAID` is placed after the passages that score at least this share of the
+#: best passage's relevance (before the others): offered always, never forced first. A
+#: question of two parts ("how many…, and where…") scores its second part's passage far
+#: below the first's, so the share is low.
+NOT_SAID_AFTER = 0.25
+#: At most this many of the most relevant passages may be joined into one answer.
+JOINED = 3
+
+
+def quoted(wide: Mapping[str, Any], seen: Observations,
+           rules: frozenset[str]) -> dict[str, Any] | None:
+    """The final text made of what the turn read (quoted rule, the ``quoting`` profile), or
+    None.
 
     Once the turn read content, the answer is one of the passages it read
-    (:func:`~labfy_ref.protocol.text_shape.passages`: its sentences, a file's
-    lines), verbatim — so every answer is grounded by construction and a
-    small model chooses, by the words it would start with, among sentences
-    it has just seen instead of composing one. The passages are ordered by
-    relevance to the request (the note shows that order; the grammar admits
-    them all alike). When no passage says the request's words
-    (:func:`answers`), :data:`NOT_SAID` is offered, first: what was read does
-    not answer.
+    (:func:`~labfy_ref.protocol.text_shape.passages`: its sentences, a file's lines),
+    verbatim, or up to :data:`JOINED` of the most relevant ones (among those above the
+    share below) joined in the order they were read (an answer that needs two facts can say both), or :data:`NOT_SAID`. The
+    options are ordered by relevance to the request (the note shows that order; the
+    grammar admits them all alike): the passages scoring at least :data:`NOT_SAID_AFTER`
+    of the best, the joined ones, :data:`NOT_SAID`, then the rest. "Nothing I read says
+    this" is always on offer and never withdrawn; it comes first only when no passage
+    scores at all.
     """
     if QUOTED not in rules or not seen.passages:
         return None
-    options = list(seen.passages)
-    score = scores(seen.query, {passage: passage for passage in options})
-    if RELEVANCE in rules and seen.query:  # ranked's order, from the one scoring
-        options.sort(key=lambda passage: -score[passage])
-    said = request_words(seen.query, catalog_vocabulary(catalog or default_catalog()))
-    values = admitted(wide, options if answers(said, options) else [NOT_SAID, *options])
+    read = list(seen.passages)
+    score = scores(seen.query, {passage: passage for passage in read})
+    ranked_ = sorted(read, key=lambda passage: -score[passage])  # a stable sort: ties as read
+    best = score[ranked_[0]]
+    relevant = [p for p in ranked_ if best > 0 and score[p] >= NOT_SAID_AFTER * best]
+    rest = [p for p in ranked_ if p not in set(relevant)]
+    if RELEVANCE not in rules:  # an ablation: the passages as read, NOT_SAID still placed
+        relevant, rest = [p for p in read if p in set(relevant)], [p for p in read
+                                                                   if p in set(rest)]
+    top = {passage for passage in ranked_[:JOINED] if passage in set(relevant)}
+    in_order = [passage for passage in read if passage in top]
+    joined = [" ".join(parts) for size in range(2, len(in_order) + 1)
+              for parts in itertools.combinations(in_order, size)]
+    values = admitted(wide, [*relevant, *joined, NOT_SAID, *rest])
     return {"type": "string", "enum": list(dict.fromkeys(values))} if values else None
-
-
-#: A passage may answer a request when it says this many of the request's words (or all
-#: of them, when the request has fewer): one shared word is a coincidence of topic.
-ANSWER_WORDS = 2
-
-
-def answers(words: list[str], passages: Iterable[str]) -> bool:
-    """Does one of ``passages`` say :data:`ANSWER_WORDS` of the request's ``words``?
-
-    A word is said when a word of the passage starts with it or it starts with
-    a word of the passage, both of three letters or more ("record" and
-    "recorded", "bee" and "bees"), casefolded, in any script. When none does,
-    the quoted answer offers :data:`NOT_SAID` first (quoted rule).
-    """
-    wanted = set(words)
-    if not wanted:
-        return True
-    need = min(ANSWER_WORDS, len(wanted))
-    for passage in passages:
-        have = {word.casefold() for word in TOKEN.findall(passage) if len(word) >= 3}
-        hits = sum(1 for word in wanted
-                   if any(other.startswith(word) or word.startswith(other) for other in have))
-        if hits >= need:
-            return True
-    return False
 
 
 #: How the quoted answers are introduced, and how many of them the note shows.

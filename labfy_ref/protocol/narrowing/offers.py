@@ -132,7 +132,7 @@ def narrow(catalog: ToolCatalog, available: Iterable[str], observations: Observa
     if (not looking and not named
             and not _research_pending(catalog, branches, observations, rules)):
         wide_text = final_branch["properties"]["text"]
-        final_text = (quoted(wide_text, observations, rules, catalog)
+        final_text = (quoted(wide_text, observations, rules)
                       or free_text(wide_text, FINAL, FINAL_TEXT_CHARS, rules, scripts))
         if "enum" in final_text:
             note = quote_note(final_text["enum"])
