@@ -28,7 +28,7 @@ from labfy_ref.report.sources import agent_sha256
 from labfy_ref.report.validate import schema
 
 RECORD_NAME = EVAL_RECORD
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclasses.dataclass(slots=True)

@@ -234,7 +234,11 @@ async def _run_task(task: Task, run: int, model: SupervisedLlama | None, root: P
                            if c["arguments"].get("object_id") in titles else {})}
                        for c in turn.get("tool_calls", [])],
         "final_text": seen.final_text, "tokens": turn.get("_tokens", 0),
-        "wall_ms": round((time.monotonic() - started) * 1000.0, 1)}
+        "wall_ms": round((time.monotonic() - started) * 1000.0, 1),
+        # figures only (issue 45's point 6): each round's wall time and prompt tokens
+        "round_ms": [r.get("ms") for r in turn.get("_rounds", [])],
+        "round_prompt_tokens": [r.get("prompt_tokens") for r in turn.get("_rounds", [])],
+        "facts": list(turn.get("facts") or [])}
 
 
 async def _turn(task: Task, run: int, model: SupervisedLlama | None, directory: Path, *,
@@ -248,7 +252,7 @@ async def _turn(task: Task, run: int, model: SupervisedLlama | None, directory: 
         return done.as_turn(), done.error
     config = serve_config(directory, model.model if model else CONTROL_AGENT, options.model,
                           mode=task.permission_mode, conclude_after=options.conclude_after,
-                          origin="eval")
+                          origin="eval", guidance=options.guidance)
     agent = RandomControl(f"{task.id}:{run}") if model is None else None
     try:
         async with serve_workspace(config, model, limits=limits, owns_model=False,
@@ -287,10 +291,11 @@ async def _drive(base_url: str, code: str, message: str) -> dict[str, Any]:
             await client.post(f"{_API}/turns/{turn['id']}/resume", None, 202)
             turn = await client.wait(turn["id"], ENDED)
         events = (await client.get(f"{_API}/events?limit=500"))["events"]
-        turn["_tokens"] = sum(int(e["data"].get("prompt_tokens") or 0)
-                              + int(e["data"].get("completion_tokens") or 0)
-                              for e in events
-                              if e["turn_id"] == turn["id"] and e["type"] == "turn.round")
+        rounds = [e["data"] for e in events
+                  if e["turn_id"] == turn["id"] and e["type"] == "turn.round"]
+        turn["_tokens"] = sum(int(r.get("prompt_tokens") or 0)
+                              + int(r.get("completion_tokens") or 0) for r in rounds)
+        turn["_rounds"] = rounds
         return turn
     finally:
         await client.http.aclose()

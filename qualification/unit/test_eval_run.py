@@ -58,6 +58,9 @@ def _canned(tool_ids: list[str]) -> Any:
         }
         return {"state": "COMPLETED", "final_text": "Forty-one species; ivy bees.",
                 "rounds": 4, "_tokens": 321,
+                "_rounds": [{"ms": 812.5, "prompt_tokens": 300}, {"ms": 95.0,
+                                                                  "prompt_tokens": None}],
+                "facts": [{"text": "Forty-one", "status": "found"}],
                 "tool_calls": [{"tool_id": tool_id, "status": "ok", **calls[tool_id]}
                                for tool_id in tool_ids]}, None
     return turn
@@ -69,7 +72,7 @@ def _clock(monkeypatch: pytest.MonkeyPatch, *readings: float) -> None:
     monkeypatch.setattr(eval_run, "time", types.SimpleNamespace(monotonic=lambda: next(ticks)))
 
 
-@pytest.mark.req("EV-01")
+@pytest.mark.req("EV-01", "EV-02")
 def test_a_task_is_judged_by_the_titles_and_paths_its_turn_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(eval_run, "_turn", _canned(
@@ -83,6 +86,8 @@ def test_a_task_is_judged_by_the_titles_and_paths_its_turn_read(
     assert [call.get("title") for call in result["tool_calls"]] == [None, TITLE, None]
     assert (result["rounds"], result["tokens"], result["state"]) == (4, 321, "COMPLETED")
     assert result["wall_ms"] == 60000.0, "the task's wall time, in milliseconds"
+    assert (result["round_ms"], result["round_prompt_tokens"]) == ([812.5, 95.0], [300, None])
+    assert result["facts"] == [{"text": "Forty-one", "status": "found"}]
     assert eval_run._row(result) == (
         "PASS species-from-notes     run 1 rounds  4 calls  3 tokens    321   60.0 s "
         f"[list_objects read_object({TITLE}) read]")

@@ -169,6 +169,23 @@ def test_the_record_is_schema_valid_and_merges_one_entry_per_model_agent_ablatio
     assert not list(tmp_path.glob(".*.tmp")), "written atomically, nothing left behind"
 
 
+@pytest.mark.req("EV-02")
+def test_a_record_of_schema_1_stays_readable_and_a_new_entry_moves_it_to_2(
+        tmp_path: Path) -> None:
+    write_entry(tmp_path, _entry("a" * 64))
+    path = tmp_path / "eval-record.json"
+    older = json.loads(path.read_text("utf-8"))
+    older["schema_version"] = 1  # as a release before the per-round figures wrote it
+    path.write_text(json.dumps(older), "utf-8")
+    assert read_record(tmp_path) is not None, "a record of schema 1 is read as it is"
+    newer = _entry("b" * 64)
+    newer.tasks[0].update(round_ms=[10.5, None], round_prompt_tokens=[120, None], facts=[])
+    write_entry(tmp_path, newer)
+    record = read_record(tmp_path)
+    assert record is not None and record["schema_version"] == 2
+    assert sorted(e["model"]["sha256"][0] for e in record["entries"]) == ["a", "b"]
+
+
 @pytest.mark.req("EV-01")
 def test_the_documented_tasks_file_loads_as_written(tmp_path: Path) -> None:
     """docs/eval.md's example is a tasks file as it stands (the tour is executed)."""
