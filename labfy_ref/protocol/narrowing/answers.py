@@ -80,14 +80,14 @@ def quoted(wide: Mapping[str, Any], seen: Observations,
     None.
 
     Once the turn read content, the answer is one of the passages it read
-    (:func:`~labfy_ref.protocol.text_shape.passages`: its sentences, a file's lines),
-    verbatim, or up to :data:`JOINED` of the most relevant ones (among those above the
-    share below) joined in the order they were read (an answer that needs two facts can
-    say both), or :data:`NOT_SAID`. The options are ordered by relevance to the request (the note shows that order; the
-    grammar admits them all alike): the passages scoring at least :data:`NOT_SAID_AFTER`
-    of the best, the joined ones, :data:`NOT_SAID`, then the rest. "Nothing I read says
-    this" is always on offer and never withdrawn; it comes first only when no passage
-    scores at all.
+    (:func:`~labfy_ref.protocol.text_shape.passages`: its sentences, a file's
+    lines), verbatim; or up to :data:`JOINED` of the most relevant ones, joined in
+    the order they were read (an answer of two facts can say both); or
+    :data:`NOT_SAID`. The options are ordered by relevance to the request (the
+    note shows that order; the grammar admits them all alike): the passages
+    scoring at least :data:`NOT_SAID_AFTER` of the best, the joined ones,
+    :data:`NOT_SAID`, then the rest. "Nothing I read says this" is always on
+    offer and never withdrawn; it comes first only when no passage scores.
     """
     if QUOTED not in rules or not seen.passages:
         return None
