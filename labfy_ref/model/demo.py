@@ -26,7 +26,10 @@ The rule, in full:
    at most one word between: "look it up"), it reads
    the best object only and prepares research on it (a note when nothing
    matched): the turn stops for a human grant like any agent's, and once
-   granted it summarises the evidence.
+   granted it answers with what the evidence says (its first two excerpts,
+   each with its source, then the campaign).
+5. An object id the question holds (as *Insert* puts it there) is read first,
+   and the answer (or the research) is made from the objects so named.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ READS = 3
 SEARCHES = 2
 #: A quoted passage is cut at this many characters.
 QUOTE_CHARS = 300
+#: At most this many evidence items are quoted in the answer to a research question.
+EVIDENCE_ITEMS = 2
+#: An object id as a user pastes it (the page's *Insert* puts one in the message).
+OBJECT_ID = re.compile(r"\bobj_[0-9A-HJKMNP-TV-Z]{26}\b")
 #: The ``match`` argument's bound (the catalog's ``maxLength``): no question word is longer.
 MATCH_CHARS = 100
 _WORD = re.compile(r"[^\W_]+")
@@ -237,10 +244,20 @@ class DemoAgent:
 
 
 def _evidence(data: Mapping[str, Any]) -> str:
-    evidence = data["evidence"]
-    sources = "; ".join(str(item["source"]) for item in evidence[:3])
-    return _final(f"research campaign {data['campaign_id']} is {data['status']} with "
-                  f"{len(evidence)} evidence item(s)" + (f" from: {sources}." if sources else "."))
+    """What the evidence says (each excerpt and its source, at most :data:`EVIDENCE_ITEMS`),
+    then the campaign it came from."""
+    evidence = [item for item in data["evidence"] if isinstance(item, Mapping)]
+    said = "; ".join(f"\u201c{_cut(str(item.get('excerpt', '')))}\u201d "
+                     f"({str(item.get('source', ''))[:120]})"
+                     for item in evidence[:EVIDENCE_ITEMS] if item.get("excerpt"))
+    status = (f"campaign {data['campaign_id']} is {data['status']} with {len(evidence)} "
+              "evidence item(s)")
+    return _final(f"the research found: {said}. ({status}.)" if said
+                  else f"the research found nothing to say: {status}.")
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS - 1] + "\u2026"
 
 
 class _Plan:
@@ -254,6 +271,15 @@ class _Plan:
         return self.offered is None or tool_id in self.offered
 
     def next(self) -> str:
+        named = list(dict.fromkeys(OBJECT_ID.findall(self.turn.request)))
+        if named:  # an object the user pasted is read, then answered from (rule 5)
+            read = {str(a["object_id"]): d for a, d in self.turn.results("workspace.read_object")}
+            unread = [object_id for object_id in named if object_id not in read]
+            if unread and self._may("workspace.read_object"):
+                return _call("workspace.read_object", object_id=unread[0])
+            found = [read[object_id] for object_id in named if object_id in read]
+            if found:
+                return self._answer(found)
         listings = self.turn.results("workspace.list_objects")
         searches = [a["match"] for a, _ in listings if "match" in a]
         if not listings or (not listings[-1][1]["objects"] and "match" in listings[-1][0]):
@@ -283,7 +309,7 @@ class _Plan:
             return _final(_overview(objects, bool(self.words)))
         return self._answer(list(read.values()))
 
-    def _answer(self, read: list[Mapping[str, Any]]) -> str:
+    def _answer(self, read: Sequence[Mapping[str, Any]]) -> str:
         def score(item: Mapping[str, Any]) -> int:
             return overlap(self.words, f"{item['title']} {item['body']}")
         ranked = sorted(read, key=lambda item: -score(item))  # stable: first read first

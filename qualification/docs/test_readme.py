@@ -38,9 +38,9 @@ def test_the_readme_curl_flow_runs_as_written(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert '"code":"GRANT_REQUIRED"' in lines[0]
     assert '"active":true' in lines[1]
-    assert lines[-1].startswith("COMPLETED: Demo agent (a fixed rule, not a model): research "
-                                "campaign camp_")
-    assert "evidence item" in lines[-1]
+    assert lines[-1].startswith("COMPLETED: Demo agent (a fixed rule, not a model): the "
+                                "research found: \u201c"), "what the evidence says, first"
+    assert "campaign camp_" in lines[-1] and "evidence item" in lines[-1]
 
 
 @pytest.mark.req("DOC-01")

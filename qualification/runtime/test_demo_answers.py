@@ -103,7 +103,25 @@ def test_a_request_to_check_prepares_research_and_waits_for_the_grant(
     assert demo_client.post(f"/api/v1/agent-runtime/turns/{paused['id']}/resume").status_code == 202
     done = demo_client.wait_state(str(paused["id"]), TERMINAL)
     assert done["state"] == "COMPLETED", done
-    assert done["final_text"].startswith(SAYS + f"research campaign {campaign} is COMPLETED")
+    text = str(done["final_text"])
+    assert text.startswith(SAYS + "the research found: \u201c"), "what the evidence says"
+    evidence = done["tool_calls"][-1]["result"]["data"]["evidence"]
+    assert evidence and str(evidence[0]["excerpt"])[:60] in text, text
+    assert f"campaign {campaign} is COMPLETED" in text
+
+
+@pytest.mark.req("RT-07", "RT-10")
+def test_a_pasted_object_id_is_read_and_answered_from(demo_client: ApiClient) -> None:
+    """The page's *Insert* puts an object id into the message: the demo reads that object
+    first and quotes it, never refuses (the narrowing offers only its read then)."""
+    objects = demo_client.get("/api/v1/objects").json()["objects"]
+    nest = next(o for o in objects if o["title"] == "Nest boxes, 12 July")
+    done = _ask(demo_client, f"Summarise\nthe notes about {nest['object_id']} ")
+    assert done["state"] == "COMPLETED", done
+    assert done["tool_calls"][0]["tool_id"] == "workspace.read_object"
+    assert done["tool_calls"][0]["arguments"] == {"object_id": nest["object_id"]}
+    text = str(done["final_text"])
+    assert "\u201cNest boxes, 12 July\u201d" in text and "not offered" not in text, text
 
 
 @pytest.mark.req("RT-10")
