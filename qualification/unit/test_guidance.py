@@ -235,3 +235,23 @@ def test_an_unknown_profile_is_refused_naming_the_choices(text: str) -> None:
     with pytest.raises(ConfigRefused, match="--guidance takes one of auto, none, guided, "
                                             "quoting"):
         resolve(RawOptions(guidance=text), {})
+
+
+@pytest.mark.req("PR-07")
+def test_a_read_may_point_to_what_to_read_next_never_to_an_effect() -> None:
+    """A reference a read result spells out (a path, an object id) is offered to the tools
+    that read, like one the request names; never as research's citation or a write's
+    target (a result is data)."""
+    note, other = "obj_" + "A" * 26, "obj_" + "B" * 26
+    body = f"The visitor log is in notes/visitor.txt; see also {other} for the hedges."
+    seen = Observations(query="Prepare research and write it to out.txt: who visited?").observe(
+        "workspace.read_object", {"object_id": note}, _read(note, "Visitors", body), CATALOG)
+    decoding = narrow(CATALOG, CATALOG, seen, _budget(DEFAULT_PROFILE))
+    offers = {b["properties"]["tool_id"]["const"]: b["properties"]["arguments"]["properties"]
+              for b in decoding.schema["oneOf"] if "tool_id" in b["properties"]}
+    assert "notes/visitor.txt" in offers["files.read"]["path"]["enum"]
+    assert other in offers["workspace.read_object"]["object_id"]["enum"]
+    assert offers["research.prepare"]["object_refs"]["items"]["enum"] == [note], "not cited"
+    assert "notes/visitor.txt" not in json.dumps(offers["files.write"]["path"]), "no target"
+    unguided = narrow(CATALOG, CATALOG, seen, _budget(PROFILES["none"]))
+    assert "notes/visitor.txt" not in json.dumps(unguided.schema), "guidance, not a guard"

@@ -149,6 +149,8 @@ def _reference(spec: ToolSpec, name: str, field: Mapping[str, Any], kind: str, *
     if REQUESTED in budget.rules and kind in spec.traits.requested:
         pool += [value for value in named(spec.traits.requested[kind], seen.query)
                  if value not in pool]
+    if REQUESTED in budget.rules and spec.traits.progress:  # a read may follow what was read
+        pool += [value for value in seen.pointed.get(kind, ()) if value not in pool]
     values = admitted(items if items is not None else field, pool)
     if only is not None:
         values = [value for value in values if value in only]

@@ -12,7 +12,7 @@ from typing import Any
 
 from labfy_ref.protocol.jsonfmt import canonical
 from labfy_ref.protocol.narrowing.rules import DEFAULT_PROFILE
-from labfy_ref.protocol.text_shape import passages, scripts_of
+from labfy_ref.protocol.text_shape import compiled, passages, scripts_of
 from labfy_ref.tools.catalog import Produces, ToolCatalog, ToolSpec, Traits, default_catalog
 
 #: The most reference values one enum offers (the newest are kept).
@@ -66,6 +66,9 @@ class Observations:
     succeeded: frozenset[str] = frozenset()
     #: The tools a search of which (a ``request_words`` argument) found nothing.
     fruitless: frozenset[str] = frozenset()
+    #: Reference kind -> the references the turn's *reads* spelled out (the catalog trait
+    #: ``requested``: a path, an id), newest kept: a read may point to what to read next.
+    pointed: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def known(self, kind: str) -> tuple[str, ...]:
         """The references of ``kind`` the turn has seen."""
@@ -86,9 +89,36 @@ class Observations:
         if result.get("ok") is not True or not isinstance(data, Mapping) or spec is None:
             return seen
         try:
-            return _learn(seen, spec, arguments, data)
+            learnt = _learn(seen, spec, arguments, data)
         except (KeyError, TypeError, AttributeError, ValueError):
             return seen  # a result of another shape teaches nothing (it is data, not trusted)
+        if not spec.traits.progress or learnt.passages == seen.passages:
+            return learnt
+        fresh = learnt.passages[len(seen.passages):] if (
+            learnt.passages[:len(seen.passages)] == seen.passages) else learnt.passages
+        return _pointed_by(learnt, catalog or default_catalog(), fresh)
+
+
+def _pointed_by(seen: Observations, catalog: ToolCatalog,
+                passages_read: Iterable[str]) -> Observations:
+    """``seen`` plus the references the passages just read spell out, by the patterns of
+    the catalog's ``requested`` traits; each remembers the passage that named it (its
+    label, for the relevance order). Data, never an instruction: a pointed reference is
+    only *offered* to the tools that read (never an effect's target)."""
+    patterns = {kind: pattern for spec in catalog.values()
+                for kind, pattern in spec.traits.requested.items()}
+    pointed = dict(seen.pointed)
+    labels = dict(seen.labels)
+    for passage in passages_read:
+        for kind, pattern in patterns.items():
+            for match in compiled(pattern).finditer(passage):
+                value = match.group()
+                pointed[kind] = _merge(pointed.get(kind, ()), [value])
+                if value not in labels:
+                    labels[value] = passage[:LABEL_CHARS]
+    if pointed == seen.pointed:
+        return seen
+    return dataclasses.replace(seen, pointed=pointed, labels=labels)
 
 
 def call_key(tool_id: str, arguments: Mapping[str, Any]) -> str:
