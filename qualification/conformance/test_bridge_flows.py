@@ -24,7 +24,7 @@ from qualification.target import Served
 pytestmark = pytest.mark.conformance
 
 CHUNK_TYPES = {"text", "reasoning", "tool-call", "tool-result", "approval-request",
-               "approval-decision", "error", "done"}
+               "approval-decision", "facts", "error", "done"}
 
 
 @pytest.fixture
