@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import secrets
 import time
 from collections.abc import Sequence
@@ -65,11 +66,23 @@ from labfy_ref.tools.catalog import ToolCatalog
 MAX_QUERY_CHARS = 2000
 
 
+#: The deadline of one final's facts check (bounded work: well under a second measured).
+FACTS_SECONDS = 10.0
+log = logging.getLogger("labfy_ref.runtime")
+
+
 async def _facts(conversation: Conversation, text: str) -> tuple[dict[str, Any], ...]:
-    """A final's facts (PR-09), checked off the event loop: the check is bounded, but a long
-    answer against many long results is still work a loop must not wait on."""
-    facts = await asyncio.to_thread(conversation.sources.check, text,
-                                    len(conversation.observations.read))
+    """A final's facts (PR-09), checked off the event loop with a deadline: the check is
+    bounded, but a long answer against many long results is still work a loop must not
+    wait on. Past the deadline the turn completes with no facts, and the log says so."""
+    try:
+        facts = await asyncio.wait_for(asyncio.to_thread(
+            conversation.sources.check, text, len(conversation.observations.read)),
+            FACTS_SECONDS)
+    except TimeoutError:
+        log.warning("the final's facts check passed its %g s deadline: no facts recorded",
+                    FACTS_SECONDS)
+        return ()
     return tuple(fact.as_json() for fact in facts)
 
 

@@ -100,3 +100,41 @@ def test_the_openai_face_carries_labfy_facts(
     assert text == ANSWER
     assert _by_text(facts)["9731"] == ("not_found", None)
     assert _by_text(facts)["Sixty-two"][0] == "found"
+
+
+@pytest.mark.req("PR-09")
+def test_a_facts_check_past_its_deadline_leaves_no_facts_and_says_so(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The check runs off the event loop with a deadline: a loop never waits on it."""
+    import asyncio  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from labfy_ref.runtime import driver  # noqa: PLC0415
+
+    conversation = driver.Conversation.start([{"role": "user", "content": "How many?"}])
+
+    def slow(*_: Any) -> tuple[Any, ...]:
+        time.sleep(0.5)
+        return ()
+
+    monkeypatch.setattr(type(conversation.sources), "check", slow)
+    monkeypatch.setattr(driver, "FACTS_SECONDS", 0.05)
+
+    async def checked() -> tuple[tuple[dict[str, Any], ...], int]:
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.ensure_future(tick())
+        facts = await driver._facts(conversation, "Twelve.")
+        ticker.cancel()
+        return facts, ticks
+
+    with caplog.at_level("WARNING", logger="labfy_ref.runtime"):
+        facts, ticks = asyncio.run(checked())
+    assert facts == () and ticks >= 2, "the loop kept running while the check ran"
+    assert "deadline" in caplog.text
