@@ -89,18 +89,23 @@ _NUMBER_CHARS = 7
 _WORD_CHARS = WORD_LETTERS + 1 + JOINED_LETTERS
 #: Between two tokens: a space, or one punctuation mark and a space (a newline in a file).
 _GAP = "(?:[,;:]? |[.?!] )"
-_GAP_LINES = "(?:[,;:]? |[.?!] |[.?!,;:]?\\n)"
 _GAP_CHARS = 2
 _END = "[.?!]?"
 #: Prose (a final answer): a token may open with a quotation mark or a bracket and close
 #: with one, a number may be a date, a time, a ratio or a percentage (2024-07-12, 12:30,
 #: 3/4, 42%), and a dash may stand between two tokens -- so a count, a comparison, a
 #: computation, a quotation or a date can be said; a run of one character still cannot.
-_OPEN = "[\"'(\\[\u00ab\u201c\u201e\u2018]?"
-_CLOSE = "[\"')\\]\u00bb\u201d\u2019]?"
+#: No ASCII double quote, backslash or line break: JSON escapes them inside a string and
+#: llama.cpp's grammar for a ``pattern`` emits them raw (invalid JSON, measured), so a
+#: quotation is said with typographic marks (“…”, «…», „…“) or single quotes.
+_OPEN = "['(\\[\u00ab\u201c\u201e\u2018]?"
+_CLOSE = "[')\\]\u00bb\u201d\u2019]?"
 _PROSE_NUMBER = "[0-9]{1,4}(?:[.,:/-][0-9]{1,4}){0,3}%?"
 _PROSE_NUMBER_CHARS = 4 + 3 * 5 + 1
-_PROSE_GAP = "(?:[,;:]? |[.?!\u2026] | [-\u2013\u2014] |[.?!,;:]?\\n)"
+#: No gap is a line break: JSON writes one inside a string as the escape ``\\n``, and
+#: llama.cpp's grammar for a ``pattern`` emits the raw character instead (invalid JSON,
+#: measured), so no narrowed pattern offers one.
+_PROSE_GAP = "(?:[,;:]? |[.?!\u2026] | [-\u2013\u2014] )"
 _PROSE_GAP_CHARS = 3
 _PROSE_END = "[.?!\u2026]?"
 
@@ -116,7 +121,6 @@ class Shape:
     min_words: int
     words_per_run: int
     numbers: int = 0
-    lines: bool = False
     #: The scripts whose letters make words (the conversation's: PR-07 narrows to them).
     scripts: frozenset[str] = ALL_SCRIPTS
     #: When not empty, the only words the shape admits (:func:`vocabulary`): text made of
@@ -148,7 +152,7 @@ class Shape:
     @property
     def pattern(self) -> str:
         """The anchored regular expression (llama.cpp's grammar subset, and Python's)."""
-        gap = _GAP_LINES if self.lines else _GAP
+        gap = _GAP
         upper = letters(self.scripts, ("upper",))
         lower = letters(self.scripts, ("lower", "any"))
         single = _SINGLE + letters(self.scripts, latin=False)
@@ -250,8 +254,9 @@ QUESTION = Shape(min_words=2, words_per_run=8, numbers=1)
 #: A final answer: prose of two to sixty words and numbers (a few sentences): a count, a
 #: comparison, a computation, a date, a quotation or a summary can be said (PR-08).
 FINAL = Shape(min_words=2, words_per_run=60, prose=True)
-#: The content of a file the model writes: lines of sentences.
-CONTENT = Shape(min_words=2, words_per_run=12, numbers=4, lines=True)
+#: The content of a file the model writes: prose of two to eighty words and numbers, as a
+#: final answer's (one line: see :data:`_PROSE_GAP`).
+CONTENT = Shape(min_words=2, words_per_run=80, prose=True)
 #: A path the model names for a new file: segments of letters, digits, ``.``, ``_``, ``-``.
 PATH_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,62}){0,3}$"
 PATH_CHARS = 255

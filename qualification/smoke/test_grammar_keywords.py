@@ -133,13 +133,14 @@ class Server:
             self._loop.close()
             self._pinned.close()
 
-    def replies(self, schema: dict[str, Any], prompt: str) -> list[tuple[str, str]]:
+    def replies(self, schema: dict[str, Any], prompt: str,
+                max_tokens: int = MAX_TOKENS) -> list[tuple[str, str]]:
         """``(finish_reason, content)`` of one seeded, constrained completion per seed."""
         found = []
         for seed in SEEDS:
             answer = self.http.post(self._sup.endpoint.url(ModelPath.CHAT), json={
                 "model": ALIAS, "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": MAX_TOKENS, "temperature": 0.8, "seed": seed,
+                "max_tokens": max_tokens, "temperature": 0.8, "seed": seed,
                 "response_format": {"type": "json_schema", "json_schema": {
                     "name": "measured", "strict": True, "schema": schema}}})
             assert answer.status_code == 200, answer.text[:500]
@@ -197,3 +198,26 @@ def test_the_grammar_lets_the_model_break_what_it_does_not_enforce(
     complaints = _violations(schema, replies)
     assert complaints, f"{gap} held in every try: {replies}"
     assert {complaint.split(":")[0] for complaint in complaints} == {keyword}, complaints
+
+
+#: Prompts that push a free text toward what JSON must escape (quotes, lines, a backslash).
+PUSHES = ('Reply in JSON with text set to a poem of three short lines, one per line.',
+          'Reply in JSON with text quoting the note: "bees nest in sandy banks" in quotes.',
+          'Reply in JSON with text set to a Windows path like C:\\\\bees\\\\notes.txt.')
+
+
+@pytest.mark.req("PR-07", "PR-08")
+@pytest.mark.parametrize("shape", ["FINAL", "CONTENT"])
+def test_the_narrowings_own_free_text_holds_on_the_real_grammar(
+        server: Server, shape: str) -> None:
+    """The shapes the narrowing sends for a final answer and a file's content make a
+    grammar llama-server applies: every reply is valid JSON of the schema, whatever the
+    prompt pushes toward (a shape that admitted a raw quote or line break made the server
+    answer 500 or the reply invalid JSON)."""
+    from labfy_ref.protocol import text_shape  # noqa: PLC0415
+    from labfy_ref.protocol.narrowing import max_json_bytes  # noqa: PLC0415
+
+    schema = _object(getattr(text_shape, shape).schema(65536), "text")
+    for prompt in PUSHES:  # the completion limit the narrowing itself would set (PR-06)
+        replies = server.replies(schema, prompt, max_tokens=max_json_bytes(schema))
+        assert _violations(schema, replies) == [], replies

@@ -179,7 +179,8 @@ KINDS = {
     "nothing": "Nothing I read says when the survey began.",
     "french": "Il y a trois notes sur les abeilles du jardin.",
     "romanian": "Sunt trei note despre albine în grădină.",
-    "quote": 'The note says "bees nest in sandy banks".',
+    "quote": "The note says \u201cbees nest in sandy banks\u201d.",
+    "french quote": "La note dit \u00ables abeilles nichent\u00bb.",
 }
 
 
@@ -197,6 +198,21 @@ def test_the_default_profile_admits_a_right_answer_of_every_kind(
         for kind, answer in KINDS.items():
             assert field.is_valid(answer), f"{profile.name} cannot say a {kind}: {answer!r}"
             assert WIDE.is_valid({"type": "final", "text": answer})
+
+
+@pytest.mark.req("PR-07")
+@pytest.mark.parametrize("shape", ["FINAL", "CONTENT", "TOPIC", "QUESTION"])
+def test_no_shape_admits_what_the_grammar_would_write_raw(shape: str) -> None:
+    """JSON escapes a double quote, a backslash and a line break inside a string, and
+    llama.cpp's grammar for a ``pattern`` writes them raw (invalid JSON: measured in
+    qualification/smoke/test_grammar_keywords.py), so no free-text shape admits one."""
+    from labfy_ref.protocol import text_shape  # noqa: PLC0415
+
+    field = Draft202012Validator(getattr(text_shape, shape).schema(65536))
+    assert field.is_valid("Bees nest in sandy banks")
+    for bad in ('Bees "nest" in sandy banks', "Bees nest\\ in banks", "Bees nest\nin banks",
+                "Bees nest\tin banks", 'Bees nest in "sandy" banks'):
+        assert not field.is_valid(bad), bad
 
 
 @pytest.mark.req("PR-08")
