@@ -95,12 +95,11 @@ def quoted(wide: Mapping[str, Any], seen: Observations,
     score = scores(seen.query, {passage: passage for passage in read})
     ranked_ = sorted(read, key=lambda passage: -score[passage])  # a stable sort: ties as read
     best = score[ranked_[0]]
-    relevant = [p for p in ranked_ if best > 0 and score[p] >= NOT_SAID_AFTER * best]
-    rest = [p for p in ranked_ if p not in set(relevant)]
-    if RELEVANCE not in rules:  # an ablation: the passages as read, NOT_SAID still placed
-        relevant, rest = [p for p in read if p in set(relevant)], [p for p in read
-                                                                   if p in set(rest)]
-    top = {passage for passage in ranked_[:JOINED] if passage in set(relevant)}
+    above = {p for p in read if best > 0 and score[p] >= NOT_SAID_AFTER * best}
+    order = ranked_ if RELEVANCE in rules else read  # an ablation: as read, NOT_SAID placed
+    relevant = [p for p in order if p in above]
+    rest = [p for p in order if p not in above]
+    top = {passage for passage in ranked_[:JOINED] if passage in above}
     in_order = [passage for passage in read if passage in top]
     joined = [" ".join(parts) for size in range(2, len(in_order) + 1)
               for parts in itertools.combinations(in_order, size)]

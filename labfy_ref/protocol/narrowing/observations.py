@@ -89,14 +89,9 @@ class Observations:
         if result.get("ok") is not True or not isinstance(data, Mapping) or spec is None:
             return seen
         try:
-            learnt = _learn(seen, spec, arguments, data)
+            return _learn(seen, spec, arguments, data, catalog or default_catalog())
         except (KeyError, TypeError, AttributeError, ValueError):
             return seen  # a result of another shape teaches nothing (it is data, not trusted)
-        if not spec.traits.progress or learnt.passages == seen.passages:
-            return learnt
-        fresh = learnt.passages[len(seen.passages):] if (
-            learnt.passages[:len(seen.passages)] == seen.passages) else learnt.passages
-        return _pointed_by(learnt, catalog or default_catalog(), fresh)
 
 
 def _pointed_by(seen: Observations, catalog: ToolCatalog,
@@ -127,7 +122,7 @@ def call_key(tool_id: str, arguments: Mapping[str, Any]) -> str:
 
 
 def _learn(seen: Observations, spec: ToolSpec, arguments: Mapping[str, Any],
-           data: Mapping[str, Any]) -> Observations:
+           data: Mapping[str, Any], catalog: ToolCatalog) -> Observations:
     traits = spec.traits
     refs = dict(seen.refs)
     labels = dict(seen.labels)
@@ -166,16 +161,19 @@ def _learn(seen: Observations, spec: ToolSpec, arguments: Mapping[str, Any],
             fruitless = fruitless | {spec.tool_id}
     if len(names) > MAX_REFERENCES * 4:
         names = {key: names[key] for key in list(names)[-MAX_REFERENCES * 4:]}
+    read_now: list[str] = []  # this read's passages: what it may point to (_pointed_by)
     if traits.progress:
         read = _merge(read, spec.produced(data))
-        quotable = _merge(quotable, _said(traits, data))[-MAX_PASSAGES:]
+        read_now = _said(traits, data)
+        quotable = _merge(quotable, read_now)[-MAX_PASSAGES:]
     shown = " ".join(labels[key] for key in labels if labels[key] != seen.labels.get(key))
-    return dataclasses.replace(seen, refs=refs, labels=labels, complete=complete, read=read,
-                               passages=quotable, names=names, found=found,
-                               fruitless=fruitless,
-                               succeeded=seen.succeeded | {spec.tool_id},
-                               scripts=seen.scripts | scripts_of(shown),
-                               progress=seen.progress + (1 if traits.progress else 0))
+    learnt = dataclasses.replace(seen, refs=refs, labels=labels, complete=complete, read=read,
+                                 passages=quotable, names=names, found=found,
+                                 fruitless=fruitless,
+                                 succeeded=seen.succeeded | {spec.tool_id},
+                                 scripts=seen.scripts | scripts_of(shown),
+                                 progress=seen.progress + (1 if traits.progress else 0))
+    return _pointed_by(learnt, catalog, read_now) if read_now else learnt
 
 
 def _said(traits: Traits, data: Mapping[str, Any]) -> list[str]:
