@@ -118,9 +118,9 @@ async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
         root = Path(scratch)
         if options.control:  # no model runs: the control draws every action
             say(f"random control in the narrowed schema; rules {', '.join(sorted(rules))}")
-            await _run_all(entry, None, root, options=options, rules=rules, say=say)
+            await _run_all(entry, None, root, options=options, say=say)
         else:
-            await _run_model(entry, root, options=options, rules=rules, say=say)
+            await _run_model(entry, root, options=options, say=say)
     entry.finish()
     path = write_entry(options.record_dir, entry)
     say(f"{entry.passed} of {entry.total} passed ({entry.pass_rate:.0%}) — record: {path}")
@@ -128,17 +128,17 @@ async def run_eval(options: EvalOptions, say: Say) -> EvalEntry:
 
 
 async def _run_model(entry: EvalEntry, root: Path, *, options: EvalOptions,
-                     rules: frozenset[str], say: Say) -> None:
+                     say: Say) -> None:
     """Start the verified, governed model (with a tool template for a baseline) and run."""
     wanted = options.model
     with open_gguf(wanted.model_file) as pinned:  # SM-09: what is checked is what runs
         govern(pinned, wanted.llama_server, root)
         pinned.hash(wanted.model_sha256, None)
-        await _run_pinned(entry, pinned, root, options=options, rules=rules, say=say)
+        await _run_pinned(entry, pinned, root, options=options, say=say)
 
 
 async def _run_pinned(entry: EvalEntry, pinned: PinnedGguf, root: Path, *,
-                      options: EvalOptions, rules: frozenset[str], say: Say) -> None:
+                      options: EvalOptions, say: Say) -> None:
     wanted = options.model
     identity = identify(wanted.llama_server)
     entry.llama_server = {"version": identity.version, "package": identity.package}
@@ -155,17 +155,18 @@ async def _run_pinned(entry: EvalEntry, pinned: PinnedGguf, root: Path, *,
         await model.start()
         entry.prompt_tokens = await _count_tokens(model, system_prompt(default_catalog()))
         say(f"model {wanted.model_file.name} ready; system prompt "
-            f"{entry.prompt_tokens} tokens; rules {', '.join(sorted(rules))}")
-        await _run_all(entry, model, root, options=options, rules=rules, say=say)
+            f"{entry.prompt_tokens} tokens; rules "
+            f"{', '.join(sorted(options.guidance.profile.names))}")
+        await _run_all(entry, model, root, options=options, say=say)
     finally:
         await model.aclose()
 
 
 async def _run_all(entry: EvalEntry, model: SupervisedLlama | None, root: Path, *,
-                   options: EvalOptions, rules: frozenset[str], say: Say) -> None:
+                   options: EvalOptions, say: Say) -> None:
     for run in range(1, options.runs + 1):
         for task in options.tasks:
-            result = await _run_task(task, run, model, root, options=options, rules=rules)
+            result = await _run_task(task, run, model, root, options=options)
             entry.tasks.append(result)
             say(_row(result))
 
@@ -207,7 +208,7 @@ async def _count_tokens(model: SupervisedLlama, text: str) -> int | None:
 
 
 async def _run_task(task: Task, run: int, model: SupervisedLlama | None, root: Path, *,
-                    options: EvalOptions, rules: frozenset[str]) -> dict[str, Any]:
+                    options: EvalOptions) -> dict[str, Any]:
     started = time.monotonic()
     directory = root / f"{task.id}-{run}"
     with repeatable(f"{task.id}:{run}"):

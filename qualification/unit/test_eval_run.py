@@ -24,7 +24,7 @@ from labfy_ref.eval import run as eval_run
 from labfy_ref.eval.record import read_record
 from labfy_ref.eval.run import EvalOptions
 from labfy_ref.eval.tasks import Task
-from labfy_ref.protocol.narrowing import ALL_RULES, guidance_for
+from labfy_ref.protocol.narrowing import guidance_for
 from labfy_ref.server.auth import cookie_name
 
 TITLE = "Species list size"
@@ -80,8 +80,7 @@ def test_a_task_is_judged_by_the_titles_and_paths_its_turn_read(
     # the task took a minute, on a monotonic clock that started 20 s before it (its origin
     # is unspecified: boot, for one)
     _clock(monkeypatch, 20.0, 80.0)
-    result = asyncio.run(eval_run._run_task(TASK, 1, None, tmp_path, options=_options(tmp_path),
-                                            rules=ALL_RULES))
+    result = asyncio.run(eval_run._run_task(TASK, 1, None, tmp_path, options=_options(tmp_path)))
     assert result["passed"] and result["reasons"] == [], result["reasons"]
     assert [call.get("title") for call in result["tool_calls"]] == [None, TITLE, None]
     assert (result["rounds"], result["tokens"], result["state"]) == (4, 321, "COMPLETED")
@@ -104,8 +103,7 @@ def test_a_task_whose_turn_skipped_a_read_fails_saying_which(
         missing: str) -> None:
     monkeypatch.setattr(eval_run, "_turn", _canned(read))
     _clock(monkeypatch, 5.0, 6.5)
-    result = asyncio.run(eval_run._run_task(TASK, 2, None, tmp_path, options=_options(tmp_path),
-                                            rules=ALL_RULES))
+    result = asyncio.run(eval_run._run_task(TASK, 2, None, tmp_path, options=_options(tmp_path)))
     assert result["reasons"] == [missing] and not result["passed"]
     assert result["wall_ms"] == 1500.0
     assert eval_run._row(result).startswith("FAIL species-from-notes     run 2 ")
