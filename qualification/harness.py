@@ -130,6 +130,15 @@ def reference_engine(server: LiveServer) -> ReferenceEngine:
     return engine
 
 
+def object_id(workspace: Path, title: str) -> str:
+    """The id of the object of ``workspace`` titled ``title`` (ids are drawn per workspace)."""
+    store = open_workspace(workspace).open_store()
+    try:
+        return next(obj.object_id for obj in store.list_objects() if obj.title == title)
+    finally:
+        store.close()
+
+
 def bearer_client(server: LiveServer, token: str = LAUNCH_CODE) -> httpx.Client:
     """An API client that authenticates with ``Authorization: Bearer`` only (SV-08)."""
     return httpx.Client(base_url=server.url, trust_env=False, timeout=30,

@@ -9,9 +9,6 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from fake_provider import Answer
-from labfy_ref.gateway import AgentGateway, CallContext
-from labfy_ref.modes import PermissionMode
-from labfy_ref.workspace import open_workspace
 from qualification.browser.engine_page import (
     final_action,
     new_session,
@@ -30,24 +27,19 @@ from qualification.browser.runtime_page import (
     wait_state,
 )
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
+from qualification.harness import object_id
 
+GARDEN = "Garden 4, 14 June"
 ANSWER = "Sixty-two visits in 20 minutes, and 9731 more later."
-
-
-def _garden(specimen: Path) -> str:
-    workspace = open_workspace(specimen)
-    listed = AgentGateway(workspace, workspace.open_store()).call(
-        "workspace.list_objects", {}, CallContext(PermissionMode.READ_ONLY))
-    return str(next(o["object_id"] for o in listed.result["data"]["objects"]
-                    if o["title"] == "Garden 4, 14 June"))
 
 
 @pytest.mark.req("PR-09", "PR-08", "UI-01")
 def test_the_runtime_page_marks_the_fact_nothing_supports(
         page: Page, specimen: Path, provider_factory: ProviderFactory,
         server_factory: ServerFactory) -> None:
+    garden = object_id(specimen, GARDEN)
     provider = provider_factory(scripted(
-        "facts", answer_call("workspace.read_object", object_id=_garden(specimen)),
+        "facts", answer_call("workspace.read_object", object_id=garden),
         answer_action(type="final", text=ANSWER)))
     logged_in(page, server_factory(specimen, **local_agent(provider.base_url)))
     line = page.driver.find_element(By.ID, "workspace-line")
@@ -69,7 +61,7 @@ def test_the_engine_page_marks_the_fact_nothing_supports(
         server_factory: ServerFactory) -> None:
     open_engine(page, specimen, provider_factory, server_factory,
                 Answer(content=tool_call("workspace.read_object",
-                                         object_id=_garden(specimen))),
+                                         object_id=object_id(specimen, GARDEN))),
                 Answer(content=final_action(ANSWER)))
     new_session(page)
     context = page.find("session-context")

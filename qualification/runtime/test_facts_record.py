@@ -10,28 +10,17 @@ from typing import Any
 import pytest
 
 from fake_provider import Scenario
-from labfy_ref.gateway import AgentGateway, CallContext
-from labfy_ref.modes import PermissionMode
-from labfy_ref.workspace import open_workspace
 from qualification.conftest import ProviderFactory, ServerFactory, local_agent
-from qualification.harness import TERMINAL, TurnReader, bearer_client
+from qualification.harness import TERMINAL, TurnReader, bearer_client, object_id
 
 #: Said of the object read, in words; a count; a number the user said; one nobody said.
 ANSWER = ("Sixty-two visits were counted, and the user asked about 12 gardens; "
           "the count reached 9731 in 1875.")
 
 
-def _object(specimen: Path, title: str) -> str:
-    workspace = open_workspace(specimen)
-    listed = AgentGateway(workspace, workspace.open_store()).call(
-        "workspace.list_objects", {}, CallContext(PermissionMode.READ_ONLY))
-    return str(next(o["object_id"] for o in listed.result["data"]["objects"]
-                    if o["title"] == title))
-
-
-def _replies(object_id: str) -> list[str]:
+def _replies(garden: str) -> list[str]:
     read = {"type": "tool_call", "tool_id": "workspace.read_object",
-            "arguments": {"object_id": object_id}}
+            "arguments": {"object_id": garden}}
     return [json.dumps(read), json.dumps({"type": "final", "text": ANSWER})]
 
 
@@ -42,8 +31,8 @@ def _by_text(facts: list[dict[str, Any]]) -> dict[str, tuple[str, str | None]]:
 @pytest.mark.req("PR-09", "RT-01")
 def test_a_turns_record_holds_its_final_facts_and_the_text_as_said(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
-    object_id = _object(specimen, "Garden 4, 14 June")
-    provider = provider_factory(Scenario.replies(*_replies(object_id)))
+    garden = object_id(specimen, "Garden 4, 14 June")
+    provider = provider_factory(Scenario.replies(*_replies(garden)))
     client = server_factory(specimen, **local_agent(provider.base_url)).client()
     done = client.wait_state(client.start_turn("How many visits, about 12 gardens?")["id"],
                              TERMINAL)
@@ -59,8 +48,8 @@ def test_a_turns_record_holds_its_final_facts_and_the_text_as_said(
 @pytest.mark.req("PR-09", "BR-02")
 def test_the_bridge_streams_the_facts_after_the_text_and_before_done(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory) -> None:
-    object_id = _object(specimen, "Garden 4, 14 June")
-    provider = provider_factory(Scenario.replies(*_replies(object_id)))
+    garden = object_id(specimen, "Garden 4, 14 June")
+    provider = provider_factory(Scenario.replies(*_replies(garden)))
     client = server_factory(specimen, bridge=True, **local_agent(provider.base_url)).client()
     created = client.post("/api/cordis/sessions", {})
     assert created.status_code == 201, created.text
@@ -79,8 +68,8 @@ def test_the_bridge_streams_the_facts_after_the_text_and_before_done(
 def test_the_openai_face_carries_labfy_facts(
         specimen: Path, provider_factory: ProviderFactory, server_factory: ServerFactory,
         stream: bool) -> None:
-    object_id = _object(specimen, "Garden 4, 14 June")
-    provider = provider_factory(Scenario.replies(*_replies(object_id)))
+    garden = object_id(specimen, "Garden 4, 14 June")
+    provider = provider_factory(Scenario.replies(*_replies(garden)))
     server = server_factory(specimen, bridge=True, **local_agent(provider.base_url))
     with bearer_client(server) as client:
         engine = client.get("/api/cordis/v1/models").json()["data"][0]["id"]
